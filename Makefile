@@ -1,0 +1,51 @@
+# pmm: process memory monitor.
+#   make            build the module, the hook library, examples and test programs
+#   make test       install what is missing, run the host tests, then the in-guest suite in one VM
+#   make demo       the main job: find a leak, end to end
+#   make bench      benchmarks (figures, not pass/fail)
+#   make check      linters: W=1, sparse, checkpatch, ruff, mypy
+#   make test-debug the in-guest suite on a KASAN/lockdep/kmemleak/UBSAN kernel
+
+KVER ?= $(shell scripts/kver.sh 2>/dev/null)
+export KVER
+PY := .venv/bin/python
+SUBDIRS := hooklib examples tests/progs
+
+.PHONY: all setup kmod userspace test test-host test-vm bench demo check clean \
+	debug-kernel test-debug install uninstall
+
+all: kmod userspace
+
+setup:
+	scripts/setup.sh
+
+kmod:
+	$(MAKE) -C kmod KVER=$(KVER)
+
+userspace:
+	@for d in $(SUBDIRS); do \
+		if [ -f $$d/Makefile ]; then $(MAKE) -C $$d || exit 1; fi; \
+	done
+
+test: setup
+	$(MAKE) all
+	$(MAKE) test-host
+	$(MAKE) test-vm
+
+test-host:
+	$(PY) -m pytest -q -ra tests/host
+
+test-vm:
+	scripts/vmtest.sh
+
+check: setup
+	$(MAKE) -C kmod KVER=$(KVER) check
+	.venv/bin/ruff check pmctl pmd tests
+	.venv/bin/mypy pmctl pmd
+
+clean:
+	$(MAKE) -C kmod KVER=$(KVER) clean
+	@for d in $(SUBDIRS); do \
+		if [ -f $$d/Makefile ]; then $(MAKE) -C $$d clean; fi; \
+	done
+	rm -rf build

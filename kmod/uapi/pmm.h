@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * pmm: process memory monitor, user/kernel ABI.
+ *
+ * The one ABI header: the module, libpmmhook.so and the tests include it;
+ * pmctl/uapi.py mirrors it and tests/host/test_abi.py checks the mirror.
+ *
+ * Rules: fixed-width types, explicit padding (reserved fields must be zero),
+ * user pointers as __u64, every flags field has a ..._F_ALL mask, structs that
+ * may grow carry their own size.
+ */
+#ifndef _UAPI_LINUX_PMM_H
+#define _UAPI_LINUX_PMM_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#define PMM_DEVICE_NAME		"pmm"		/* /dev/pmm */
+#define PMM_ABI_VERSION		1
+
+#define PMM_COMM_LEN		16
+#define PMM_MAX_FRAMES		32
+#define PMM_SITE_FILE_LEN	128
+#define PMM_SITE_FUNC_LEN	64
+
+/* Upper bound on records in one PMM_RECORD_LOG batch. */
+#define PMM_MAX_BATCH		4096
+/* Upper bound on entries in one read-back call. */
+#define PMM_MAX_READ		4096
+
+/* Operations carried by a record. */
+enum pmm_op {
+	PMM_OP_NONE = 0,
+	PMM_OP_MALLOC = 1,
+	PMM_OP_CALLOC = 2,
+	PMM_OP_REALLOC = 3,	/* prev_ptr: the block it replaces (0: like malloc) */
+	PMM_OP_FREE = 4,
+	PMM_OP_POSIX_MEMALIGN = 5,
+	PMM_OP_ALIGNED_ALLOC = 6,
+	PMM_OP_MEMALIGN = 7,
+	PMM_OP_VALLOC = 8,
+	PMM_OP_PVALLOC = 9,
+	PMM_OP_MMAP = 10,	/* anonymous mappings only */
+	PMM_OP_MUNMAP = 11,	/* size: length unmapped */
+	PMM_OP_MREMAP = 12,	/* prev_ptr: old address */
+	PMM_OP_NR = 13,
+};
+
+/* pmm_record.flags */
+#define PMM_REC_F_FAILED	(1U << 0)	/* allocation returned NULL; ptr is 0 */
+#define PMM_REC_F_ALL		(PMM_REC_F_FAILED)
+
+/*
+ * One allocation event. 48 bytes.
+ * The pid is never in the record: the kernel uses current->tgid.
+ * time_ns is CLOCK_MONOTONIC at the moment of the call, taken by the hook; the
+ * kernel orders records of different threads by it, so a free that reaches
+ * the kernel before its allocation still pairs.
+ */
+struct pmm_record {
+	__u64 ptr;
+	__u64 prev_ptr;		/* REALLOC, MREMAP: old pointer; else 0 */
+	__u64 size;		/* bytes requested (FREE: 0, MUNMAP: length) */
+	__u64 time_ns;		/* CLOCK_MONOTONIC */
+	__u32 site;		/* site id from PMM_REGISTER_SITE, 0: unknown */
+	__u32 weight;		/* 1: exact; sampling weight when sampled (>= 1) */
+	__u16 op;		/* enum pmm_op */
+	__u16 flags;		/* PMM_REC_F_* */
+	__u32 reserved;		/* must be 0 */
+};
+
+/* PMM_RECORD_LOG argument. */
+struct pmm_record_batch {
+	__u64 records;		/* user pointer to struct pmm_record[count] */
+	__u32 count;		/* 1..PMM_MAX_BATCH */
+	__u32 flags;		/* must be 0 */
+	__u32 accepted;		/* out: records taken */
+	__u32 reserved;		/* must be 0 */
+};
+
+/* pmm_site.flags */
+#define PMM_SITE_F_SOURCE	(1U << 0)	/* file, func and line are set */
+#define PMM_SITE_F_ALL		(PMM_SITE_F_SOURCE)
+
+/*
+ * A site (allocation source) of the calling process, registered once.
+ * Site ids are chosen by the process (1..max_sites_per_pid is not
+ * required; any non-zero __u32). A record may name a site before it is
+ * registered: the kernel counts it under an undescribed site.
+ */
+struct pmm_site {
+	__u32 site;		/* non-zero */
+	__u32 flags;		/* PMM_SITE_F_* */
+	__u32 depth;		/* frames used, 0..PMM_MAX_FRAMES */
+	__u32 line;
+	__u64 frames[PMM_MAX_FRAMES];	/* return addresses, innermost first */
+	char file[PMM_SITE_FILE_LEN];	/* NUL-terminated */
+	char func[PMM_SITE_FUNC_LEN];	/* NUL-terminated */
+};
+
+/* pmm_config.set: which fields PMM_SET_CONFIG applies. */
+#define PMM_CFG_INTERVAL	(1U << 0)
+#define PMM_CFG_SCAN		(1U << 1)
+#define PMM_CFG_START_PID	(1U << 2)	/* start_pid; 0 means the caller */
+#define PMM_CFG_STOP_PID	(1U << 3)	/* stop_pid; 0 means the caller */
+#define PMM_CFG_MAX_PIDS	(1U << 4)
+#define PMM_CFG_MAX_BLOCKS	(1U << 5)
+#define PMM_CFG_MAX_SITES	(1U << 6)
+#define PMM_CFG_MAX_SAMPLES	(1U << 7)
+#define PMM_CFG_ALL		((1U << 8) - 1)
+
+/* Bounds on configurable values (inclusive). */
+#define PMM_INTERVAL_MIN_MS	10
+#define PMM_INTERVAL_MAX_MS	3600000
+#define PMM_MAX_PIDS_LIMIT	1024
+#define PMM_MAX_BLOCKS_LIMIT	(16U << 20)
+#define PMM_MAX_SITES_LIMIT	(1U << 20)
+#define PMM_MAX_SAMPLES_LIMIT	(1U << 20)
+
+/*
+ * PMM_SET_CONFIG in, PMM_GET_CONFIG out. size must be sizeof(struct
+ * pmm_config) (so the struct can grow). On GET the counters are filled and
+ * set is 0; on SET the counters and reserved fields must be 0.
+ * Changing interval, scan or a limit needs CAP_SYS_ADMIN; starting or
+ * stopping a pid needs ptrace-read access to it.
+ */
+struct pmm_config {
+	__u32 size;
+	__u32 set;		/* PMM_CFG_* (SET only) */
+	__u32 interval_ms;	/* sampler period */
+	__u32 scan;		/* 1: sampler on, 0: off */
+	__s32 start_pid;	/* GET: last started; SET: pid to start */
+	__s32 stop_pid;		/* GET: last stopped; SET: pid to stop */
+	__u32 max_pids;
+	__u32 max_blocks_per_pid;
+	__u32 max_sites_per_pid;
+	__u32 max_samples_per_pid;
+	__u32 abi_version;	/* GET: PMM_ABI_VERSION */
+	__u32 reserved;
+	/* GET only, global counters since load */
+	__u64 monitored_pids;
+	__u64 records_accepted;
+	__u64 records_dropped;
+	__u64 unmatched_frees;
+	__u64 kmem_bytes;	/* kernel memory held by pmm now */
+	__u64 reserved2[3];
+};
+
+/* pmm_pid_info.state, as /proc/pmm/pid prints it ("State: 1") */
+#define PMM_STATE_RUNNING	1
+#define PMM_STATE_EXITED	2
+
+struct pmm_pid_info {
+	__s32 pid;
+	__s32 ppid;
+	__u32 state;		/* PMM_STATE_* */
+	__u32 reserved;
+	char comm[PMM_COMM_LEN];
+	__u64 start_time_ns;	/* task start, CLOCK_BOOTTIME: (pid, start) is unique */
+	__u64 monitor_start_ns;	/* CLOCK_BOOTTIME */
+	__u64 exit_time_ns;	/* CLOCK_BOOTTIME, 0 while running */
+	__u64 live_blocks;	/* "Log count" */
+	__u64 live_bytes;
+	__u64 records;		/* records accepted */
+	__u64 dropped_records;	/* refused for a limit (blocks, sites, pending) */
+	__u64 unmatched_frees;
+	__u64 pending_frees;	/* frees waiting for their allocation */
+	__u64 samples;		/* samples taken (ring may hold fewer) */
+	__u64 vm_bytes;		/* latest sample, 0 before the first */
+	__u64 rss_bytes;
+	__u64 reserved2[2];
+};
+
+/* One live block. */
+struct pmm_block {
+	__u64 ptr;
+	__u64 prev_ptr;		/* REALLOC/MREMAP: the pointer it replaced */
+	__u64 size;
+	__u64 time_ns;		/* CLOCK_MONOTONIC from the record */
+	__u32 site;
+	__u32 weight;
+	__u16 op;
+	__u16 reserved[3];
+};
+
+/* Per-site counters; the byte figures are weighted (weight x size). */
+struct pmm_site_stats {
+	struct pmm_site desc;	/* depth 0 and no flags: not registered */
+	__u64 live_bytes;
+	__u64 live_blocks;
+	__u64 alloc_bytes;
+	__u64 free_bytes;
+	__u64 alloc_count[PMM_OP_NR];	/* by op (FREE, MUNMAP: frees) */
+	__u64 reserved[3];
+};
+
+/* One sample taken by the sampler thread, bytes. */
+struct pmm_sample {
+	__u64 time_ns;		/* CLOCK_BOOTTIME */
+	__u64 vm;
+	__u64 rss;
+	__u64 rss_anon;
+	__u64 rss_file;
+	__u64 rss_shmem;
+};
+
+/* Size buckets of struct pmm_stats, PMMM's table: <=16 ... >65536 */
+#define PMM_SIZE_BUCKETS	7
+/* upper bounds: 16, 256, 1024, 4096, 16384, 65536, unbounded */
+
+struct pmm_bucket_stats {
+	__u64 malloc_count;	/* malloc and the aligned family, mmap */
+	__u64 calloc_count;
+	__u64 realloc_count;
+	__u64 free_count;	/* matched frees of blocks in this bucket */
+	__u64 alloc_bytes;
+	__u64 free_bytes;
+};
+
+/* Per-pid size statistics (PMM_GET_STATS). */
+struct pmm_stats {
+	__s32 pid;		/* in */
+	__u32 reserved;		/* must be 0 */
+	struct pmm_bucket_stats buckets[PMM_SIZE_BUCKETS];
+	__u64 failed_allocs;
+	__u64 unmatched_frees;
+	__u64 reserved2[4];
+};
+
+/*
+ * Cursor-based read-back for PMM_MONITORED_PIDS, PMM_READ_BLOCKS,
+ * PMM_READ_SITES and PMM_READ_SAMPLES. Start with cursor 0; each call fills
+ * up to capacity entries into buf and sets count and the cursor for the next
+ * call; done is 1 when nothing is left. The cursor is opaque (samples: the
+ * sequence number of the next sample). Entries are struct pmm_pid_info,
+ * pmm_block, pmm_site_stats, pmm_sample respectively.
+ */
+struct pmm_read {
+	__s32 pid;		/* ignored (must be 0) for PMM_MONITORED_PIDS */
+	__u32 capacity;		/* entries buf can hold, 1..PMM_MAX_READ */
+	__u64 buf;		/* user pointer */
+	__u64 cursor;		/* in/out */
+	__u32 count;		/* out */
+	__u32 done;		/* out */
+	__u64 total;		/* out: entries in all (at the time of the call) */
+	__u32 flags;		/* must be 0 */
+	__u32 reserved;		/* must be 0 */
+};
+
+#define PMM_IOC_MAGIC		0xB7
+
+#define PMM_RECORD_LOG		_IOWR(PMM_IOC_MAGIC, 1, struct pmm_record_batch)
+#define PMM_SET_CONFIG		_IOW(PMM_IOC_MAGIC, 2, struct pmm_config)
+#define PMM_GET_CONFIG		_IOWR(PMM_IOC_MAGIC, 3, struct pmm_config)
+#define PMM_MONITORED_PIDS	_IOWR(PMM_IOC_MAGIC, 4, struct pmm_read)
+#define PMM_REGISTER_SITE	_IOW(PMM_IOC_MAGIC, 5, struct pmm_site)
+#define PMM_READ_BLOCKS		_IOWR(PMM_IOC_MAGIC, 6, struct pmm_read)
+#define PMM_READ_SITES		_IOWR(PMM_IOC_MAGIC, 7, struct pmm_read)
+#define PMM_READ_SAMPLES	_IOWR(PMM_IOC_MAGIC, 8, struct pmm_read)
+#define PMM_GET_STATS		_IOWR(PMM_IOC_MAGIC, 9, struct pmm_stats)
+/* Returns 1 if the caller is monitored, 0 if not (cheap; for the hook). */
+#define PMM_QUERY_SELF		_IO(PMM_IOC_MAGIC, 10)
+
+/*
+ * PMM_RECORD_LOG and PMM_REGISTER_SITE from a process that is not monitored
+ * fail with ENOLINK: the hook stops sending until PMM_QUERY_SELF says 1.
+ */
+#define PMM_ENOTMONITORED_ERRNO	ENOLINK
+
+/* Generic netlink: family "pmm", multicast group "events". */
+#define PMM_GENL_NAME		"pmm"
+#define PMM_GENL_VERSION	1
+#define PMM_GENL_MCGRP_EVENTS	"events"
+
+enum pmm_genl_cmd {
+	PMM_CMD_UNSPEC,
+	PMM_CMD_SAMPLE,		/* event: a sample was taken */
+	PMM_CMD_EXITED,		/* event: a monitored process exited */
+	PMM_CMD_STARTED,	/* event: monitoring started */
+	PMM_CMD_STOPPED,	/* event: monitoring stopped */
+	PMM_CMD_DROPPED,	/* event: records were dropped (rate-limited) */
+	PMM_CMD_GET_PIDS,	/* dump: one PMM_CMD_GET_PIDS message per pid */
+	PMM_CMD_SITES,		/* event: per-site live figures, every N samples */
+	__PMM_CMD_MAX,
+};
+#define PMM_CMD_MAX (__PMM_CMD_MAX - 1)
+
+enum pmm_genl_attr {
+	PMM_A_UNSPEC,
+	PMM_A_PID,		/* u32 */
+	PMM_A_START_TIME,	/* u64 ns, CLOCK_BOOTTIME */
+	PMM_A_TIME,		/* u64 ns, CLOCK_BOOTTIME */
+	PMM_A_VM,		/* u64 bytes */
+	PMM_A_RSS,		/* u64 bytes */
+	PMM_A_RSS_ANON,		/* u64 bytes */
+	PMM_A_RSS_FILE,		/* u64 bytes */
+	PMM_A_RSS_SHMEM,	/* u64 bytes */
+	PMM_A_COMM,		/* string */
+	PMM_A_LIVE_BYTES,	/* u64 */
+	PMM_A_LIVE_BLOCKS,	/* u64 */
+	PMM_A_DROPPED,		/* u64 */
+	PMM_A_STATE,		/* u32 PMM_STATE_* */
+	PMM_A_PPID,		/* u32 */
+	PMM_A_SITE,		/* nested: one site of PMM_CMD_SITES */
+	PMM_A_SITE_ID,		/* u32, inside PMM_A_SITE */
+	PMM_A_PAD,
+	__PMM_A_MAX,
+};
+#define PMM_A_MAX (__PMM_A_MAX - 1)
+
+#endif /* _UAPI_LINUX_PMM_H */

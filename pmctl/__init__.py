@@ -1,0 +1,1 @@
+"""pmctl: the command line of pmm, the process memory monitor."""

@@ -1,0 +1,1 @@
+"""pmd: the pmm daemon: events and samples into SQLite, leak alerts."""

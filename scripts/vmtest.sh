@@ -1,0 +1,39 @@
+#!/bin/bash
+# Boots ONE VM on the kernel the module was built for and runs a command in
+# it as root (default: the in-guest test suite). The host's root file system
+# is shared read-only; RESULTS (default build/vm) is shared read-write and
+# holds the guest's output. Exit status: the guest command's.
+#
+#   scripts/vmtest.sh [--kernel IMAGE] [--memory 1G] [-- CMD...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+kver=$(scripts/kver.sh)
+kernel=${VM_KERNEL:-/boot/vmlinuz-$kver}
+memory=${VM_MEMORY:-2G}
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--kernel) kernel=$2; shift 2 ;;
+	--memory) memory=$2; shift 2 ;;
+	--) shift; break ;;
+	*) break ;;
+	esac
+done
+results=${RESULTS:-$top/build/vm}
+mkdir -p "$results"
+export PATH="$top/.venv/bin:$PATH"
+if [ $# -eq 0 ]; then
+	set -- tests/guest/run.sh
+fi
+cmd="cd $top && export PMM_RESULTS=$results PMM_TOP=$top PMM_KO=${PMM_KO:-$top/kmod/pmm.ko} PMM_GUEST_ARGS='${PMM_GUEST_ARGS:-}' PMM_FULL=${PMM_FULL:-0} && $*"
+
+# KVM where it works (a user's laptop); TCG where QEMU aborts on it (here).
+accel=(--disable-kvm)
+if [ -z "${VM_NO_KVM:-}" ] && [ -w /dev/kvm ]; then
+	if timeout 60 vng --run "$kernel" --memory 256M --exec true >/dev/null 2>&1; then
+		accel=()
+	fi
+fi
+echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
+vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \
+	--rwdir "$results" --exec "$cmd"

@@ -1,0 +1,313 @@
+"""Python mirror of the pmm ABI header, kmod/uapi/pmm.h.
+
+Every struct, constant and ioctl number here must match the header;
+tests/host/test_abi.py compiles a C program against the header and compares
+each size, field offset and ioctl number with this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from enum import IntEnum
+
+from ioctl_opt import IO, IOW, IOWR
+
+DEVICE_NAME = "pmm"
+DEVICE_PATH = "/dev/pmm"
+ABI_VERSION = 1
+
+COMM_LEN = 16
+MAX_FRAMES = 32
+SITE_FILE_LEN = 128
+SITE_FUNC_LEN = 64
+MAX_BATCH = 4096
+MAX_READ = 4096
+
+
+class Op(IntEnum):
+    NONE = 0
+    MALLOC = 1
+    CALLOC = 2
+    REALLOC = 3
+    FREE = 4
+    POSIX_MEMALIGN = 5
+    ALIGNED_ALLOC = 6
+    MEMALIGN = 7
+    VALLOC = 8
+    PVALLOC = 9
+    MMAP = 10
+    MUNMAP = 11
+    MREMAP = 12
+
+
+OP_NR = 13
+
+REC_F_FAILED = 1 << 0
+REC_F_ALL = REC_F_FAILED
+
+SITE_F_SOURCE = 1 << 0
+SITE_F_ALL = SITE_F_SOURCE
+
+CFG_INTERVAL = 1 << 0
+CFG_SCAN = 1 << 1
+CFG_START_PID = 1 << 2
+CFG_STOP_PID = 1 << 3
+CFG_MAX_PIDS = 1 << 4
+CFG_MAX_BLOCKS = 1 << 5
+CFG_MAX_SITES = 1 << 6
+CFG_MAX_SAMPLES = 1 << 7
+CFG_ALL = (1 << 8) - 1
+
+INTERVAL_MIN_MS = 10
+INTERVAL_MAX_MS = 3600000
+MAX_PIDS_LIMIT = 1024
+MAX_BLOCKS_LIMIT = 16 << 20
+MAX_SITES_LIMIT = 1 << 20
+MAX_SAMPLES_LIMIT = 1 << 20
+
+STATE_RUNNING = 1
+STATE_EXITED = 2
+
+SIZE_BUCKETS = 7
+# Upper bounds of the size buckets of Stats (None: unbounded).
+SIZE_BUCKET_LIMITS: tuple[int | None, ...] = (16, 256, 1024, 4096, 16384, 65536, None)
+
+u16 = ctypes.c_uint16
+u32 = ctypes.c_uint32
+s32 = ctypes.c_int32
+u64 = ctypes.c_uint64
+
+
+class Record(ctypes.Structure):
+    _fields_ = [
+        ("ptr", u64),
+        ("prev_ptr", u64),
+        ("size", u64),
+        ("time_ns", u64),
+        ("site", u32),
+        ("weight", u32),
+        ("op", u16),
+        ("flags", u16),
+        ("reserved", u32),
+    ]
+
+
+class RecordBatch(ctypes.Structure):
+    _fields_ = [
+        ("records", u64),
+        ("count", u32),
+        ("flags", u32),
+        ("accepted", u32),
+        ("reserved", u32),
+    ]
+
+
+class Site(ctypes.Structure):
+    _fields_ = [
+        ("site", u32),
+        ("flags", u32),
+        ("depth", u32),
+        ("line", u32),
+        ("frames", u64 * MAX_FRAMES),
+        ("file", ctypes.c_char * SITE_FILE_LEN),
+        ("func", ctypes.c_char * SITE_FUNC_LEN),
+    ]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [
+        ("size", u32),
+        ("set", u32),
+        ("interval_ms", u32),
+        ("scan", u32),
+        ("start_pid", s32),
+        ("stop_pid", s32),
+        ("max_pids", u32),
+        ("max_blocks_per_pid", u32),
+        ("max_sites_per_pid", u32),
+        ("max_samples_per_pid", u32),
+        ("abi_version", u32),
+        ("reserved", u32),
+        ("monitored_pids", u64),
+        ("records_accepted", u64),
+        ("records_dropped", u64),
+        ("unmatched_frees", u64),
+        ("kmem_bytes", u64),
+        ("reserved2", u64 * 3),
+    ]
+
+
+class PidInfo(ctypes.Structure):
+    _fields_ = [
+        ("pid", s32),
+        ("ppid", s32),
+        ("state", u32),
+        ("reserved", u32),
+        ("comm", ctypes.c_char * COMM_LEN),
+        ("start_time_ns", u64),
+        ("monitor_start_ns", u64),
+        ("exit_time_ns", u64),
+        ("live_blocks", u64),
+        ("live_bytes", u64),
+        ("records", u64),
+        ("dropped_records", u64),
+        ("unmatched_frees", u64),
+        ("pending_frees", u64),
+        ("samples", u64),
+        ("vm_bytes", u64),
+        ("rss_bytes", u64),
+        ("reserved2", u64 * 2),
+    ]
+
+
+class Block(ctypes.Structure):
+    _fields_ = [
+        ("ptr", u64),
+        ("prev_ptr", u64),
+        ("size", u64),
+        ("time_ns", u64),
+        ("site", u32),
+        ("weight", u32),
+        ("op", u16),
+        ("reserved", u16 * 3),
+    ]
+
+
+class SiteStats(ctypes.Structure):
+    _fields_ = [
+        ("desc", Site),
+        ("live_bytes", u64),
+        ("live_blocks", u64),
+        ("alloc_bytes", u64),
+        ("free_bytes", u64),
+        ("alloc_count", u64 * OP_NR),
+        ("reserved", u64 * 3),
+    ]
+
+
+class Sample(ctypes.Structure):
+    _fields_ = [
+        ("time_ns", u64),
+        ("vm", u64),
+        ("rss", u64),
+        ("rss_anon", u64),
+        ("rss_file", u64),
+        ("rss_shmem", u64),
+    ]
+
+
+class BucketStats(ctypes.Structure):
+    _fields_ = [
+        ("malloc_count", u64),
+        ("calloc_count", u64),
+        ("realloc_count", u64),
+        ("free_count", u64),
+        ("alloc_bytes", u64),
+        ("free_bytes", u64),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("pid", s32),
+        ("reserved", u32),
+        ("buckets", BucketStats * SIZE_BUCKETS),
+        ("failed_allocs", u64),
+        ("unmatched_frees", u64),
+        ("reserved2", u64 * 4),
+    ]
+
+
+class Read(ctypes.Structure):
+    _fields_ = [
+        ("pid", s32),
+        ("capacity", u32),
+        ("buf", u64),
+        ("cursor", u64),
+        ("count", u32),
+        ("done", u32),
+        ("total", u64),
+        ("flags", u32),
+        ("reserved", u32),
+    ]
+
+
+IOC_MAGIC = 0xB7
+
+RECORD_LOG = IOWR(IOC_MAGIC, 1, RecordBatch)
+SET_CONFIG = IOW(IOC_MAGIC, 2, Config)
+GET_CONFIG = IOWR(IOC_MAGIC, 3, Config)
+MONITORED_PIDS = IOWR(IOC_MAGIC, 4, Read)
+REGISTER_SITE = IOW(IOC_MAGIC, 5, Site)
+READ_BLOCKS = IOWR(IOC_MAGIC, 6, Read)
+READ_SITES = IOWR(IOC_MAGIC, 7, Read)
+READ_SAMPLES = IOWR(IOC_MAGIC, 8, Read)
+GET_STATS = IOWR(IOC_MAGIC, 9, Stats)
+QUERY_SELF = IO(IOC_MAGIC, 10)
+
+# errno of RECORD_LOG / REGISTER_SITE from a process that is not monitored.
+ENOTMONITORED = 67  # ENOLINK
+
+GENL_NAME = "pmm"
+GENL_VERSION = 1
+GENL_MCGRP_EVENTS = "events"
+
+
+class Cmd(IntEnum):
+    UNSPEC = 0
+    SAMPLE = 1
+    EXITED = 2
+    STARTED = 3
+    STOPPED = 4
+    DROPPED = 5
+    GET_PIDS = 6
+    SITES = 7
+
+
+class Attr(IntEnum):
+    UNSPEC = 0
+    PID = 1
+    START_TIME = 2
+    TIME = 3
+    VM = 4
+    RSS = 5
+    RSS_ANON = 6
+    RSS_FILE = 7
+    RSS_SHMEM = 8
+    COMM = 9
+    LIVE_BYTES = 10
+    LIVE_BLOCKS = 11
+    DROPPED = 12
+    STATE = 13
+    PPID = 14
+    SITE = 15
+    SITE_ID = 16
+    PAD = 17
+
+
+STRUCTS: dict[str, type[ctypes.Structure]] = {
+    "pmm_record": Record,
+    "pmm_record_batch": RecordBatch,
+    "pmm_site": Site,
+    "pmm_config": Config,
+    "pmm_pid_info": PidInfo,
+    "pmm_block": Block,
+    "pmm_site_stats": SiteStats,
+    "pmm_sample": Sample,
+    "pmm_bucket_stats": BucketStats,
+    "pmm_stats": Stats,
+    "pmm_read": Read,
+}
+
+IOCTLS: dict[str, int] = {
+    "PMM_RECORD_LOG": RECORD_LOG,
+    "PMM_SET_CONFIG": SET_CONFIG,
+    "PMM_GET_CONFIG": GET_CONFIG,
+    "PMM_MONITORED_PIDS": MONITORED_PIDS,
+    "PMM_REGISTER_SITE": REGISTER_SITE,
+    "PMM_READ_BLOCKS": READ_BLOCKS,
+    "PMM_READ_SITES": READ_SITES,
+    "PMM_READ_SAMPLES": READ_SAMPLES,
+    "PMM_GET_STATS": GET_STATS,
+    "PMM_QUERY_SELF": QUERY_SELF,
+}

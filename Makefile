@@ -38,6 +38,14 @@ test-host:
 test-vm:
 	scripts/vmtest.sh
 
+bench: setup
+	$(MAKE) all
+	scripts/bench.sh
+
+demo: setup
+	$(MAKE) all
+	scripts/demo.sh
+
 check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check
 	.venv/bin/ruff check pmctl pmd tests

@@ -1,0 +1,17 @@
+#!/bin/bash
+# make bench: benchmarks print figures and ratios against a bare run; they
+# never fail on a number. Host benchmarks (bench/host_*.sh) run here, then ONE
+# VM loads the module and runs every bench/guest_*.sh. Output is also kept in
+# build/bench/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p build/bench
+shopt -s nullglob
+for b in bench/host_*.sh; do
+	echo "== $b"
+	bash "$b" 2>&1 | tee "build/bench/$(basename "$b" .sh).txt"
+done
+guest=(bench/guest_*.sh)
+if [ ${#guest[@]} -gt 0 ]; then
+	RESULTS=$PWD/build/bench scripts/vmtest.sh -- scripts/bench-guest.sh
+fi

@@ -51,6 +51,12 @@ check: setup
 	.venv/bin/ruff check pmctl pmd tests
 	.venv/bin/mypy pmctl pmd
 
+install: all
+	scripts/install.sh install
+
+uninstall:
+	scripts/install.sh uninstall
+
 clean:
 	$(MAKE) -C kmod KVER=$(KVER) clean
 	@for d in $(SUBDIRS); do \

@@ -1,0 +1,110 @@
+#!/bin/bash
+# make install / make uninstall. Copies what `make` built; builds nothing.
+#   DESTDIR   staging root (default: none, the real system)
+#   PREFIX    default /usr/local
+#   KVER      kernel the module was built for (default: scripts/kver.sh)
+#   PMM_GROUP group allowed to use /dev/pmm (default: root only)
+#   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
+#   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
+#
+# Layout: DESTDIR/lib/modules/KVER/extra/pmm.ko (or DKMS), PREFIX/lib/libpmmhook.so,
+# PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
+# its dependencies), PREFIX/bin/{pmctl,pmd}, /etc/udev/rules.d/60-pmm.rules,
+# /etc/systemd/system/pmd.service; every file is listed in PREFIX/share/pmm/manifest,
+# which `uninstall` reads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+action=${1:-install}
+destdir=${DESTDIR:-}
+prefix=${PREFIX:-/usr/local}
+kver=${KVER:-$(scripts/kver.sh)}
+version=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' dkms.conf)
+manifest_rel=$prefix/share/pmm/manifest
+manifest=$destdir$manifest_rel
+
+if [ "$action" = uninstall ]; then
+	if [ ! -f "$manifest" ]; then
+		echo "uninstall: no $manifest: pmm is not installed there" >&2
+		exit 1
+	fi
+	while read -r f; do
+		case "$f" in
+		dkms:*) dkms remove -m pmm -v "${f#dkms:}" --all >/dev/null 2>&1 || true
+			rm -rf "/usr/src/pmm-${f#dkms:}" ;;
+		*/) rm -rf "$destdir$f" ;;
+		*) rm -f "$destdir$f" ;;
+		esac
+	done <"$manifest"
+	rm -f "$manifest"
+	rmdir "$destdir$prefix/share/pmm" 2>/dev/null || true
+	[ -d "$destdir/lib/modules/$kver" ] && [ -z "$destdir" ] && depmod "$kver" 2>/dev/null || true
+	echo "pmm uninstalled from ${destdir:-/}"
+	exit 0
+fi
+
+for f in kmod/pmm.ko hooklib/libpmmhook.so hooklib/pmm_hooks.h; do
+	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
+done
+installed=()
+put() { # put MODE SRC DEST (DEST relative to DESTDIR)
+	install -D -m "$1" "$2" "$destdir$3"
+	installed+=("$3")
+}
+
+if [ -z "$destdir" ] && [ "${PMM_DKMS:-1}" != 0 ] && command -v dkms >/dev/null; then
+	src=/usr/src/pmm-$version
+	rm -rf "$src" && mkdir -p "$src"
+	cp -r dkms.conf kmod scripts "$src/"
+	make -s -C "$src/kmod" clean >/dev/null 2>&1 || true
+	dkms install -m pmm -v "$version" -k "$kver"
+	installed+=("dkms:$version")
+else
+	put 0644 kmod/pmm.ko "/lib/modules/$kver/extra/pmm.ko"
+	if [ -n "$destdir" ]; then
+		depmod -b "$destdir" "$kver"
+	else
+		depmod "$kver"
+	fi
+fi
+
+put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
+put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
+put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
+
+rules=$(mktemp)
+if [ -n "${PMM_GROUP:-}" ]; then
+	sed "s/GROUP=\"root\", MODE=\"0600\"/GROUP=\"$PMM_GROUP\", MODE=\"0660\"/" packaging/60-pmm.rules >"$rules"
+else
+	cp packaging/60-pmm.rules "$rules"
+fi
+put 0644 "$rules" /etc/udev/rules.d/60-pmm.rules
+rm -f "$rules"
+
+if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
+	python=$(readlink -f "$(command -v python3)")
+	pydir=$prefix/lib/pmm/python
+	"$python" -m pip install -q --upgrade --target "$destdir$pydir" .
+	installed+=("$pydir/")
+	for tool in pmctl:pmctl.cli pmd:pmd.main; do
+		name=${tool%%:*}
+		wrapper=$(mktemp)
+		printf '#!/bin/sh\nPYTHONPATH=%s exec %s -c "import sys; from %s import main; sys.argv[0] = \\"%s\\"; sys.exit(main())" "$@"\n' \
+			"$pydir" "$python" "${tool#*:}" "$name" >"$wrapper"
+		put 0755 "$wrapper" "$prefix/bin/$name"
+		rm -f "$wrapper"
+	done
+	if [ -f pmd/pmd.service ]; then
+		unit=$(mktemp)
+		sed "s|/usr/local/bin/pmd|$prefix/bin/pmd|g" pmd/pmd.service >"$unit"
+		put 0644 "$unit" /etc/systemd/system/pmd.service
+		rm -f "$unit"
+	fi
+fi
+
+mkdir -p "$(dirname "$manifest")"
+printf '%s\n' "${installed[@]}" >"$manifest"
+echo "pmm installed into ${destdir:-/} (prefix $prefix); files listed in $manifest_rel"
+if [ -z "$destdir" ]; then
+	udevadm control --reload-rules 2>/dev/null || true
+	systemctl daemon-reload 2>/dev/null || true
+fi

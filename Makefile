@@ -46,6 +46,12 @@ demo: setup
 	$(MAKE) all
 	scripts/demo.sh
 
+debug-kernel: setup
+	scripts/debug-kernel.sh
+
+test-debug: setup
+	scripts/test-debug.sh
+
 check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check
 	.venv/bin/ruff check pmctl pmd tests

@@ -1,0 +1,110 @@
+#!/bin/bash
+# The in-guest suite on the debug kernel (KASAN, lockdep, kmemleak, UBSAN),
+# in ONE boot: the whole suite, then kmemleak after the last rmmod, then the
+# harness's selftest (pmm_badmod: a leak and a use-after-free must be flagged,
+# a clean load must not). Fails on any finding. Results: build/vm-debug/.
+#
+#   scripts/test-debug.sh              suite + selftest
+#   scripts/test-debug.sh --selftest   selftest only (no pmm.ko needed)
+#   scripts/test-debug.sh --suite      suite only
+#
+# Environment: PMM_FULL (default 1: the stress and fuzz at full size; 0 for
+# the quick sizes), PMM_GUEST_ARGS (pytest selection), VM_MEMORY (default
+# 3G: KASAN's shadow takes 1/8), PMM_DEBUG_TIMEOUT (seconds for the VM run,
+# default 1800), RESULTS (default build/vm-debug).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+
+phases="suite selftest"
+case "${1:-}" in
+--selftest) phases="selftest" ;;
+--suite) phases="suite" ;;
+"") ;;
+*) echo "usage: $0 [--selftest|--suite]" >&2; exit 2 ;;
+esac
+
+t0=$(date +%s)
+results=${RESULTS:-$top/build/vm-debug}
+case "$results" in /*) ;; *) results=$top/$results ;; esac
+out=$top/build/debug
+mkdir -p "$out"
+
+# 1. The debug kernel (cached after the first build).
+tree=$(scripts/debug-kernel.sh | tail -n 1)
+release=$(make -s -C "$tree" kernelrelease)
+t_kernel=$(date +%s)
+
+# 2. The modules, built against that tree from copies (the normal build of
+#    kmod/ for Debian's kernel is untouched).
+build_copy() { # build_copy SRC DST FILES...: copy the sources, make M=DST
+	local src=$1 dst=$2
+	shift 2
+	rm -rf "$dst"
+	mkdir -p "$dst"
+	(cd "$src" && cp -r "$@" "$dst"/)
+	make -s -C "$tree" M="$dst" -j2 modules
+}
+check_vermagic() {
+	local vm
+	vm=$(/sbin/modinfo -F vermagic "$1")
+	case "$vm" in
+	"$release "*) ;;
+	*) echo "test-debug: $1 vermagic '$vm' is not the debug kernel's ($release)" >&2; exit 1 ;;
+	esac
+}
+badko=$out/badmod/pmm_badmod.ko
+build_copy tests/badmod "$out/badmod" pmm_badmod.c Kbuild
+check_vermagic "$badko"
+ko=$out/kmod/pmm.ko
+if [[ " $phases " == *" suite "* ]]; then
+	make -s all
+	if ! ls kmod/*.c >/dev/null 2>&1 || [ ! -f kmod/Kbuild ]; then
+		echo "test-debug: kmod/ has no module sources (Kbuild, *.c) yet" >&2
+		exit 1
+	fi
+	srcs=(Kbuild)
+	for f in kmod/*.c kmod/*.h kmod/uapi; do
+		if [ -e "$f" ]; then srcs+=("${f#kmod/}"); fi
+	done
+	build_copy kmod "$out/kmod" "${srcs[@]}"
+	check_vermagic "$ko"
+fi
+t_build=$(date +%s)
+
+# 3. One boot: the suite, kmemleak, the selftest (tests/debug/guest.sh).
+rm -rf "$results"
+mkdir -p "$results"
+echo "test-debug: kernel $release ($tree), modules in $out, results in $results"
+echo "test-debug: phases: $phases; PMM_FULL=${PMM_FULL:-1}"
+set +e
+PMM_KO=$ko PMM_FULL=${PMM_FULL:-1} RESULTS=$results VM_MEMORY=${VM_MEMORY:-3G} \
+	timeout -k 30 "${PMM_DEBUG_TIMEOUT:-1800}" \
+	scripts/vmtest.sh --kernel "$tree/arch/x86/boot/bzImage" -- \
+	env PMM_BADMOD="$badko" PMM_DEBUG_PHASES="'$phases'" tests/debug/guest.sh \
+	2>&1 | tee "$results/console.txt"
+rc=${PIPESTATUS[0]}
+set -e
+t_vm=$(date +%s)
+
+# 4. The verdict, with the offending lines, on the host.
+for f in "$results"/*-findings.txt "$results"/dmesg-bad.txt; do
+	[ -s "$f" ] || continue
+	case "$f" in
+	*/selftest-*) continue ;; # the selftest's findings are wanted
+	esac
+	echo "test-debug: ---- $(basename "$f") ----"
+	cat "$f"
+done
+if ! grep -q "^debug-guest: total in guest" "$results/console.txt"; then
+	echo "test-debug: the guest did not finish (timeout ${PMM_DEBUG_TIMEOUT:-1800} s or crash);" \
+		"see $results/console.txt" >&2
+	rc=1
+fi
+echo "test-debug: kernel $((t_kernel - t0)) s, modules $((t_build - t_kernel)) s," \
+	"VM run $((t_vm - t_build)) s, total $((t_vm - t0)) s"
+if [ "$rc" -ne 0 ]; then
+	echo "test-debug: FAILED (exit $rc); results in $results" >&2
+	exit 1
+fi
+echo "test-debug: passed"

@@ -1,0 +1,358 @@
+"""Access to /dev/pmm: typed wrappers around each ioctl.
+
+    with Device.open() as dev:
+        cfg = dev.get_config()
+        dev.start(pid, interval_ms=1000)
+        for info in dev.monitored_pids(): ...
+        blocks = dev.blocks(pid)
+
+- The device path is $PMM_DEVICE, else /dev/pmm (tests point it at a regular
+  file, /dev/null or a chmod 000 file to provoke each error).
+- Every errno becomes a typed error from pmctl.errors (ModuleNotLoaded,
+  PermissionDenied, NoSuchPid, NotMonitored, InvalidValue, NotPmmDevice, ...)
+  whose message says what happened and what to do.
+- The read-back ioctls (MONITORED_PIDS, READ_BLOCKS, READ_SITES,
+  READ_SAMPLES) are cursor loops that read everything in chunks.
+- Results are the plain dataclasses of pmctl.model, not ctypes objects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from pmctl import uapi
+from pmctl.errors import (
+    NoSuchPid,
+    NotMonitored,
+    PmmError,
+    from_errno,
+    module_not_loaded,
+)
+from pmctl.model import (
+    Block,
+    Bucket,
+    ConfigInfo,
+    PidInfo,
+    Sample,
+    Site,
+    StatsInfo,
+)
+
+DEFAULT_DEVICE = uapi.DEVICE_PATH
+READ_CHUNK = 1024  # entries per read-back call (<= uapi.MAX_READ)
+
+
+def device_path() -> str:
+    """$PMM_DEVICE, else /dev/pmm."""
+    return os.environ.get("PMM_DEVICE") or DEFAULT_DEVICE
+
+
+def pid_exists(pid: int) -> bool:
+    return pid > 0 and Path(f"/proc/{pid}").exists()
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def config_from_c(c: uapi.Config) -> ConfigInfo:
+    return ConfigInfo(
+        interval_ms=c.interval_ms,
+        scan=c.scan,
+        start_pid=c.start_pid,
+        stop_pid=c.stop_pid,
+        max_pids=c.max_pids,
+        max_blocks_per_pid=c.max_blocks_per_pid,
+        max_sites_per_pid=c.max_sites_per_pid,
+        max_samples_per_pid=c.max_samples_per_pid,
+        abi_version=c.abi_version,
+        monitored_pids=c.monitored_pids,
+        records_accepted=c.records_accepted,
+        records_dropped=c.records_dropped,
+        unmatched_frees=c.unmatched_frees,
+        kmem_bytes=c.kmem_bytes,
+    )
+
+
+def pid_info_from_c(p: uapi.PidInfo) -> PidInfo:
+    return PidInfo(
+        pid=p.pid,
+        ppid=p.ppid,
+        state=p.state,
+        comm=_cstr(bytes(p.comm)),
+        start_time_ns=p.start_time_ns,
+        monitor_start_ns=p.monitor_start_ns,
+        exit_time_ns=p.exit_time_ns,
+        live_blocks=p.live_blocks,
+        live_bytes=p.live_bytes,
+        records=p.records,
+        dropped_records=p.dropped_records,
+        unmatched_frees=p.unmatched_frees,
+        pending_frees=p.pending_frees,
+        samples=p.samples,
+        vm_bytes=p.vm_bytes,
+        rss_bytes=p.rss_bytes,
+    )
+
+
+def block_from_c(b: uapi.Block) -> Block:
+    return Block(
+        ptr=b.ptr,
+        prev_ptr=b.prev_ptr,
+        size=b.size,
+        time_ns=b.time_ns,
+        site=b.site,
+        weight=b.weight,
+        op=b.op,
+    )
+
+
+def site_from_c(s: uapi.SiteStats) -> Site:
+    d = s.desc
+    depth = min(int(d.depth), uapi.MAX_FRAMES)
+    return Site(
+        site=d.site,
+        flags=d.flags,
+        frames=tuple(int(d.frames[i]) for i in range(depth)),
+        file=_cstr(bytes(d.file)),
+        func=_cstr(bytes(d.func)),
+        line=d.line,
+        live_bytes=s.live_bytes,
+        live_blocks=s.live_blocks,
+        alloc_bytes=s.alloc_bytes,
+        free_bytes=s.free_bytes,
+        alloc_count=tuple(int(x) for x in s.alloc_count),
+    )
+
+
+def sample_from_c(s: uapi.Sample) -> Sample:
+    return Sample(s.time_ns, s.vm, s.rss, s.rss_anon, s.rss_file, s.rss_shmem)
+
+
+def stats_from_c(s: uapi.Stats) -> StatsInfo:
+    return StatsInfo(
+        pid=s.pid,
+        buckets=tuple(
+            Bucket(
+                malloc_count=b.malloc_count,
+                calloc_count=b.calloc_count,
+                realloc_count=b.realloc_count,
+                free_count=b.free_count,
+                alloc_bytes=b.alloc_bytes,
+                free_bytes=b.free_bytes,
+            )
+            for b in s.buckets
+        ),
+        failed_allocs=s.failed_allocs,
+        unmatched_frees=s.unmatched_frees,
+    )
+
+
+C = TypeVar("C", bound=ctypes.Structure)
+T = TypeVar("T")
+
+
+class Device:
+    """An open /dev/pmm. Use `Device.open()` as a context manager."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | None = None) -> Device:
+        """Opens the device read-write; raises ModuleNotLoaded/PermissionDenied/..."""
+        path = path or device_path()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise module_not_loaded(path) from None
+        except PermissionError as e:
+            raise from_errno(e.errno or errno.EACCES, f"opening {path}", path=path) from None
+        except OSError as e:
+            raise from_errno(e.errno or errno.EIO, f"opening {path}", path=path) from None
+        return cls(fd, path)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(
+        self,
+        t: type[BaseException] | None,
+        v: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- raw ---------------------------------------------------------------
+
+    def ioctl(self, request: int, arg: ctypes.Structure | None, what: str,
+              pid: int | None = None) -> int:
+        """One ioctl; an errno becomes the matching PmmError."""
+        try:
+            if arg is None:
+                return fcntl.ioctl(self.fd, request)
+            return fcntl.ioctl(self.fd, request, arg, True)  # type: ignore[no-any-return]
+        except OSError as e:
+            raise from_errno(e.errno or errno.EIO, what, pid=pid, path=self.path) from None
+
+    # -- configuration -----------------------------------------------------
+
+    def get_config(self) -> ConfigInfo:
+        c = uapi.Config()
+        c.size = ctypes.sizeof(uapi.Config)
+        self.ioctl(uapi.GET_CONFIG, c, "reading the configuration")
+        return config_from_c(c)
+
+    def set_config(
+        self,
+        *,
+        interval_ms: int | None = None,
+        scan: bool | None = None,
+        start_pid: int | None = None,
+        stop_pid: int | None = None,
+        max_pids: int | None = None,
+        max_blocks_per_pid: int | None = None,
+        max_sites_per_pid: int | None = None,
+        max_samples_per_pid: int | None = None,
+        what: str = "changing the configuration",
+    ) -> None:
+        """PMM_SET_CONFIG with the `set` bits of the fields given (not None)."""
+        c = uapi.Config()
+        c.size = ctypes.sizeof(uapi.Config)
+        pid: int | None = None
+        if interval_ms is not None:
+            c.set |= uapi.CFG_INTERVAL
+            c.interval_ms = interval_ms
+        if scan is not None:
+            c.set |= uapi.CFG_SCAN
+            c.scan = 1 if scan else 0
+        if start_pid is not None:
+            c.set |= uapi.CFG_START_PID
+            c.start_pid = start_pid
+            pid = start_pid
+        if stop_pid is not None:
+            c.set |= uapi.CFG_STOP_PID
+            c.stop_pid = stop_pid
+            pid = stop_pid
+        if max_pids is not None:
+            c.set |= uapi.CFG_MAX_PIDS
+            c.max_pids = max_pids
+        if max_blocks_per_pid is not None:
+            c.set |= uapi.CFG_MAX_BLOCKS
+            c.max_blocks_per_pid = max_blocks_per_pid
+        if max_sites_per_pid is not None:
+            c.set |= uapi.CFG_MAX_SITES
+            c.max_sites_per_pid = max_sites_per_pid
+        if max_samples_per_pid is not None:
+            c.set |= uapi.CFG_MAX_SAMPLES
+            c.max_samples_per_pid = max_samples_per_pid
+        if c.set:
+            self.ioctl(uapi.SET_CONFIG, c, what, pid=pid)
+
+    def start(self, pid: int, interval_ms: int | None = None) -> None:
+        """Starts monitoring pid (START_PID), optionally setting INTERVAL too."""
+        if interval_ms is not None:
+            self.set_config(interval_ms=interval_ms, what="setting the interval")
+        self.set_config(start_pid=pid, what=f"starting pid {pid}")
+
+    def stop(self, pid: int) -> None:
+        """Stops monitoring pid (STOP_PID); its blocks, sites and samples go."""
+        self.set_config(stop_pid=pid, what=f"stopping pid {pid}")
+
+    def query_self(self) -> bool:
+        return self.ioctl(uapi.QUERY_SELF, None, "querying the caller") == 1
+
+    # -- read-back ---------------------------------------------------------
+
+    def _read_all(
+        self,
+        request: int,
+        ctype: type[C],
+        pid: int,
+        convert: Callable[[C], T],
+        what: str,
+        cursor: int = 0,
+    ) -> list[T]:
+        """Cursor loop over one read-back ioctl until `done`."""
+        out: list[T] = []
+        buf = (ctype * READ_CHUNK)()
+        rd = uapi.Read()
+        rd.cursor = cursor
+        while True:
+            rd.pid = pid
+            rd.capacity = READ_CHUNK
+            rd.buf = ctypes.addressof(buf)
+            rd.count = 0
+            rd.done = 0
+            rd.flags = 0
+            rd.reserved = 0
+            self.ioctl(request, rd, what, pid=pid if pid else None)
+            n = min(int(rd.count), READ_CHUNK)
+            out.extend(convert(buf[i]) for i in range(n))
+            if rd.done or n == 0:
+                return out
+
+    def monitored_pids(self) -> list[PidInfo]:
+        return self._read_all(
+            uapi.MONITORED_PIDS, uapi.PidInfo, 0, pid_info_from_c, "listing monitored pids"
+        )
+
+    def pid_info(self, pid: int) -> PidInfo | None:
+        for p in self.monitored_pids():
+            if p.pid == pid:
+                return p
+        return None
+
+    def require_monitored(self, pid: int) -> PidInfo:
+        """The pid's info, or NoSuchPid/NotMonitored with a helpful message."""
+        info = self.pid_info(pid)
+        if info is not None:
+            return info
+        if not pid_exists(pid):
+            raise NoSuchPid(
+                f"no such process: pid {pid} does not exist and pmm holds nothing for it"
+            )
+        raise NotMonitored(f"pid {pid} is not monitored (start with `pmctl start {pid}`)")
+
+    def blocks(self, pid: int) -> list[Block]:
+        return self._read_all(
+            uapi.READ_BLOCKS, uapi.Block, pid, block_from_c, f"reading the blocks of pid {pid}"
+        )
+
+    def sites(self, pid: int) -> list[Site]:
+        return self._read_all(
+            uapi.READ_SITES, uapi.SiteStats, pid, site_from_c, f"reading the sites of pid {pid}"
+        )
+
+    def samples(self, pid: int, cursor: int = 0) -> list[Sample]:
+        """Samples from sequence number `cursor` on (0: all the ring holds)."""
+        return self._read_all(
+            uapi.READ_SAMPLES,
+            uapi.Sample,
+            pid,
+            sample_from_c,
+            f"reading the samples of pid {pid}",
+            cursor=cursor,
+        )
+
+    def stats(self, pid: int) -> StatsInfo:
+        s = uapi.Stats()
+        s.pid = pid
+        self.ioctl(uapi.GET_STATS, s, f"reading the statistics of pid {pid}", pid=pid)
+        return stats_from_c(s)
+
+
+__all__ = ["DEFAULT_DEVICE", "Device", "PmmError", "device_path", "pid_exists"]

@@ -1,0 +1,302 @@
+"""Leak detection over memory samples: pure statistics, no I/O.
+
+The method (DESIGN.md decision 12: statistics, not thresholds):
+
+1. Bucket minima. The window is cut into equal-time buckets and each bucket
+   keeps its smallest value (and that sample's time). A leak raises the floor
+   a process never goes below; transient spikes, allocation bursts and the
+   peaks of a garbage-collection sawtooth sit above the floor and vanish. The
+   bucket is made at least 1.5 times as wide as the typical spacing between
+   large drops (a sawtooth's period, a spike's return), so each bucket holds a
+   trough; otherwise buckets hold about `samples_per_bucket` samples, between
+   `min_buckets` and `max_buckets` of them.
+2. Robust slope. Theil-Sen (scipy.stats.theilslopes) over the bucket minima,
+   with its confidence interval (default 95 %). Significant: the lower bound
+   is above zero.
+3. Minimum total growth. slope x window must reach `min_growth_bytes` and
+   `min_growth_fraction` of the floor level, and must stand out of the floor's
+   own scatter around the fitted line (`noise_factor` x the normal-consistent
+   MAD of the residuals). A step or a warm-up fits a line badly: its
+   residuals are large and this test fails.
+4. Growth continues. The later part of the window (the last `late_fraction`
+   of the buckets) gets its own Theil-Sen slope, which must be positive and
+   at least `late_ratio` of the overall slope; a process whose growth stopped
+   (plateau after warm-up, a single step) is not leaking.
+
+Verdicts: LEAK (all of the above), GROWING (growth that continues but is not
+yet significant or not yet large enough), STABLE, NOT ENOUGH DATA.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Verdict(enum.StrEnum):
+    LEAK = "LEAK"
+    GROWING = "GROWING"
+    STABLE = "STABLE"
+    NOT_ENOUGH_DATA = "NOT ENOUGH DATA"
+
+
+@dataclass(frozen=True)
+class Params:
+    """The detector's parameters; the defaults are what pmd and pmctl use."""
+
+    min_samples: int = 20
+    samples_per_bucket: int = 5
+    min_buckets: int = 6
+    max_buckets: int = 30
+    confidence: float = 0.95
+    min_growth_bytes: float = 64 * 1024
+    min_growth_fraction: float = 0.005
+    noise_factor: float = 3.0
+    late_fraction: float = 0.5
+    late_ratio: float = 0.5
+    late_confidence: float = 0.8
+    # a drop is "large" when it exceeds this many robust sigmas of the
+    # sample-to-sample differences (bucket sizing only, not a verdict)
+    drop_sigmas: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.min_buckets < 4 or self.max_buckets < self.min_buckets:
+            raise ValueError("need 4 <= min_buckets <= max_buckets")
+        if self.min_samples < self.min_buckets:
+            raise ValueError("min_samples must be >= min_buckets")
+        if not 0.5 <= self.confidence < 1.0:
+            raise ValueError("confidence must be in [0.5, 1)")
+        if not 0.0 < self.late_fraction < 1.0:
+            raise ValueError("late_fraction must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The detector's result. Rates are bytes per second, times seconds."""
+
+    verdict: Verdict
+    reason: str
+    samples: int
+    span_s: float = 0.0
+    buckets: int = 0
+    slope: float = 0.0
+    slope_low: float = 0.0
+    slope_high: float = 0.0
+    intercept: float = 0.0  # floor at t = t0 (bytes)
+    t0: float = 0.0  # time of the first sample (the fit's origin)
+    growth: float = 0.0  # slope x span (bytes)
+    min_growth: float = 0.0  # what growth had to reach (bytes)
+    noise: float = 0.0  # robust scatter of the floor around the fit (bytes)
+    late_slope: float = 0.0
+    level: float = 0.0  # median floor (bytes)
+    confidence: float = 0.95
+    bucket_times: tuple[float, ...] = field(default=(), repr=False)
+    bucket_minima: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def rate_kib_min(self) -> tuple[float, float, float]:
+        """(slope, low, high) in KiB per minute."""
+        k = 60.0 / 1024.0
+        return (self.slope * k, self.slope_low * k, self.slope_high * k)
+
+    def fit(self, t: float) -> float:
+        """The fitted floor at time t."""
+        return self.intercept + self.slope * (t - self.t0)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdict"] = str(self.verdict)
+        d["bucket_times"] = list(self.bucket_times)
+        d["bucket_minima"] = list(self.bucket_minima)
+        lo_hi = self.rate_kib_min
+        d["rate_kib_min"] = lo_hi[0]
+        d["rate_kib_min_low"] = lo_hi[1]
+        d["rate_kib_min_high"] = lo_hi[2]
+        return d
+
+
+def _as_arrays(times: Iterable[float], values: Iterable[float]) -> tuple[FloatArray, FloatArray]:
+    t = np.asarray(list(times) if not isinstance(times, np.ndarray) else times, dtype=np.float64)
+    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    if t.shape != v.shape or t.ndim != 1:
+        raise ValueError("times and values must be 1-D and of equal length")
+    ok = np.isfinite(t) & np.isfinite(v)
+    t, v = t[ok], v[ok]
+    if t.size > 1 and np.any(np.diff(t) < 0):
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+    return t, v
+
+
+def _robust_sigma(x: FloatArray) -> float:
+    if x.size == 0:
+        return 0.0
+    return float(stats.median_abs_deviation(x, scale="normal"))
+
+
+def _drop_spacing(t: FloatArray, v: FloatArray, sigmas: float) -> float:
+    """Median time between large drops (0 if there are fewer than three).
+
+    The scale of ordinary sample-to-sample changes is the MAD of the
+    differences; a sawtooth's collapse or a spike's return is far outside it.
+    """
+    d = np.diff(v)
+    if d.size < 4:
+        return 0.0
+    scale = _robust_sigma(d)
+    if scale <= 0.0:
+        # integer-valued data (pages) often has most differences exactly 0
+        nz = d[d != 0]
+        scale = _robust_sigma(nz) if nz.size >= 4 else 0.0
+        if scale <= 0.0:
+            return 0.0
+    drops = np.flatnonzero(d < -sigmas * scale)
+    if drops.size < 3:
+        return 0.0
+    return float(np.median(np.diff(t[drops + 1])))
+
+
+def bucket_minima(
+    t: FloatArray, v: FloatArray, params: Params = Params()
+) -> tuple[FloatArray, FloatArray]:
+    """(times, values) of the minimum of each non-empty equal-time bucket."""
+    span = float(t[-1] - t[0])
+    n = t.size
+    k = max(params.min_buckets, min(params.max_buckets, n // params.samples_per_bucket))
+    spacing = _drop_spacing(t, v, params.drop_sigmas)
+    if spacing > 0.0:
+        k = min(k, max(params.min_buckets, int(span / (1.5 * spacing))))
+    # bucket index per sample; the last sample belongs to the last bucket
+    idx = np.minimum(((t - t[0]) / span * k).astype(np.int64), k - 1)
+    # the minimum of each bucket: sort by (bucket, value), take each run's head
+    order = np.lexsort((v, idx))
+    first = np.ones(n, dtype=bool)
+    first[1:] = idx[order][1:] != idx[order][:-1]
+    pick = order[first]
+    return t[pick], v[pick]
+
+
+def _theil(x: FloatArray, y: FloatArray, confidence: float) -> tuple[float, float, float, float]:
+    r = stats.theilslopes(y, x, alpha=confidence)
+    return float(r.slope), float(r.intercept), float(r.low_slope), float(r.high_slope)
+
+
+def detect(
+    times: Sequence[float] | FloatArray,
+    values: Sequence[float] | FloatArray,
+    params: Params = Params(),
+) -> Trend:
+    """Classifies a memory series. times in seconds (any origin), values in bytes."""
+    t, v = _as_arrays(times, values)
+    n = int(t.size)
+    if n < params.min_samples:
+        return Trend(Verdict.NOT_ENOUGH_DATA, f"{n} samples, need {params.min_samples}", n,
+                     confidence=params.confidence)
+    span = float(t[-1] - t[0])
+    if span <= 0.0:
+        return Trend(Verdict.NOT_ENOUGH_DATA, "all samples at the same time", n,
+                     confidence=params.confidence)
+    bt, bv = bucket_minima(t, v, params)
+    if bt.size < params.min_buckets:
+        return Trend(Verdict.NOT_ENOUGH_DATA,
+                     f"samples fill {bt.size} time buckets, need {params.min_buckets}", n,
+                     span_s=span, buckets=int(bt.size), confidence=params.confidence)
+    x = bt - t[0]
+    slope, _, low, high = _theil(x, bv, params.confidence)
+    intercept = float(np.median(bv - slope * x))
+    resid = bv - (intercept + slope * x)
+    noise = _robust_sigma(resid)
+    level = float(np.median(bv))
+    growth = slope * span
+    min_growth = max(params.min_growth_bytes, params.min_growth_fraction * abs(level),
+                     params.noise_factor * noise)
+    m = max(3, int(math.ceil(bt.size * params.late_fraction)))
+    late_slope, _, late_low, _ = _theil(x[-m:], bv[-m:], params.late_confidence)
+
+    common: dict[str, Any] = dict(
+        samples=n, span_s=span, buckets=int(bt.size), slope=slope, slope_low=low,
+        slope_high=high, intercept=intercept, t0=float(t[0]), growth=growth,
+        min_growth=min_growth, noise=noise, late_slope=late_slope, level=level,
+        confidence=params.confidence, bucket_times=tuple(bt.tolist()),
+        bucket_minima=tuple(bv.tolist()),
+    )
+    significant = low > 0.0
+    large = growth >= min_growth
+    continues = late_slope > 0.0 and late_slope >= params.late_ratio * slope
+    late_significant = late_low > 0.0
+    pct = round(params.confidence * 100)
+    if slope <= 0.0 or not large:
+        return Trend(Verdict.STABLE, "the floor grows less than the minimum "
+                     f"({_kib(growth)} < {_kib(min_growth)})", **common)
+    if not continues:
+        return Trend(Verdict.STABLE, "growth stopped: the later part of the window is flat",
+                     **common)
+    if significant and late_significant:
+        return Trend(Verdict.LEAK, f"the floor grows steadily ({pct}% CI above 0, in the "
+                     "whole window and in its later part)", **common)
+    where = "in the whole window" if not significant else "in the later part"
+    return Trend(Verdict.GROWING, f"the floor grows, not yet significant {where}", **common)
+
+
+def _kib(b: float) -> str:
+    return f"{b / 1024:.0f} KiB"
+
+
+def seconds_until_exhausted(slope: float, available: float) -> float | None:
+    """Seconds until `available` bytes are used up at `slope` bytes/s (None: never)."""
+    if slope <= 0.0 or available <= 0.0:
+        return None
+    return available / slope
+
+
+@dataclass(frozen=True)
+class SiteGrowth:
+    site: int
+    slope: float  # live bytes per second
+    first_bytes: int
+    last_bytes: int
+    last_blocks: int
+    snapshots: int
+
+    @property
+    def rate_kib_min(self) -> float:
+        return self.slope * 60.0 / 1024.0
+
+
+def site_growth(
+    snapshots: Iterable[tuple[int, float, int, int]], limit: int = 5
+) -> list[SiteGrowth]:
+    """Sites ranked by how fast their live bytes grow (fastest first).
+
+    snapshots: (site, time_s, live_bytes, live_blocks). Each site's rate is
+    the Theil-Sen slope of its live bytes over time (two snapshots: the
+    difference quotient). Sites that do not grow are left out.
+    """
+    per: dict[int, list[tuple[float, int, int]]] = {}
+    for site, ts, live, blocks in snapshots:
+        per.setdefault(int(site), []).append((float(ts), int(live), int(blocks)))
+    out: list[SiteGrowth] = []
+    for site, rows in per.items():
+        rows.sort()
+        if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+            continue
+        x = np.array([r[0] for r in rows])
+        y = np.array([r[1] for r in rows], dtype=np.float64)
+        if len(rows) == 2:
+            slope = float((y[1] - y[0]) / (x[1] - x[0]))
+        else:
+            slope = float(stats.theilslopes(y, x).slope)
+        if slope <= 0.0:
+            continue
+        out.append(SiteGrowth(site, slope, rows[0][1], rows[-1][1], rows[-1][2], len(rows)))
+    out.sort(key=lambda s: (-s.slope, s.site))
+    return out[:limit]

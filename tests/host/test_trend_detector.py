@@ -1,0 +1,190 @@
+"""The leak detector (pmctl/trend.py) over synthetic series: each shape gets
+the right verdict for several seeds, leaks get their rate right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trend_series as S
+
+from pmctl.trend import (
+    Params,
+    Verdict,
+    bucket_minima,
+    detect,
+    seconds_until_exhausted,
+    site_growth,
+)
+
+SEEDS = range(8)
+KIB = 1024
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_flat_noise_is_stable(seed: int) -> None:
+    assert detect(*S.flat(seed)).verdict is Verdict.STABLE
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_steady_leak(seed: int) -> None:
+    r = detect(*S.leak(seed, rate=4 * KIB))
+    assert r.verdict is Verdict.LEAK
+    assert r.slope == pytest.approx(4 * KIB, rel=0.15)
+    assert r.slope_low < r.slope < r.slope_high
+    assert r.slope_low <= 4 * KIB * 1.15 and r.slope_high >= 4 * KIB * 0.85
+    assert r.rate_kib_min[0] == pytest.approx(240, rel=0.15)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_slow_leak_under_big_spikes(seed: int) -> None:
+    t, v = S.leak_spikes(seed, rate=2 * KIB)
+    # the spikes dwarf the leak: 1.2 MiB of growth under 2-40 MiB spikes
+    assert v.max() - v.min() > 20 * (1 << 20)
+    r = detect(t, v)
+    assert r.verdict is Verdict.LEAK
+    assert r.slope == pytest.approx(2 * KIB, rel=0.15)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_single_step_then_flat_is_stable(seed: int) -> None:
+    r = detect(*S.step(seed))
+    assert r.verdict is Verdict.STABLE
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_warmup_plateau_is_stable(seed: int) -> None:
+    r = detect(*S.warmup(seed))
+    assert r.verdict is Verdict.STABLE
+    assert "stopped" in r.reason
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gc_sawtooth_is_stable(seed: int) -> None:
+    t, v = S.sawtooth(seed)
+    r = detect(t, v)
+    assert r.verdict is Verdict.STABLE
+    # the buckets were widened to hold a trough each: the floor is the base
+    assert abs(np.median(r.bucket_minima) - S.BASE) < 512 * KIB
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sawtooth_with_rising_floor_is_a_leak(seed: int) -> None:
+    r = detect(*S.sawtooth(seed, floor_rate=4 * KIB))
+    assert r.verdict is Verdict.LEAK
+    assert r.slope == pytest.approx(4 * KIB, rel=0.2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_vm_like_page_leak_in_60_samples(seed: int) -> None:
+    r = detect(*S.page_leak(seed, n=60, dt=0.1, rate=40 * KIB))
+    assert r.verdict is Verdict.LEAK
+    assert r.slope == pytest.approx(40 * KIB, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_vm_like_flat_pages(seed: int) -> None:
+    assert detect(*S.page_flat(seed)).verdict is Verdict.STABLE
+
+
+def test_not_enough_data() -> None:
+    t, v = S.leak(0, n=19)
+    r = detect(t, v)
+    assert r.verdict is Verdict.NOT_ENOUGH_DATA
+    assert r.reason == "19 samples, need 20"
+    assert detect([], []).verdict is Verdict.NOT_ENOUGH_DATA
+    r = detect([5.0] * 30, list(range(30)))
+    assert r.verdict is Verdict.NOT_ENOUGH_DATA
+    assert r.reason == "all samples at the same time"
+
+
+def test_samples_bunched_in_time_are_not_enough() -> None:
+    # 40 samples, but all except one in the first instant: 2 time buckets
+    t = [0.0] * 39 + [100.0]
+    r = detect(t, [1e6 + i for i in range(40)])
+    assert r.verdict is Verdict.NOT_ENOUGH_DATA
+    assert r.reason == "samples fill 2 time buckets, need 6"
+
+
+def test_order_and_nan_do_not_matter() -> None:
+    t, v = S.leak(3)
+    ref = detect(t, v)
+    perm = np.random.default_rng(1).permutation(t.size)
+    t2 = np.append(t[perm], [np.nan, 7.0])
+    v2 = np.append(v[perm], [1.0, np.inf])
+    r = detect(t2, v2)
+    assert r.verdict is ref.verdict
+    assert r.slope == ref.slope
+    assert r.samples == ref.samples == 600
+
+
+def test_exact_line_has_exact_slope() -> None:
+    t = np.arange(100, dtype=float)
+    r = detect(t, 1_000_000 + 1000 * t)
+    assert r.verdict is Verdict.LEAK
+    assert r.slope == 1000.0
+    assert r.growth == 99_000.0
+    assert r.fit(t[0]) == 1_000_000.0
+    assert r.noise == 0.0
+
+
+def test_constant_is_stable() -> None:
+    r = detect(np.arange(100.0), np.full(100, 4096.0 * 300))
+    assert r.verdict is Verdict.STABLE
+    assert r.slope == 0.0
+
+
+def test_bucket_minima_take_each_buckets_smallest() -> None:
+    t = np.arange(60, dtype=float)
+    v = np.full(60, 100.0)
+    v[7] = 5.0  # bucket 0 (0..9 with 6 buckets of 10)
+    v[55] = 1.0  # bucket 5
+    bt, bv = bucket_minima(t, v, Params(min_buckets=6, max_buckets=6, samples_per_bucket=10))
+    assert bt.tolist() == [7.0, 10.0, 20.0, 30.0, 40.0, 55.0]
+    assert bv.tolist() == [5.0, 100.0, 100.0, 100.0, 100.0, 1.0]
+
+
+def test_params_are_validated() -> None:
+    with pytest.raises(ValueError, match="confidence"):
+        Params(confidence=1.0)
+    with pytest.raises(ValueError, match="min_buckets"):
+        Params(min_buckets=10, max_buckets=5)
+    with pytest.raises(ValueError, match="min_samples"):
+        Params(min_samples=3)
+    with pytest.raises(ValueError, match="equal length"):
+        detect([1.0, 2.0], [1.0])
+
+
+def test_as_dict_is_json_ready() -> None:
+    import json
+
+    d = detect(*S.leak(0)).as_dict()
+    assert d["verdict"] == "LEAK"
+    assert d["rate_kib_min"] == pytest.approx(240, rel=0.15)
+    json.dumps(d)
+
+
+def test_seconds_until_exhausted() -> None:
+    assert seconds_until_exhausted(1024.0, 1024.0 * 3600) == 3600.0
+    assert seconds_until_exhausted(0.0, 1e9) is None
+    assert seconds_until_exhausted(-5.0, 1e9) is None
+    assert seconds_until_exhausted(10.0, 0.0) is None
+
+
+def test_site_growth_ranks_growing_sites() -> None:
+    snaps = []
+    for i in range(10):
+        ts = float(i)
+        snaps.append((1, ts, 1000, 1))  # flat
+        snaps.append((2, ts, 100 * i, i))  # 100 B/s
+        snaps.append((3, ts, 5000 * i + 7, 2 * i))  # 5000 B/s
+        snaps.append((4, ts, 9000 - 10 * i, 3))  # shrinking
+    snaps.append((5, 0.0, 10, 1))  # one snapshot: no rate
+    g = site_growth(snaps)
+    assert [s.site for s in g] == [3, 2]
+    assert g[0].slope == 5000.0
+    assert g[0].first_bytes == 7 and g[0].last_bytes == 45007 and g[0].last_blocks == 18
+    assert g[0].snapshots == 10
+    assert g[1].rate_kib_min == pytest.approx(100 * 60 / 1024)
+    assert site_growth(snaps, limit=1) == g[:1]
+    two = site_growth([(9, 0.0, 0, 0), (9, 2.0, 4096, 1)])
+    assert two[0].slope == 2048.0

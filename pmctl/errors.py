@@ -49,7 +49,7 @@ class ExitCode(IntEnum):
 class PmmError(Exception):
     """Base of pmctl's errors: a one-line message and an exit code."""
 
-    exit_code: ExitCode = ExitCode.GENERIC
+    exit_code: int = ExitCode.GENERIC
 
     def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
@@ -117,6 +117,12 @@ def from_errno(err: int, what: str, pid: int | None = None, path: str = "/dev/pm
     if err == errno.ENOENT and pid is not None:
         return NotMonitored(
             f"{what}: pid {pid} is not monitored (start with `pmctl start {pid}`)", err
+        )
+    if err == errno.EEXIST and pid is not None:
+        return PmmError(
+            f"{what}: pid {pid} is already monitored (or exited and kept for post-mortem: "
+            f"`pmctl stop {pid}` drops it)",
+            err,
         )
     if err == errno.EINVAL:
         return InvalidValue(f"{what}: the module refused the value ({name}: {reason})", err)

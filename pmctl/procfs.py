@@ -5,6 +5,7 @@
     ["SCAN" (Scan on:1/off:0) := 1]
 /proc/pmm/pid, a header per monitored pid followed by its live blocks:
     [1] PID: 21113, Comp: pmd, PPID: 1, State: 1, Log count: 2
+    Dropped: 0, Unmatched frees: 0, Pending frees: 0
     {MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 pmd.c
     {REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 Pointer: 0x10012008 Caller: ...
 
@@ -31,6 +32,10 @@ _HDR_RE = re.compile(
     r"^\[(?P<index>\d+)\]\s+PID:\s*(?P<pid>\d+),\s*Comp:\s*(?P<comm>.*?),\s*"
     r"PPID:\s*(?P<ppid>-?\d+),\s*State:\s*(?P<state>\d+),\s*Log count:\s*(?P<count>\d+)"
     r"(?P<rest>.*)$"
+)
+_SUMMARY_RE = re.compile(
+    r"^Dropped:\s*(?P<dropped>\d+),\s*Unmatched frees:\s*(?P<unmatched>\d+),\s*"
+    r"Pending frees:\s*(?P<pending>\d+)"
 )
 _BLOCK_RE = re.compile(
     r"^\{(?P<op>[A-Z_]+)\s*@(?P<time>[^}]*)\}\s*Sz:\s*(?P<size>\d+)B"
@@ -99,6 +104,9 @@ class ProcPidEntry:
     ppid: int
     state: int
     log_count: int
+    dropped: int | None = None  # from the "Dropped: ..." summary line
+    unmatched_frees: int | None = None
+    pending_frees: int | None = None
     blocks: list[ProcBlock] = field(default_factory=list)
     raw: str = ""
 
@@ -147,6 +155,12 @@ def parse_pid(text: str) -> ProcPid:
                 raw=line,
             )
             out.pids[cur.pid] = cur
+            continue
+        sm = _SUMMARY_RE.match(line)
+        if sm and cur is not None:
+            cur.dropped = int(sm["dropped"])
+            cur.unmatched_frees = int(sm["unmatched"])
+            cur.pending_frees = int(sm["pending"])
             continue
         b = parse_block(line)
         if b is not None and cur is not None:

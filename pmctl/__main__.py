@@ -1,0 +1,3 @@
+from pmctl.cli import main
+
+main()

@@ -1,0 +1,191 @@
+"""`pmctl run`: start a command with the hook preloaded and monitored.
+
+The command gets LD_PRELOAD=<libpmmhook.so> (prepended to any LD_PRELOAD it
+already has) and PMM_START=1, so the hook asks the module to monitor it from
+its first allocation; --follow-fork sets PMM_FOLLOW_FORK=1, --depth N
+PMM_DEPTH=N, --sample BYTES PMM_SAMPLE=BYTES.
+
+While the command runs, pmctl captures its /proc/PID/maps (and its
+descendants' with --follow-fork) into the maps cache (pmctl.symbolize), often
+at first and then every 250 ms, so `pmctl leaks` can symbolize its sites
+after it exited. pmctl exits with the command's exit status (128+N when a
+signal N killed it, 127 when it cannot be found, 126 when it cannot be
+executed). SIGINT is left to the command (the terminal sends it to both);
+SIGTERM and SIGHUP received by pmctl are passed on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from pmctl.errors import PmmError
+from pmctl.symbolize import read_live_maps, save_maps
+
+HOOKLIB_NAME = "libpmmhook.so"
+
+
+def hooklib_candidates() -> list[Path]:
+    """Where the hook library is looked for, in order."""
+    out: list[Path] = []
+    env = os.environ.get("PMM_HOOKLIB")
+    if env:
+        out.append(Path(env))
+    out.append(Path(__file__).resolve().parents[1] / "hooklib" / HOOKLIB_NAME)
+    out.append(Path("/usr/local/lib") / HOOKLIB_NAME)
+    return out
+
+
+def find_hooklib() -> Path:
+    """The first existing candidate; PmmError naming them all otherwise."""
+    cands = hooklib_candidates()
+    for p in cands:
+        if p.is_file():
+            return p.resolve()
+    tried = ", ".join(str(p) for p in cands)
+    raise PmmError(
+        f"the hook library {HOOKLIB_NAME} is not found (tried {tried}): "
+        "build it with `make`, or set PMM_HOOKLIB"
+    )
+
+
+def child_env(
+    base: dict[str, str],
+    hooklib: Path,
+    follow_fork: bool = False,
+    depth: int | None = None,
+    sample: int | None = None,
+) -> dict[str, str]:
+    """The environment of the command (pure: returns a new dict)."""
+    env = dict(base)
+    pre = env.get("LD_PRELOAD", "").strip()
+    env["LD_PRELOAD"] = f"{hooklib} {pre}".strip() if pre else str(hooklib)
+    env["PMM_START"] = "1"
+    if follow_fork:
+        env["PMM_FOLLOW_FORK"] = "1"
+    if depth is not None:
+        env["PMM_DEPTH"] = str(depth)
+    if sample is not None:
+        env["PMM_SAMPLE"] = str(sample)
+    return env
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children, from /proc/PID/task/*/children."""
+    out: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            out.extend(int(x) for x in (t / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    seen: list[int] = []
+    todo = children_of(pid)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        todo.extend(children_of(p))
+    return seen
+
+
+@dataclass
+class MapsCapturer:
+    """Saves the maps of the watched pids whenever they change."""
+
+    follow_fork: bool = False
+
+    def __post_init__(self) -> None:
+        self._last: dict[tuple[int, int], int] = {}
+        self.captures = 0
+
+    def capture(self, pid: int) -> None:
+        pids = [pid, *(descendants(pid) if self.follow_fork else [])]
+        for p in pids:
+            live = read_live_maps(p)
+            if live is None:
+                continue
+            ticks, maps = live
+            h = hash(tuple(maps))
+            if self._last.get((p, ticks)) == h:
+                continue
+            if save_maps(p, ticks, maps) is not None:
+                self._last[(p, ticks)] = h
+                self.captures += 1
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's view of a child's status: 128+N for signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def poll_delay(elapsed_s: float) -> float:
+    """Often while the program is starting (loading libraries), then less."""
+    if elapsed_s < 1.0:
+        return 0.01
+    if elapsed_s < 5.0:
+        return 0.05
+    return 0.25
+
+
+def run_command(
+    argv: Sequence[str],
+    env: dict[str, str],
+    on_start: Callable[[int], None],
+    follow_fork: bool = False,
+) -> int:
+    """Runs argv, captures its maps while it lives, returns its exit status."""
+    capturer = MapsCapturer(follow_fork=follow_fork)
+    try:
+        proc = subprocess.Popen(list(argv), env=env)
+    except FileNotFoundError:
+        raise CommandNotRunnable(f"{argv[0]}: command not found", 127) from None
+    except PermissionError:
+        raise CommandNotRunnable(f"{argv[0]}: permission denied", 126) from None
+    except OSError as e:
+        raise CommandNotRunnable(f"{argv[0]}: {e.strerror}", 126) from None
+
+    def forward(sig: int, _frame: FrameType | None) -> None:
+        proc.send_signal(sig)
+
+    old = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+        signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
+    }
+    try:
+        capturer.capture(proc.pid)
+        on_start(proc.pid)
+        t0 = time.monotonic()
+        while True:
+            try:
+                rc = proc.wait(timeout=poll_delay(time.monotonic() - t0))
+                break
+            except subprocess.TimeoutExpired:
+                capturer.capture(proc.pid)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return exit_status(rc)
+
+
+class CommandNotRunnable(PmmError):
+    """The command could not be started; exit_code is 127 or 126 as a shell's."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code

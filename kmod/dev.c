@@ -1,0 +1,679 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: /dev/pmm and its ioctls. Each handler copies its argument in, checks
+ * size, reserved fields, flags and counts, and only then locks or allocates.
+ *
+ * Choices where the ABI leaves room:
+ *  - START of a pid number that already has an entry (running, or exited
+ *    and not yet stopped): -EEXIST. STOP or a read of a pid that has no
+ *    entry: -ENOENT when such a process exists, -ESRCH when none does.
+ *  - pid 0 means the caller in START/STOP, the read-back ioctls and
+ *    PMM_GET_STATS.
+ *  - batch.accepted counts the valid records taken, including those dropped
+ *    for a limit (counted in dropped_records); on -EINVAL it is the index of
+ *    the first bad record.
+ *  - Cursors: PMM_MONITORED_PIDS: the start order of the next pid;
+ *    PMM_READ_BLOCKS: (bucket << 32 | index in bucket) of the hash table,
+ *    so blocks come in table order; PMM_READ_SITES: the next site id;
+ *    PMM_READ_SAMPLES: the sequence number of the next sample. Under
+ *    concurrent changes a read never crashes but may skip or repeat
+ *    entries (blocks when the table grows meanwhile).
+ */
+#define pr_fmt(fmt) "pmm: " fmt
+
+#include <linux/miscdevice.h>
+#include <linux/fs.h>
+#include <linux/uaccess.h>
+#include <linux/slab.h>
+#include <linux/capability.h>
+#include <linux/compat.h>
+#include <linux/pid.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include "pmm_int.h"
+
+/* Records copied from user space per lock hold. */
+#define PMM_CHUNK	16
+/* Bytes of read-back entries staged per lock hold. */
+#define PMM_READ_STAGE	8192
+
+/* The task of a live process by number in the caller's namespace. */
+static struct task_struct *pmm_get_task(pid_t nr)
+{
+	struct task_struct *task;
+	struct pid *pid;
+
+	pid = find_get_pid(nr);
+	if (!pid)
+		return NULL;
+	task = get_pid_task(pid, PIDTYPE_PID);
+	put_pid(pid);
+	return task;
+}
+
+static bool pmm_task_dead(struct task_struct *task)
+{
+	return atomic_read(&task->signal->live) == 0;
+}
+
+/* -ENOENT if a process nr exists (but has no entry), else -ESRCH. */
+static int pmm_no_entry(pid_t nr)
+{
+	struct task_struct *task = pmm_get_task(nr);
+
+	if (!task)
+		return -ESRCH;
+	put_task_struct(task);
+	return -ENOENT;
+}
+
+static pid_t pmm_resolve(pid_t nr)
+{
+	return nr ? nr : task_tgid_nr(current);
+}
+
+int pmm_start_pid(pid_t nr)
+{
+	struct task_struct *task;
+	struct pmm_proc *p;
+	int ret;
+
+	if (nr < 0)
+		return -EINVAL;
+	task = pmm_get_task(pmm_resolve(nr));
+	if (!task)
+		return -ESRCH;
+	if (pmm_task_dead(task)) {
+		ret = -ESRCH;
+		goto out_put_task;
+	}
+	if (task->flags & PF_KTHREAD) {
+		ret = -EINVAL;
+		goto out_put_task;
+	}
+	if (!pmm_may_access(task)) {
+		ret = -EPERM;
+		goto out_put_task;
+	}
+	p = pmm_proc_alloc(task);
+	if (!p) {
+		ret = -ENOMEM;
+		goto out_put_task;
+	}
+	mutex_lock(&pmm_lock);
+	if (pmm_proc_find(p->tgid)) {
+		ret = -EEXIST;
+		goto out_unlock;
+	}
+	if (pmm_nprocs >= pmm_cfg.max_pids) {
+		ret = -ENOSPC;
+		goto out_unlock;
+	}
+	p->id = ++pmm_next_id;
+	list_add_tail(&p->node, &pmm_procs);
+	pmm_proc_publish(p);
+	pmm_nprocs++;
+	pmm_cfg.last_start = p->tgid;
+	refcount_inc(&p->ref);
+	mutex_unlock(&pmm_lock);
+	put_task_struct(task);
+	pmm_genl_proc_event(PMM_CMD_STARTED, p);
+	pmm_proc_put(p);
+	return 0;
+
+out_unlock:
+	mutex_unlock(&pmm_lock);
+	pmm_proc_put(p);
+out_put_task:
+	put_task_struct(task);
+	return ret;
+}
+
+int pmm_stop_pid(pid_t nr)
+{
+	struct pmm_proc *p;
+
+	if (nr < 0)
+		return -EINVAL;
+	nr = pmm_resolve(nr);
+	mutex_lock(&pmm_lock);
+	p = pmm_proc_find(nr);
+	if (!p) {
+		mutex_unlock(&pmm_lock);
+		return pmm_no_entry(nr);
+	}
+	if (!pmm_may_access_proc(p)) {
+		mutex_unlock(&pmm_lock);
+		return -EPERM;
+	}
+	pmm_proc_unpublish(p);
+	list_del(&p->node);
+	pmm_nprocs--;
+	pmm_cfg.last_stop = nr;
+	mutex_unlock(&pmm_lock);
+	mutex_lock(&p->lock);
+	p->stopped = true;
+	mutex_unlock(&p->lock);
+	pmm_genl_proc_event(PMM_CMD_STOPPED, p);
+	pmm_proc_put(p);
+	return 0;
+}
+
+static long pmm_ioc_record_log(struct pmm_record_batch __user *ub)
+{
+	struct pmm_record buf[PMM_CHUNK];
+	const struct pmm_record __user *ur;
+	struct pmm_record_batch b;
+	struct pmm_proc *p;
+	u32 done = 0, n, i, j;
+	long ret = 0;
+
+	if (copy_from_user(&b, ub, sizeof(b)))
+		return -EFAULT;
+	if (b.flags || b.reserved)
+		return -EINVAL;
+	if (!b.count || b.count > PMM_MAX_BATCH)
+		return -EINVAL;
+	p = pmm_proc_get_current();
+	if (!p)
+		return -PMM_ENOTMONITORED_ERRNO;
+	ur = u64_to_user_ptr(b.records);
+	while (done < b.count) {
+		n = min_t(u32, b.count - done, PMM_CHUNK);
+		if (copy_from_user(buf, ur + done, n * sizeof(buf[0]))) {
+			ret = -EFAULT;
+			break;
+		}
+		for (i = 0; i < n; i++)
+			if (pmm_check_record(&buf[i]))
+				break;
+		mutex_lock(&p->lock);
+		if (p->stopped) {
+			mutex_unlock(&p->lock);
+			ret = -PMM_ENOTMONITORED_ERRNO;
+			break;
+		}
+		for (j = 0; j < i; j++)
+			pmm_apply_record(p, &buf[j]);
+		pmm_expire_pending(p, false);
+		mutex_unlock(&p->lock);
+		done += i;
+		if (i < n) {
+			ret = -EINVAL;
+			break;
+		}
+	}
+	atomic64_add(done, &pmm_records_accepted);
+	pmm_proc_put(p);
+	if (put_user(done, &ub->accepted) && !ret)
+		ret = -EFAULT;
+	return ret;
+}
+
+static long pmm_ioc_register_site(struct pmm_site __user *us)
+{
+	struct pmm_proc *p;
+	struct pmm_site *s;
+	long ret;
+
+	s = kmalloc(sizeof(*s), GFP_KERNEL);
+	if (!s)
+		return -ENOMEM;
+	ret = -EFAULT;
+	if (copy_from_user(s, us, sizeof(*s)))
+		goto out_free;
+	ret = -EINVAL;
+	if (!s->site || (s->flags & ~PMM_SITE_F_ALL) ||
+	    s->depth > PMM_MAX_FRAMES)
+		goto out_free;
+	if (strnlen(s->file, sizeof(s->file)) == sizeof(s->file) ||
+	    strnlen(s->func, sizeof(s->func)) == sizeof(s->func))
+		goto out_free;
+	ret = -PMM_ENOTMONITORED_ERRNO;
+	p = pmm_proc_get_current();
+	if (!p)
+		goto out_free;
+	mutex_lock(&p->lock);
+	ret = p->stopped ? -PMM_ENOTMONITORED_ERRNO : pmm_register_site(p, s);
+	mutex_unlock(&p->lock);
+	pmm_proc_put(p);
+out_free:
+	kfree(s);
+	return ret;
+}
+
+static bool pmm_cfg_counters_zero(const struct pmm_config *c)
+{
+	return !c->reserved && !c->monitored_pids && !c->records_accepted &&
+	       !c->records_dropped && !c->unmatched_frees && !c->kmem_bytes &&
+	       !c->reserved2[0] && !c->reserved2[1] && !c->reserved2[2];
+}
+
+static bool pmm_in_range(u32 v, u32 lo, u32 hi)
+{
+	return v >= lo && v <= hi;
+}
+
+/* Is v a valid value for the single PMM_CFG_* bit (not START/STOP)? */
+bool pmm_cfg_valid(u32 bit, u32 v)
+{
+	switch (bit) {
+	case PMM_CFG_INTERVAL:
+		return pmm_in_range(v, PMM_INTERVAL_MIN_MS, PMM_INTERVAL_MAX_MS);
+	case PMM_CFG_SCAN:
+		return v <= 1;
+	case PMM_CFG_MAX_PIDS:
+		return pmm_in_range(v, 1, PMM_MAX_PIDS_LIMIT);
+	case PMM_CFG_MAX_BLOCKS:
+		return pmm_in_range(v, 1, PMM_MAX_BLOCKS_LIMIT);
+	case PMM_CFG_MAX_SITES:
+		return pmm_in_range(v, 1, PMM_MAX_SITES_LIMIT);
+	case PMM_CFG_MAX_SAMPLES:
+		return pmm_in_range(v, 1, PMM_MAX_SAMPLES_LIMIT);
+	}
+	return false;
+}
+
+/* Sets one checked value; pmm_lock held. */
+void pmm_cfg_apply(u32 bit, u32 v)
+{
+	lockdep_assert_held(&pmm_lock);
+	switch (bit) {
+	case PMM_CFG_INTERVAL:
+		WRITE_ONCE(pmm_cfg.interval_ms, v);
+		break;
+	case PMM_CFG_SCAN:
+		WRITE_ONCE(pmm_cfg.scan, v);
+		break;
+	case PMM_CFG_MAX_PIDS:
+		WRITE_ONCE(pmm_cfg.max_pids, v);
+		break;
+	case PMM_CFG_MAX_BLOCKS:
+		WRITE_ONCE(pmm_cfg.max_blocks, v);
+		break;
+	case PMM_CFG_MAX_SITES:
+		WRITE_ONCE(pmm_cfg.max_sites, v);
+		break;
+	case PMM_CFG_MAX_SAMPLES:
+		WRITE_ONCE(pmm_cfg.max_samples, v);
+		break;
+	}
+}
+
+static u32 pmm_cfg_field(const struct pmm_config *c, u32 bit)
+{
+	switch (bit) {
+	case PMM_CFG_INTERVAL:
+		return c->interval_ms;
+	case PMM_CFG_SCAN:
+		return c->scan;
+	case PMM_CFG_MAX_PIDS:
+		return c->max_pids;
+	case PMM_CFG_MAX_BLOCKS:
+		return c->max_blocks_per_pid;
+	case PMM_CFG_MAX_SITES:
+		return c->max_sites_per_pid;
+	case PMM_CFG_MAX_SAMPLES:
+		return c->max_samples_per_pid;
+	}
+	return 0;
+}
+
+static long pmm_ioc_set_config(struct pmm_config __user *uc)
+{
+	const u32 admin = PMM_CFG_INTERVAL | PMM_CFG_SCAN | PMM_CFG_MAX_PIDS |
+			  PMM_CFG_MAX_BLOCKS | PMM_CFG_MAX_SITES |
+			  PMM_CFG_MAX_SAMPLES;
+	struct pmm_config c;
+	u32 bit;
+	int ret;
+
+	if (copy_from_user(&c, uc, sizeof(c)))
+		return -EFAULT;
+	if (c.size != sizeof(c) || (c.set & ~PMM_CFG_ALL) ||
+	    !pmm_cfg_counters_zero(&c))
+		return -EINVAL;
+	if (c.abi_version && c.abi_version != PMM_ABI_VERSION)
+		return -EINVAL;
+	for (bit = 1; bit & PMM_CFG_ALL; bit <<= 1)
+		if ((c.set & bit & admin) &&
+		    !pmm_cfg_valid(bit, pmm_cfg_field(&c, bit)))
+			return -EINVAL;
+	if (((c.set & PMM_CFG_START_PID) && c.start_pid < 0) ||
+	    ((c.set & PMM_CFG_STOP_PID) && c.stop_pid < 0))
+		return -EINVAL;
+	if ((c.set & admin) && !capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	/* Stop, then start; a failure there leaves the values untouched. */
+	if (c.set & PMM_CFG_STOP_PID) {
+		ret = pmm_stop_pid(c.stop_pid);
+		if (ret)
+			return ret;
+	}
+	if (c.set & PMM_CFG_START_PID) {
+		ret = pmm_start_pid(c.start_pid);
+		if (ret)
+			return ret;
+	}
+	if (!(c.set & admin))
+		return 0;
+	mutex_lock(&pmm_lock);
+	for (bit = 1; bit & PMM_CFG_ALL; bit <<= 1)
+		if (c.set & bit & admin)
+			pmm_cfg_apply(bit, pmm_cfg_field(&c, bit));
+	mutex_unlock(&pmm_lock);
+	pmm_sampler_kick();
+	return 0;
+}
+
+static long pmm_ioc_get_config(struct pmm_config __user *uc)
+{
+	struct pmm_config c;
+	u32 size;
+
+	if (get_user(size, &uc->size))
+		return -EFAULT;
+	if (size != sizeof(c))
+		return -EINVAL;
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	mutex_lock(&pmm_lock);
+	c.interval_ms = pmm_cfg.interval_ms;
+	c.scan = pmm_cfg.scan;
+	c.start_pid = pmm_cfg.last_start;
+	c.stop_pid = pmm_cfg.last_stop;
+	c.max_pids = pmm_cfg.max_pids;
+	c.max_blocks_per_pid = pmm_cfg.max_blocks;
+	c.max_sites_per_pid = pmm_cfg.max_sites;
+	c.max_samples_per_pid = pmm_cfg.max_samples;
+	c.monitored_pids = pmm_nprocs;
+	mutex_unlock(&pmm_lock);
+	c.abi_version = PMM_ABI_VERSION;
+	c.records_accepted = atomic64_read(&pmm_records_accepted);
+	c.records_dropped = atomic64_read(&pmm_records_dropped);
+	c.unmatched_frees = atomic64_read(&pmm_unmatched_frees);
+	c.kmem_bytes = atomic64_read(&pmm_kmem_bytes);
+	if (copy_to_user(uc, &c, sizeof(c)))
+		return -EFAULT;
+	return 0;
+}
+
+/* The entry of pid nr (0: the caller) with a reference, if the caller may read it. */
+static struct pmm_proc *pmm_get_readable(pid_t nr, int *err)
+{
+	struct pmm_proc *p;
+
+	nr = pmm_resolve(nr);
+	mutex_lock(&pmm_lock);
+	p = pmm_proc_find(nr);
+	if (!p) {
+		mutex_unlock(&pmm_lock);
+		*err = pmm_no_entry(nr);
+		return NULL;
+	}
+	if (!pmm_may_access_proc(p)) {
+		mutex_unlock(&pmm_lock);
+		*err = -EPERM;
+		return NULL;
+	}
+	refcount_inc(&p->ref);
+	mutex_unlock(&pmm_lock);
+	return p;
+}
+
+/*
+ * One read-back kind: fill() stages up to max entries from *cursor into
+ * buf under the lock it needs, advances the cursor, sets *total, and
+ * returns the count; *done when nothing is left after them.
+ */
+struct pmm_reader {
+	size_t esize;
+	u32 (*fill)(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
+		    u64 *total, bool *done);
+};
+
+static u32 fill_pids(struct pmm_proc *unused, u64 *cursor, void *buf,
+		     u32 max, u64 *total, bool *done)
+{
+	struct pmm_pid_info *out = buf;
+	struct pmm_proc *p;
+	u32 n = 0;
+
+	*total = 0;
+	*done = true;
+	mutex_lock(&pmm_lock);
+	list_for_each_entry(p, &pmm_procs, node) {
+		if (!pmm_may_access_proc(p))
+			continue;
+		(*total)++;
+		if (p->id < *cursor)
+			continue;
+		if (n == max) {
+			*done = false;
+			continue;
+		}
+		mutex_lock(&p->lock);
+		pmm_fill_pid_info(p, &out[n++]);
+		mutex_unlock(&p->lock);
+		*cursor = p->id + 1;
+	}
+	mutex_unlock(&pmm_lock);
+	return n;
+}
+
+static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
+		       u64 *total, bool *done)
+{
+	u32 bucket = *cursor >> 32, idx = (u32)*cursor, n = 0;
+	struct pmm_block *out = buf;
+	struct pmm_block_ent *b;
+
+	mutex_lock(&p->lock);
+	*total = p->nblocks;
+	while (n < max && (b = pmm_block_at(p, &bucket, &idx))) {
+		memset(&out[n], 0, sizeof(out[n]));
+		out[n].ptr = b->ptr;
+		out[n].prev_ptr = b->prev_ptr;
+		out[n].size = b->size;
+		out[n].time_ns = b->time_ns;
+		out[n].site = b->site;
+		out[n].weight = b->weight;
+		out[n].op = b->op;
+		n++;
+		idx++;
+	}
+	*done = !pmm_block_at(p, &bucket, &idx);
+	mutex_unlock(&p->lock);
+	*cursor = (u64)bucket << 32 | idx;
+	return n;
+}
+
+static u32 fill_sites(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
+		      u64 *total, bool *done)
+{
+	struct pmm_site_stats *out = buf, *s;
+	unsigned long id;
+	u32 n = 0;
+
+	*done = true;
+	mutex_lock(&p->lock);
+	*total = p->nsites;
+	if (*cursor <= U32_MAX) {
+		xa_for_each_start(&p->sites, id, s, (unsigned long)*cursor) {
+			if (n == max) {
+				*done = false;
+				break;
+			}
+			out[n++] = *s;
+			*cursor = (u64)id + 1;
+		}
+	}
+	mutex_unlock(&p->lock);
+	return n;
+}
+
+static u32 fill_samples(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
+			u64 *total, bool *done)
+{
+	struct pmm_sample *out = buf;
+	u64 oldest;
+	u32 n = 0;
+
+	mutex_lock(&p->lock);
+	*total = min_t(u64, p->nsamples, p->ring_size);
+	oldest = p->nsamples - *total;
+	if (*cursor < oldest)
+		*cursor = oldest;
+	while (n < max && *cursor < p->nsamples) {
+		out[n++] = p->ring[*cursor % p->ring_size];
+		(*cursor)++;
+	}
+	*done = *cursor >= p->nsamples;
+	mutex_unlock(&p->lock);
+	return n;
+}
+
+static const struct pmm_reader pmm_readers[] = {
+	{ sizeof(struct pmm_pid_info), fill_pids },
+	{ sizeof(struct pmm_block), fill_blocks },
+	{ sizeof(struct pmm_site_stats), fill_sites },
+	{ sizeof(struct pmm_sample), fill_samples },
+};
+
+static long pmm_ioc_read(struct pmm_read __user *ur, const struct pmm_reader *rd,
+			 bool per_pid)
+{
+	struct pmm_proc *p = NULL;
+	struct pmm_read r;
+	u32 count = 0, n, per;
+	bool done = false;
+	void __user *ubuf;
+	void *stage;
+	int err = 0;
+
+	if (copy_from_user(&r, ur, sizeof(r)))
+		return -EFAULT;
+	if (r.flags || r.reserved || !r.capacity || r.capacity > PMM_MAX_READ)
+		return -EINVAL;
+	if (per_pid ? r.pid < 0 : r.pid != 0)
+		return -EINVAL;
+	if (per_pid) {
+		p = pmm_get_readable(r.pid, &err);
+		if (!p)
+			return err;
+	}
+	stage = kmalloc(PMM_READ_STAGE, GFP_KERNEL);
+	if (!stage) {
+		err = -ENOMEM;
+		goto out_put;
+	}
+	per = PMM_READ_STAGE / rd->esize;
+	ubuf = u64_to_user_ptr(r.buf);
+	while (count < r.capacity && !done) {
+		n = rd->fill(p, &r.cursor, stage, min(r.capacity - count, per),
+			     &r.total, &done);
+		if (copy_to_user(ubuf + (size_t)count * rd->esize, stage,
+				 n * rd->esize)) {
+			err = -EFAULT;
+			goto out_free;
+		}
+		count += n;
+	}
+	r.count = count;
+	r.done = done;
+	if (copy_to_user(ur, &r, sizeof(r)))
+		err = -EFAULT;
+out_free:
+	kfree(stage);
+out_put:
+	if (p)
+		pmm_proc_put(p);
+	return err;
+}
+
+static long pmm_ioc_get_stats(struct pmm_stats __user *us)
+{
+	struct pmm_stats *st;
+	struct pmm_proc *p;
+	s32 pid;
+	int err = 0;
+	u32 reserved;
+
+	if (get_user(pid, &us->pid) || get_user(reserved, &us->reserved))
+		return -EFAULT;
+	if (reserved || pid < 0)
+		return -EINVAL;
+	p = pmm_get_readable(pid, &err);
+	if (!p)
+		return err;
+	st = kmalloc(sizeof(*st), GFP_KERNEL);
+	if (!st) {
+		err = -ENOMEM;
+		goto out_put;
+	}
+	mutex_lock(&p->lock);
+	*st = p->stats;
+	mutex_unlock(&p->lock);
+	st->pid = p->tgid;
+	st->reserved = 0;
+	if (copy_to_user(us, st, sizeof(*st)))
+		err = -EFAULT;
+	kfree(st);
+out_put:
+	pmm_proc_put(p);
+	return err;
+}
+
+static long pmm_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *argp = (void __user *)arg;
+
+	switch (cmd) {
+	case PMM_RECORD_LOG:
+		return pmm_ioc_record_log(argp);
+	case PMM_SET_CONFIG:
+		return pmm_ioc_set_config(argp);
+	case PMM_GET_CONFIG:
+		return pmm_ioc_get_config(argp);
+	case PMM_MONITORED_PIDS:
+		return pmm_ioc_read(argp, &pmm_readers[0], false);
+	case PMM_REGISTER_SITE:
+		return pmm_ioc_register_site(argp);
+	case PMM_READ_BLOCKS:
+		return pmm_ioc_read(argp, &pmm_readers[1], true);
+	case PMM_READ_SITES:
+		return pmm_ioc_read(argp, &pmm_readers[2], true);
+	case PMM_READ_SAMPLES:
+		return pmm_ioc_read(argp, &pmm_readers[3], true);
+	case PMM_GET_STATS:
+		return pmm_ioc_get_stats(argp);
+	case PMM_QUERY_SELF:
+		return pmm_current_monitored();
+	default:
+		return -ENOTTY;
+	}
+}
+
+static const struct file_operations pmm_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = pmm_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice pmm_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = PMM_DEVICE_NAME,
+	.fops = &pmm_fops,
+	.mode = 0600,
+};
+
+int pmm_dev_init(void)
+{
+	return misc_register(&pmm_misc);
+}
+
+void pmm_dev_exit(void)
+{
+	misc_deregister(&pmm_misc);
+}

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: generic netlink family PMM_GENL_NAME. Events go to the multicast
+ * group "events"; PMM_CMD_GET_PIDS dumps the monitored processes (admin).
+ *
+ * Attributes of each event (types as in uapi/pmm.h):
+ *   SAMPLE   PID START_TIME TIME VM RSS RSS_ANON RSS_FILE RSS_SHMEM
+ *            LIVE_BYTES LIVE_BLOCKS
+ *   EXITED   PID START_TIME TIME(exit) COMM STATE
+ *   STARTED, STOPPED  PID START_TIME TIME COMM PPID
+ *   DROPPED  PID START_TIME DROPPED (total; at most once per sample tick)
+ *   SITES    PID START_TIME TIME, then up to PMM_SITES_TOP nested SITE
+ *            (SITE_ID LIVE_BYTES LIVE_BLOCKS), largest live bytes first,
+ *            every PMM_SITES_EVERY samples
+ *   GET_PIDS PID PPID COMM STATE START_TIME LIVE_BYTES LIVE_BLOCKS DROPPED
+ */
+#define pr_fmt(fmt) "pmm: " fmt
+
+#include <linux/slab.h>
+#include <linux/sort.h>
+#include <net/genetlink.h>
+#include <net/netlink.h>
+#include "pmm_int.h"
+
+static const struct nla_policy pmm_genl_policy[PMM_A_MAX + 1] = {
+	[PMM_A_PID] = { .type = NLA_U32 },
+	[PMM_A_START_TIME] = { .type = NLA_U64 },
+	[PMM_A_TIME] = { .type = NLA_U64 },
+	[PMM_A_VM] = { .type = NLA_U64 },
+	[PMM_A_RSS] = { .type = NLA_U64 },
+	[PMM_A_RSS_ANON] = { .type = NLA_U64 },
+	[PMM_A_RSS_FILE] = { .type = NLA_U64 },
+	[PMM_A_RSS_SHMEM] = { .type = NLA_U64 },
+	[PMM_A_COMM] = { .type = NLA_NUL_STRING, .len = PMM_COMM_LEN - 1 },
+	[PMM_A_LIVE_BYTES] = { .type = NLA_U64 },
+	[PMM_A_LIVE_BLOCKS] = { .type = NLA_U64 },
+	[PMM_A_DROPPED] = { .type = NLA_U64 },
+	[PMM_A_STATE] = { .type = NLA_U32 },
+	[PMM_A_PPID] = { .type = NLA_U32 },
+	[PMM_A_SITE] = { .type = NLA_NESTED },
+	[PMM_A_SITE_ID] = { .type = NLA_U32 },
+};
+
+static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb);
+
+static const struct genl_small_ops pmm_genl_ops[] = {
+	{
+		.cmd = PMM_CMD_GET_PIDS,
+		.dumpit = pmm_genl_dump_pids,
+		.flags = GENL_ADMIN_PERM,
+	},
+};
+
+enum { PMM_MCGRP_EVENTS };
+
+static const struct genl_multicast_group pmm_genl_mcgrps[] = {
+	[PMM_MCGRP_EVENTS] = { .name = PMM_GENL_MCGRP_EVENTS },
+};
+
+static struct genl_family pmm_genl_family __ro_after_init = {
+	.name = PMM_GENL_NAME,
+	.version = PMM_GENL_VERSION,
+	.maxattr = PMM_A_MAX,
+	.policy = pmm_genl_policy,
+	.module = THIS_MODULE,
+	.small_ops = pmm_genl_ops,
+	.n_small_ops = ARRAY_SIZE(pmm_genl_ops),
+	.mcgrps = pmm_genl_mcgrps,
+	.n_mcgrps = ARRAY_SIZE(pmm_genl_mcgrps),
+};
+
+static bool pmm_genl_listening(void)
+{
+	return genl_has_listeners(&pmm_genl_family, &init_net,
+				  PMM_MCGRP_EVENTS);
+}
+
+static int put_u64(struct sk_buff *skb, int attr, u64 v)
+{
+	return nla_put_u64_64bit(skb, attr, v, PMM_A_PAD);
+}
+
+static int put_id(struct sk_buff *skb, struct pmm_proc *p)
+{
+	if (nla_put_u32(skb, PMM_A_PID, p->tgid) ||
+	    put_u64(skb, PMM_A_START_TIME, p->start_time_ns))
+		return -EMSGSIZE;
+	return 0;
+}
+
+static void pmm_genl_send(struct sk_buff *skb, void *hdr)
+{
+	genlmsg_end(skb, hdr);
+	genlmsg_multicast(&pmm_genl_family, skb, 0, PMM_MCGRP_EVENTS,
+			  GFP_KERNEL);
+}
+
+static struct sk_buff *pmm_genl_new(u8 cmd, size_t size, void **hdr)
+{
+	struct sk_buff *skb;
+
+	skb = genlmsg_new(size, GFP_KERNEL);
+	if (!skb)
+		return NULL;
+	*hdr = genlmsg_put(skb, 0, 0, &pmm_genl_family, 0, cmd);
+	if (!*hdr) {
+		nlmsg_free(skb);
+		return NULL;
+	}
+	return skb;
+}
+
+void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p)
+{
+	struct sk_buff *skb;
+	u64 t;
+	void *hdr;
+
+	if (!pmm_genl_listening())
+		return;
+	skb = pmm_genl_new(cmd, NLMSG_DEFAULT_SIZE, &hdr);
+	if (!skb)
+		return;
+	mutex_lock(&p->lock);
+	t = cmd == PMM_CMD_EXITED ? p->exit_time_ns : ktime_get_boottime_ns();
+	mutex_unlock(&p->lock);
+	if (put_id(skb, p) || put_u64(skb, PMM_A_TIME, t) ||
+	    nla_put_string(skb, PMM_A_COMM, p->comm))
+		goto out_free;
+	if (cmd == PMM_CMD_EXITED) {
+		if (nla_put_u32(skb, PMM_A_STATE, PMM_STATE_EXITED))
+			goto out_free;
+	} else if (nla_put_u32(skb, PMM_A_PPID, p->ppid)) {
+		goto out_free;
+	}
+	pmm_genl_send(skb, hdr);
+	return;
+
+out_free:
+	nlmsg_free(skb);
+}
+
+void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s,
+		     u64 live_bytes, u64 live_blocks)
+{
+	struct sk_buff *skb;
+	void *hdr;
+
+	if (!pmm_genl_listening())
+		return;
+	skb = pmm_genl_new(PMM_CMD_SAMPLE, NLMSG_DEFAULT_SIZE, &hdr);
+	if (!skb)
+		return;
+	if (put_id(skb, p) || put_u64(skb, PMM_A_TIME, s->time_ns) ||
+	    put_u64(skb, PMM_A_VM, s->vm) || put_u64(skb, PMM_A_RSS, s->rss) ||
+	    put_u64(skb, PMM_A_RSS_ANON, s->rss_anon) ||
+	    put_u64(skb, PMM_A_RSS_FILE, s->rss_file) ||
+	    put_u64(skb, PMM_A_RSS_SHMEM, s->rss_shmem) ||
+	    put_u64(skb, PMM_A_LIVE_BYTES, live_bytes) ||
+	    put_u64(skb, PMM_A_LIVE_BLOCKS, live_blocks)) {
+		nlmsg_free(skb);
+		return;
+	}
+	pmm_genl_send(skb, hdr);
+}
+
+void pmm_genl_dropped(struct pmm_proc *p, u64 dropped)
+{
+	struct sk_buff *skb;
+	void *hdr;
+
+	if (!pmm_genl_listening())
+		return;
+	skb = pmm_genl_new(PMM_CMD_DROPPED, NLMSG_DEFAULT_SIZE, &hdr);
+	if (!skb)
+		return;
+	if (put_id(skb, p) || put_u64(skb, PMM_A_DROPPED, dropped)) {
+		nlmsg_free(skb);
+		return;
+	}
+	pmm_genl_send(skb, hdr);
+}
+
+struct pmm_top_site {
+	u64 bytes;
+	u64 blocks;
+	u32 id;
+};
+
+static int top_cmp(const void *a, const void *b)
+{
+	const struct pmm_top_site *x = a, *y = b;
+
+	if (x->bytes != y->bytes)
+		return x->bytes < y->bytes ? 1 : -1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Fills top with the sites of most live bytes; returns how many. */
+static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
+{
+	struct pmm_site_stats *s;
+	unsigned long id;
+	u32 n = 0, i, min;
+
+	mutex_lock(&p->lock);
+	xa_for_each(&p->sites, id, s) {
+		if (!s->live_blocks)
+			continue;
+		if (n < PMM_SITES_TOP) {
+			i = n++;
+		} else {
+			for (min = 0, i = 1; i < n; i++)
+				if (top[i].bytes < top[min].bytes)
+					min = i;
+			if (top[min].bytes >= s->live_bytes)
+				continue;
+			i = min;
+		}
+		top[i].bytes = s->live_bytes;
+		top[i].blocks = s->live_blocks;
+		top[i].id = id;
+	}
+	mutex_unlock(&p->lock);
+	sort(top, n, sizeof(*top), top_cmp, NULL);
+	return n;
+}
+
+void pmm_genl_sites(struct pmm_proc *p)
+{
+	struct pmm_top_site *top;
+	struct sk_buff *skb;
+	struct nlattr *nest;
+	void *hdr;
+	u32 n, i;
+
+	if (!pmm_genl_listening())
+		return;
+	top = kmalloc_array(PMM_SITES_TOP, sizeof(*top), GFP_KERNEL);
+	if (!top)
+		return;
+	n = pmm_top_sites(p, top);
+	skb = pmm_genl_new(PMM_CMD_SITES, NLMSG_GOODSIZE, &hdr);
+	if (!skb)
+		goto out_free_top;
+	if (put_id(skb, p) ||
+	    put_u64(skb, PMM_A_TIME, ktime_get_boottime_ns()))
+		goto out_free_skb;
+	for (i = 0; i < n; i++) {
+		nest = nla_nest_start(skb, PMM_A_SITE);
+		if (!nest)
+			goto out_free_skb;
+		if (nla_put_u32(skb, PMM_A_SITE_ID, top[i].id) ||
+		    put_u64(skb, PMM_A_LIVE_BYTES, top[i].bytes) ||
+		    put_u64(skb, PMM_A_LIVE_BLOCKS, top[i].blocks)) {
+			nla_nest_cancel(skb, nest);
+			goto out_free_skb;
+		}
+		nla_nest_end(skb, nest);
+	}
+	pmm_genl_send(skb, hdr);
+	kfree(top);
+	return;
+
+out_free_skb:
+	nlmsg_free(skb);
+out_free_top:
+	kfree(top);
+}
+
+/* cb->args[0]: the start order id of the next process to dump. */
+static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
+{
+	struct pmm_pid_info info;
+	struct pmm_proc *p;
+	void *hdr;
+
+	mutex_lock(&pmm_lock);
+	list_for_each_entry(p, &pmm_procs, node) {
+		if (p->id < cb->args[0])
+			continue;
+		mutex_lock(&p->lock);
+		pmm_fill_pid_info(p, &info);
+		mutex_unlock(&p->lock);
+		hdr = genlmsg_put(skb, NETLINK_CB(cb->skb).portid,
+				  cb->nlh->nlmsg_seq, &pmm_genl_family,
+				  NLM_F_MULTI, PMM_CMD_GET_PIDS);
+		if (!hdr)
+			break;
+		if (nla_put_u32(skb, PMM_A_PID, info.pid) ||
+		    nla_put_u32(skb, PMM_A_PPID, info.ppid) ||
+		    nla_put_string(skb, PMM_A_COMM, p->comm) ||
+		    nla_put_u32(skb, PMM_A_STATE, info.state) ||
+		    put_u64(skb, PMM_A_START_TIME, info.start_time_ns) ||
+		    put_u64(skb, PMM_A_LIVE_BYTES, info.live_bytes) ||
+		    put_u64(skb, PMM_A_LIVE_BLOCKS, info.live_blocks) ||
+		    put_u64(skb, PMM_A_DROPPED, info.dropped_records)) {
+			genlmsg_cancel(skb, hdr);
+			break;
+		}
+		genlmsg_end(skb, hdr);
+		cb->args[0] = p->id + 1;
+	}
+	mutex_unlock(&pmm_lock);
+	return skb->len;
+}
+
+int pmm_genl_init(void)
+{
+	return genl_register_family(&pmm_genl_family);
+}
+
+void pmm_genl_exit(void)
+{
+	genl_unregister_family(&pmm_genl_family);
+}

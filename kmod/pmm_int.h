@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pmm: internal declarations shared by the module's files.
+ *
+ * Locking, outermost first:
+ *   pmm_lock (mutex)      the list and hash of monitored processes, the
+ *                         configuration and pmm_next_id.
+ *   pmm_proc.lock (mutex) everything of one process below the line marked
+ *                         "protected by lock" in struct pmm_proc.
+ * The record path takes only the per-process mutex: it finds its process
+ * in pmm_hash under RCU and takes a reference.
+ */
+#ifndef _PMM_INT_H
+#define _PMM_INT_H
+
+#include <linux/types.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/refcount.h>
+#include <linux/rcupdate.h>
+#include <linux/xarray.h>
+#include <linux/cred.h>
+#include <linux/sched.h>
+#include "uapi/pmm.h"
+
+#define PMM_DEF_INTERVAL_MS	10000
+#define PMM_DEF_MAX_PIDS	64
+#define PMM_DEF_MAX_BLOCKS	1048576
+#define PMM_DEF_MAX_SITES	65536
+#define PMM_DEF_MAX_SAMPLES	4096
+
+/* Frees that found no block wait this long, at most this many per pid. */
+#define PMM_PENDING_MAX		4096
+#define PMM_PENDING_AGE_MS	5000
+#define PMM_PENDING_BITS	8
+
+/* A SITES event every this many samples, with at most this many sites. */
+#define PMM_SITES_EVERY		10
+#define PMM_SITES_TOP		64
+
+#define PMM_BLOCK_MIN_BITS	6
+#define PMM_BLOCK_MAX_BITS	24
+
+/* One live block, in its process's hash table keyed by ptr. */
+struct pmm_block_ent {
+	struct hlist_node node;
+	u64 ptr;
+	u64 prev_ptr;
+	u64 size;
+	u64 time_ns;
+	u32 site;
+	u32 weight;
+	u16 op;
+};
+
+/* A free (or munmap) that arrived before its allocation. */
+struct pmm_pending {
+	struct hlist_node node;	/* pending hash, keyed by ptr */
+	struct list_head fifo;	/* arrival order, for expiry */
+	u64 ptr;
+	u64 len;		/* MUNMAP: length; FREE: 0 */
+	u64 time_ns;
+	unsigned long expires;	/* jiffies */
+	u16 op;			/* PMM_OP_FREE or PMM_OP_MUNMAP */
+};
+
+struct pmm_proc {
+	struct hlist_node hnode;	/* pmm_hash, RCU, under pmm_lock */
+	struct list_head node;		/* pmm_procs, under pmm_lock */
+	struct rcu_head rcu;
+	refcount_t ref;
+	u64 id;				/* order of start, list order */
+	pid_t tgid;			/* init-namespace number */
+	struct pid *pid;		/* held: a reused pid is never confused */
+	u64 start_time_ns;		/* task start, CLOCK_BOOTTIME */
+	u64 monitor_start_ns;
+	char comm[TASK_COMM_LEN];
+	pid_t ppid;
+	/* credentials at start, for access checks after the process exited */
+	kuid_t uid;
+	kgid_t gid;
+	bool dumpable;
+	bool stopped;			/* set under pmm_lock and lock */
+
+	struct mutex lock;		/* protects all below */
+	u32 state;			/* PMM_STATE_* */
+	u64 exit_time_ns;
+	struct hlist_head *blocks;	/* 1 << block_bits buckets */
+	u32 block_bits;
+	u64 nblocks;
+	struct hlist_head pending[1 << PMM_PENDING_BITS];
+	struct list_head pending_fifo;
+	u32 npending;
+	struct xarray sites;		/* site id -> struct pmm_site_stats */
+	u32 nsites;
+	struct pmm_sample *ring;	/* ring_size entries, NULL before the first */
+	u32 ring_size;
+	u64 nsamples;			/* samples taken; ring holds the last ones */
+	struct pmm_stats stats;		/* buckets, failed_allocs, unmatched */
+	u64 live_bytes;			/* weighted */
+	u64 records;
+	u64 dropped;
+	u64 dropped_reported;		/* last DROPPED event */
+};
+
+struct pmm_cfg {
+	u32 interval_ms;
+	u32 scan;
+	s32 last_start;
+	s32 last_stop;
+	u32 max_pids;
+	u32 max_blocks;
+	u32 max_sites;
+	u32 max_samples;
+};
+
+/* main.c */
+extern struct mutex pmm_lock;
+extern struct list_head pmm_procs;
+extern struct pmm_cfg pmm_cfg;
+extern u32 pmm_nprocs;
+extern u64 pmm_next_id;
+extern atomic64_t pmm_records_accepted;
+extern atomic64_t pmm_records_dropped;
+extern atomic64_t pmm_unmatched_frees;
+extern atomic64_t pmm_kmem_bytes;
+
+/* table.c */
+int pmm_table_init(void);
+void pmm_table_exit(void);
+struct pmm_proc *pmm_proc_alloc(struct task_struct *task);
+void pmm_proc_put(struct pmm_proc *p);
+struct pmm_proc *pmm_proc_get_current(void);
+bool pmm_current_monitored(void);
+struct pmm_proc *pmm_proc_find(pid_t nr);
+void pmm_proc_publish(struct pmm_proc *p);
+void pmm_proc_unpublish(struct pmm_proc *p);
+int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r);
+int pmm_check_record(const struct pmm_record *r);
+int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
+void pmm_expire_pending(struct pmm_proc *p, bool all);
+void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info);
+struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx);
+struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
+void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s);
+bool pmm_may_access(struct task_struct *task);
+bool pmm_may_access_proc(struct pmm_proc *p);
+u64 pmm_mono_to_real_ns(u64 mono);
+
+/* dev.c */
+int pmm_dev_init(void);
+void pmm_dev_exit(void);
+int pmm_start_pid(pid_t nr);
+int pmm_stop_pid(pid_t nr);
+bool pmm_cfg_valid(u32 bit, u32 v);
+void pmm_cfg_apply(u32 bit, u32 v);
+
+/* sampler.c */
+int pmm_sampler_init(void);
+void pmm_sampler_exit(void);
+void pmm_sampler_kick(void);
+
+/* procfs.c */
+int pmm_procfs_init(void);
+void pmm_procfs_exit(void);
+
+/* genl.c */
+int pmm_genl_init(void);
+void pmm_genl_exit(void);
+void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p);
+void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s,
+		     u64 live_bytes, u64 live_blocks);
+void pmm_genl_dropped(struct pmm_proc *p, u64 dropped);
+void pmm_genl_sites(struct pmm_proc *p);
+
+#endif /* _PMM_INT_H */

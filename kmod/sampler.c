@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: the sampler thread. Every interval_ms while scan is 1 it visits each
+ * monitored process: alive? (its struct pid is held, so a reused pid number
+ * is never confused), then vm and rss (total, anon, file, shmem) into the
+ * process's ring, and the genl events. A configuration change wakes it; the
+ * new interval counts from that moment.
+ */
+#define pr_fmt(fmt) "pmm: " fmt
+
+#include <linux/kthread.h>
+#include <linux/wait.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/pid.h>
+#include <linux/timekeeping.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include "pmm_int.h"
+
+static struct task_struct *pmm_sampler;
+static DECLARE_WAIT_QUEUE_HEAD(pmm_sampler_wq);
+static atomic_t pmm_cfg_gen = ATOMIC_INIT(0);
+
+void pmm_sampler_kick(void)
+{
+	atomic_inc(&pmm_cfg_gen);
+	wake_up_interruptible(&pmm_sampler_wq);
+}
+
+/* The next process in start order after id, with a reference. */
+static struct pmm_proc *pmm_next_proc(u64 id)
+{
+	struct pmm_proc *p, *found = NULL;
+
+	mutex_lock(&pmm_lock);
+	list_for_each_entry(p, &pmm_procs, node) {
+		if (p->id > id) {
+			refcount_inc(&p->ref);
+			found = p;
+			break;
+		}
+	}
+	mutex_unlock(&pmm_lock);
+	return found;
+}
+
+/* The mm of any live thread of task's group, with a reference, or NULL. */
+static struct mm_struct *pmm_group_mm(struct task_struct *task)
+{
+	struct mm_struct *mm = NULL;
+	struct task_struct *t;
+
+	rcu_read_lock();
+	for_each_thread(task, t) {
+		task_lock(t);
+		if (t->mm && !(t->flags & PF_KTHREAD)) {
+			mm = t->mm;
+			mmget(mm);
+		}
+		task_unlock(t);
+		if (mm)
+			break;
+	}
+	rcu_read_unlock();
+	return mm;
+}
+
+static void pmm_sample_one(struct pmm_proc *p)
+{
+	struct task_struct *task;
+	struct mm_struct *mm = NULL;
+	struct pmm_sample s = {};
+	struct pmm_sample *ring = NULL;
+	u32 ring_size = 0;
+	u64 live_bytes, live_blocks, dropped = 0;
+	bool exited = false, sites = false;
+	pid_t ppid = 0;
+
+	mutex_lock(&p->lock);
+	pmm_expire_pending(p, false);
+	if (p->state == PMM_STATE_EXITED || p->stopped) {
+		mutex_unlock(&p->lock);
+		return;
+	}
+	if (!p->ring) {
+		ring_size = READ_ONCE(pmm_cfg.max_samples);
+		mutex_unlock(&p->lock);
+		ring = kvmalloc_array(ring_size, sizeof(*ring), GFP_KERNEL);
+		if (!ring)
+			return;
+	} else {
+		mutex_unlock(&p->lock);
+	}
+
+	task = get_pid_task(p->pid, PIDTYPE_TGID);
+	if (!task || atomic_read(&task->signal->live) == 0) {
+		exited = true;
+	} else {
+		mm = pmm_group_mm(task);
+		rcu_read_lock();
+		ppid = task_tgid_nr(rcu_dereference(task->real_parent));
+		rcu_read_unlock();
+		if (!mm)
+			exited = true;
+	}
+	if (task)
+		put_task_struct(task);
+	if (mm) {
+		s.vm = (u64)mm->total_vm << PAGE_SHIFT;
+		s.rss_anon = (u64)get_mm_counter(mm, MM_ANONPAGES) << PAGE_SHIFT;
+		s.rss_file = (u64)get_mm_counter(mm, MM_FILEPAGES) << PAGE_SHIFT;
+		s.rss_shmem = (u64)get_mm_counter(mm, MM_SHMEMPAGES) << PAGE_SHIFT;
+		s.rss = s.rss_anon + s.rss_file + s.rss_shmem;
+		mmput(mm);
+	}
+	s.time_ns = ktime_get_boottime_ns();
+
+	mutex_lock(&p->lock);
+	if (ring && !p->ring) {
+		p->ring = ring;
+		p->ring_size = ring_size;
+		atomic64_add((u64)ring_size * sizeof(*ring), &pmm_kmem_bytes);
+		ring = NULL;
+	}
+	if (exited) {
+		p->state = PMM_STATE_EXITED;
+		p->exit_time_ns = s.time_ns;
+	} else {
+		p->ppid = ppid;
+		pmm_add_sample(p, &s);
+		sites = p->nsamples % PMM_SITES_EVERY == 0;
+	}
+	live_bytes = p->live_bytes;
+	live_blocks = p->nblocks;
+	if (p->dropped != p->dropped_reported) {
+		dropped = p->dropped;
+		p->dropped_reported = dropped;
+	}
+	mutex_unlock(&p->lock);
+	kvfree(ring);
+
+	if (exited) {
+		pmm_genl_proc_event(PMM_CMD_EXITED, p);
+		return;
+	}
+	pmm_genl_sample(p, &s, live_bytes, live_blocks);
+	if (dropped)
+		pmm_genl_dropped(p, dropped);
+	if (sites)
+		pmm_genl_sites(p);
+}
+
+static void pmm_sample_all(void)
+{
+	struct pmm_proc *p;
+	u64 id = 0;
+
+	while (!kthread_should_stop() && (p = pmm_next_proc(id))) {
+		id = p->id;
+		pmm_sample_one(p);
+		pmm_proc_put(p);
+	}
+}
+
+static bool pmm_sampler_woken(int gen)
+{
+	return kthread_should_stop() || atomic_read(&pmm_cfg_gen) != gen;
+}
+
+static int pmm_sampler_fn(void *unused)
+{
+	int gen = atomic_read(&pmm_cfg_gen);
+	long timeout;
+
+	while (!kthread_should_stop()) {
+		timeout = READ_ONCE(pmm_cfg.scan) ?
+			msecs_to_jiffies(READ_ONCE(pmm_cfg.interval_ms)) :
+			MAX_SCHEDULE_TIMEOUT;
+		timeout = wait_event_interruptible_timeout(pmm_sampler_wq,
+							   pmm_sampler_woken(gen),
+							   timeout);
+		if (timeout) {
+			/* woken: new configuration, wait anew */
+			gen = atomic_read(&pmm_cfg_gen);
+			continue;
+		}
+		if (READ_ONCE(pmm_cfg.scan))
+			pmm_sample_all();
+	}
+	return 0;
+}
+
+int pmm_sampler_init(void)
+{
+	pmm_sampler = kthread_run(pmm_sampler_fn, NULL, "pmm_sampler");
+	return PTR_ERR_OR_ZERO(pmm_sampler);
+}
+
+void pmm_sampler_exit(void)
+{
+	kthread_stop(pmm_sampler);
+}

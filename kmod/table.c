@@ -1,0 +1,721 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: the per-process tables: live blocks keyed by address, sites, early
+ * frees, samples, and the pairing of records.
+ *
+ * Pairing. Every record carries time_ns (CLOCK_MONOTONIC, taken by the hook
+ * at the call). Records of different threads reach the kernel out of order,
+ * so:
+ *  - a FREE at ptr pairs with the newest live heap block at ptr whose
+ *    time_ns <= the free's time_ns (several blocks may share an address
+ *    while records of other threads are in flight: all are kept);
+ *  - a FREE that finds none waits in a bounded pending list (PMM_PENDING_MAX
+ *    per process, PMM_PENDING_AGE_MS); an allocation that arrives later at
+ *    that address with time_ns <= the free's pairs with the earliest such
+ *    free, and its block never appears. Expired or evicted pending frees are
+ *    unmatched frees;
+ *  - REALLOC is a free of prev_ptr and a new block at ptr, both at the
+ *    record's time; MREMAP likewise for mappings;
+ *  - MUNMAP(ptr, len) pairs with a MMAP/MREMAP block that starts at ptr: a
+ *    length >= the block's size removes it, a shorter one trims it from the
+ *    start. An unmap that does not start at a block waits, then counts as
+ *    unmatched.
+ * Counters: per site and in the size buckets every figure is weighted (a
+ * record of weight w counts w events of w x size bytes). The per-process
+ * live_bytes is weighted too; nblocks ("Log count") counts table entries.
+ */
+#define pr_fmt(fmt) "pmm: " fmt
+
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <linux/hashtable.h>
+#include <linux/hash.h>
+#include <linux/jiffies.h>
+#include <linux/timekeeping.h>
+#include <linux/capability.h>
+#include <linux/pid.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/coredump.h>
+#include <linux/sched/signal.h>
+#include "pmm_int.h"
+
+/* Monitored processes by tgid; RCU readers, writers under pmm_lock. */
+static DEFINE_HASHTABLE(pmm_hash, 8);
+static struct kmem_cache *pmm_block_cache;
+static struct kmem_cache *pmm_site_cache;
+
+int pmm_table_init(void)
+{
+	pmm_block_cache = kmem_cache_create("pmm_block",
+					    sizeof(struct pmm_block_ent), 0,
+					    SLAB_ACCOUNT, NULL);
+	if (!pmm_block_cache)
+		return -ENOMEM;
+	pmm_site_cache = kmem_cache_create("pmm_site",
+					   sizeof(struct pmm_site_stats), 0,
+					   SLAB_ACCOUNT, NULL);
+	if (!pmm_site_cache)
+		goto out_destroy_block_cache;
+	return 0;
+
+out_destroy_block_cache:
+	kmem_cache_destroy(pmm_block_cache);
+	return -ENOMEM;
+}
+
+void pmm_table_exit(void)
+{
+	rcu_barrier();		/* kfree_rcu of the last processes */
+	kmem_cache_destroy(pmm_site_cache);
+	kmem_cache_destroy(pmm_block_cache);
+}
+
+static void kmem_add(long bytes)
+{
+	atomic64_add(bytes, &pmm_kmem_bytes);
+}
+
+u64 pmm_mono_to_real_ns(u64 mono)
+{
+	return mono + (ktime_get_real_ns() - ktime_get_ns());
+}
+
+/*
+ * ptrace_may_access() is not exported: the caller may read a task if it has
+ * CAP_SYS_PTRACE, or is in the same thread group, or has the task's uid,
+ * euid and suid (gid likewise) and the task is dumpable.
+ */
+bool pmm_may_access(struct task_struct *task)
+{
+	const struct cred *me = current_cred();
+	const struct cred *tc;
+	struct mm_struct *mm;
+	bool ok;
+
+	if (same_thread_group(task, current))
+		return true;
+	rcu_read_lock();
+	tc = __task_cred(task);
+	ok = uid_eq(me->uid, tc->euid) && uid_eq(me->uid, tc->suid) &&
+	     uid_eq(me->uid, tc->uid) && gid_eq(me->gid, tc->egid) &&
+	     gid_eq(me->gid, tc->sgid) && gid_eq(me->gid, tc->gid);
+	rcu_read_unlock();
+	if (ok) {
+		task_lock(task);
+		mm = task->mm;
+		ok = mm && get_dumpable(mm) == SUID_DUMP_USER;
+		task_unlock(task);
+	}
+	return ok || capable(CAP_SYS_PTRACE);
+}
+
+/* The same for a monitored process, which may have exited. */
+bool pmm_may_access_proc(struct pmm_proc *p)
+{
+	struct task_struct *task;
+	bool ok;
+
+	task = get_pid_task(p->pid, PIDTYPE_TGID);
+	if (task) {
+		ok = pmm_may_access(task);
+		put_task_struct(task);
+		return ok;
+	}
+	ok = p->dumpable && uid_eq(current_uid(), p->uid) &&
+	     gid_eq(current_gid(), p->gid);
+	return ok || capable(CAP_SYS_PTRACE);
+}
+
+struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
+{
+	const struct cred *tc;
+	struct pmm_proc *p;
+	u32 i;
+
+	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	if (!p)
+		return NULL;
+	p->block_bits = PMM_BLOCK_MIN_BITS;
+	p->blocks = kvmalloc_array(1U << p->block_bits, sizeof(*p->blocks),
+				   GFP_KERNEL);
+	if (!p->blocks) {
+		kfree(p);
+		return NULL;
+	}
+	for (i = 0; i < (1U << p->block_bits); i++)
+		INIT_HLIST_HEAD(&p->blocks[i]);
+	kmem_add(sizeof(*p) + (sizeof(*p->blocks) << p->block_bits));
+	refcount_set(&p->ref, 1);
+	mutex_init(&p->lock);
+	hash_init(p->pending);
+	INIT_LIST_HEAD(&p->pending_fifo);
+	xa_init(&p->sites);
+	p->pid = get_task_pid(task, PIDTYPE_TGID);
+	p->tgid = task_tgid_nr(task);
+	p->start_time_ns = task->start_boottime;
+	p->monitor_start_ns = ktime_get_boottime_ns();
+	p->state = PMM_STATE_RUNNING;
+	get_task_comm(p->comm, task);
+	rcu_read_lock();
+	p->ppid = task_tgid_nr(rcu_dereference(task->real_parent));
+	tc = __task_cred(task);
+	p->uid = tc->uid;
+	p->gid = tc->gid;
+	rcu_read_unlock();
+	task_lock(task);
+	p->dumpable = task->mm && get_dumpable(task->mm) == SUID_DUMP_USER;
+	task_unlock(task);
+	return p;
+}
+
+static void pmm_proc_free_tables(struct pmm_proc *p)
+{
+	struct pmm_block_ent *b;
+	struct pmm_site_stats *s;
+	struct hlist_node *tmp;
+	unsigned long id;
+	u32 i;
+
+	for (i = 0; i < (1U << p->block_bits); i++) {
+		hlist_for_each_entry_safe(b, tmp, &p->blocks[i], node) {
+			hlist_del(&b->node);
+			kmem_cache_free(pmm_block_cache, b);
+		}
+		if (!(i & 1023))
+			cond_resched();
+	}
+	kmem_add(-(long)(p->nblocks * sizeof(*b)));
+	kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
+	kvfree(p->blocks);
+	pmm_expire_pending(p, true);
+	xa_for_each(&p->sites, id, s)
+		kmem_cache_free(pmm_site_cache, s);
+	xa_destroy(&p->sites);
+	kmem_add(-(long)(p->nsites * sizeof(*s)));
+	if (p->ring)
+		kmem_add(-(long)(p->ring_size * sizeof(*p->ring)));
+	kvfree(p->ring);
+	kmem_add(-(long)sizeof(*p));
+}
+
+/* Drops a reference; the last one frees the tables. Sleeps. */
+void pmm_proc_put(struct pmm_proc *p)
+{
+	if (!refcount_dec_and_test(&p->ref))
+		return;
+	pmm_proc_free_tables(p);
+	put_pid(p->pid);
+	kfree_rcu(p, rcu);
+}
+
+void pmm_proc_publish(struct pmm_proc *p)
+{
+	lockdep_assert_held(&pmm_lock);
+	hash_add_rcu(pmm_hash, &p->hnode, p->tgid);
+}
+
+void pmm_proc_unpublish(struct pmm_proc *p)
+{
+	lockdep_assert_held(&pmm_lock);
+	hash_del_rcu(&p->hnode);
+}
+
+/* The entry for a pid number (running or exited), no reference taken. */
+struct pmm_proc *pmm_proc_find(pid_t nr)
+{
+	struct pmm_proc *p;
+
+	lockdep_assert_held(&pmm_lock);
+	hash_for_each_possible(pmm_hash, p, hnode, nr)
+		if (p->tgid == nr)
+			return p;
+	return NULL;
+}
+
+static struct pmm_proc *pmm_proc_lookup_current(void)
+{
+	struct pid *me = task_tgid(current);
+	pid_t tgid = task_tgid_nr(current);
+	struct pmm_proc *p;
+
+	hash_for_each_possible_rcu(pmm_hash, p, hnode, tgid)
+		if (p->tgid == tgid && p->pid == me)
+			return p;
+	return NULL;
+}
+
+/* The caller's entry with a reference, or NULL; takes no global lock. */
+struct pmm_proc *pmm_proc_get_current(void)
+{
+	struct pmm_proc *p;
+
+	rcu_read_lock();
+	p = pmm_proc_lookup_current();
+	if (p && !refcount_inc_not_zero(&p->ref))
+		p = NULL;
+	rcu_read_unlock();
+	return p;
+}
+
+bool pmm_current_monitored(void)
+{
+	bool ret;
+
+	rcu_read_lock();
+	ret = pmm_proc_lookup_current();
+	rcu_read_unlock();
+	return ret;
+}
+
+static bool op_is_map(u16 op)
+{
+	return op == PMM_OP_MMAP || op == PMM_OP_MREMAP;
+}
+
+static unsigned int size_bucket(u64 size)
+{
+	static const u64 limits[PMM_SIZE_BUCKETS - 1] = {
+		16, 256, 1024, 4096, 16384, 65536
+	};
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(limits); i++)
+		if (size <= limits[i])
+			return i;
+	return PMM_SIZE_BUCKETS - 1;
+}
+
+static void pmm_drop(struct pmm_proc *p)
+{
+	p->dropped++;
+	atomic64_inc(&pmm_records_dropped);
+}
+
+static void pmm_unmatched(struct pmm_proc *p)
+{
+	p->stats.unmatched_frees++;
+	atomic64_inc(&pmm_unmatched_frees);
+}
+
+struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id)
+{
+	lockdep_assert_held(&p->lock);
+	return xa_load(&p->sites, id);
+}
+
+/* The site entry for id, created (undescribed) when new; NULL at the limit. */
+static struct pmm_site_stats *site_get(struct pmm_proc *p, u32 id)
+{
+	struct pmm_site_stats *s;
+
+	s = xa_load(&p->sites, id);
+	if (s)
+		return s;
+	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites))
+		return NULL;
+	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
+	if (!s)
+		return NULL;
+	s->desc.site = id;
+	if (xa_err(xa_store(&p->sites, id, s, GFP_KERNEL_ACCOUNT))) {
+		kmem_cache_free(pmm_site_cache, s);
+		return NULL;
+	}
+	p->nsites++;
+	kmem_add(sizeof(*s));
+	return s;
+}
+
+int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
+{
+	struct pmm_site_stats *s;
+
+	lockdep_assert_held(&p->lock);
+	s = site_get(p, in->site);
+	if (!s)
+		return -ENOSPC;
+	s->desc = *in;
+	memset(&s->desc.frames[in->depth], 0,
+	       (PMM_MAX_FRAMES - in->depth) * sizeof(s->desc.frames[0]));
+	if (!(in->flags & PMM_SITE_F_SOURCE)) {
+		memset(s->desc.file, 0, sizeof(s->desc.file));
+		memset(s->desc.func, 0, sizeof(s->desc.func));
+		s->desc.line = 0;
+	}
+	return 0;
+}
+
+static struct hlist_head *block_bucket(struct pmm_proc *p, u64 ptr)
+{
+	return &p->blocks[hash_64(ptr, p->block_bits)];
+}
+
+/* Doubles the bucket array when the load passes 1; keeps it on failure. */
+static void blocks_grow(struct pmm_proc *p)
+{
+	u32 bits = p->block_bits + 1, i;
+	struct hlist_head *nb;
+	struct pmm_block_ent *b;
+	struct hlist_node *tmp;
+
+	if (bits > PMM_BLOCK_MAX_BITS)
+		return;
+	nb = kvmalloc_array(1U << bits, sizeof(*nb),
+			    GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!nb)
+		return;
+	for (i = 0; i < (1U << bits); i++)
+		INIT_HLIST_HEAD(&nb[i]);
+	for (i = 0; i < (1U << p->block_bits); i++) {
+		hlist_for_each_entry_safe(b, tmp, &p->blocks[i], node) {
+			hlist_del(&b->node);
+			hlist_add_head(&b->node, &nb[hash_64(b->ptr, bits)]);
+		}
+	}
+	kvfree(p->blocks);
+	kmem_add(sizeof(*nb) << p->block_bits);
+	p->blocks = nb;
+	p->block_bits = bits;
+}
+
+/* The newest live block at ptr of that kind with time_ns <= t. */
+static struct pmm_block_ent *block_find(struct pmm_proc *p, u64 ptr, u64 t,
+					bool map)
+{
+	struct pmm_block_ent *b, *best = NULL;
+
+	hlist_for_each_entry(b, block_bucket(p, ptr), node) {
+		if (b->ptr != ptr || op_is_map(b->op) != map || b->time_ns > t)
+			continue;
+		if (!best || b->time_ns > best->time_ns)
+			best = b;
+	}
+	return best;
+}
+
+static void count_alloc(struct pmm_proc *p, struct pmm_site_stats *s,
+			u16 op, u64 size, u32 w)
+{
+	struct pmm_bucket_stats *bs = &p->stats.buckets[size_bucket(size)];
+
+	s->alloc_count[op] += w;
+	s->alloc_bytes += size * w;
+	if (op == PMM_OP_CALLOC)
+		bs->calloc_count += w;
+	else if (op == PMM_OP_REALLOC || op == PMM_OP_MREMAP)
+		bs->realloc_count += w;
+	else
+		bs->malloc_count += w;
+	bs->alloc_bytes += size * w;
+}
+
+/* A free of len bytes of a block of size bsize that belongs to site s. */
+static void count_free(struct pmm_proc *p, struct pmm_site_stats *s, u16 fop,
+		       u64 bsize, u64 len, u32 w)
+{
+	struct pmm_bucket_stats *bs = &p->stats.buckets[size_bucket(bsize)];
+
+	bs->free_count += w;
+	bs->free_bytes += len * w;
+	if (s) {
+		s->alloc_count[fop] += w;
+		s->free_bytes += len * w;
+	}
+}
+
+static void live_sub(struct pmm_proc *p, struct pmm_site_stats *s, u64 bytes)
+{
+	p->live_bytes -= bytes;
+	if (s)
+		s->live_bytes -= bytes;
+}
+
+static void block_remove(struct pmm_proc *p, struct pmm_block_ent *b,
+			 struct pmm_site_stats *s)
+{
+	live_sub(p, s, b->size * b->weight);
+	if (s)
+		s->live_blocks -= b->weight;
+	hlist_del(&b->node);
+	kmem_cache_free(pmm_block_cache, b);
+	p->nblocks--;
+	kmem_add(-(long)sizeof(*b));
+}
+
+static void pending_del(struct pmm_proc *p, struct pmm_pending *pe)
+{
+	hash_del(&pe->node);
+	list_del(&pe->fifo);
+	kfree(pe);
+	p->npending--;
+	kmem_add(-(long)sizeof(*pe));
+}
+
+void pmm_expire_pending(struct pmm_proc *p, bool all)
+{
+	struct pmm_pending *pe, *tmp;
+
+	list_for_each_entry_safe(pe, tmp, &p->pending_fifo, fifo) {
+		if (!all && time_before(jiffies, pe->expires))
+			break;
+		pmm_unmatched(p);
+		pending_del(p, pe);
+	}
+}
+
+static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op)
+{
+	struct pmm_pending *pe;
+
+	if (p->npending >= PMM_PENDING_MAX) {
+		pe = list_first_entry(&p->pending_fifo, struct pmm_pending,
+				      fifo);
+		pmm_unmatched(p);
+		pending_del(p, pe);
+	}
+	pe = kmalloc(sizeof(*pe), GFP_KERNEL_ACCOUNT);
+	if (!pe) {
+		pmm_unmatched(p);
+		return;
+	}
+	pe->ptr = ptr;
+	pe->len = len;
+	pe->time_ns = t;
+	pe->op = op;
+	pe->expires = jiffies + msecs_to_jiffies(PMM_PENDING_AGE_MS);
+	hash_add(p->pending, &pe->node, ptr);
+	list_add_tail(&pe->fifo, &p->pending_fifo);
+	p->npending++;
+	kmem_add(sizeof(*pe));
+}
+
+/* The earliest pending free at ptr of that kind with time_ns >= t. */
+static struct pmm_pending *pending_find(struct pmm_proc *p, u64 ptr, u64 t,
+					bool map)
+{
+	struct pmm_pending *pe, *best = NULL;
+
+	hash_for_each_possible(p->pending, pe, node, ptr) {
+		bool pmap = pe->op == PMM_OP_MUNMAP;
+
+		if (pe->ptr != ptr || pmap != map || pe->time_ns < t)
+			continue;
+		if (!best || pe->time_ns < best->time_ns)
+			best = pe;
+	}
+	return best;
+}
+
+static void do_alloc(struct pmm_proc *p, u16 op, u64 ptr, u64 prev, u64 size,
+		     u64 t, u32 site, u32 w)
+{
+	struct pmm_block_ent *b = NULL;
+	struct pmm_site_stats *s;
+	struct pmm_pending *pe;
+	u64 len;
+
+	s = site_get(p, site);
+	if (!s)
+		goto drop;
+	pe = pending_find(p, ptr, t, op_is_map(op));
+	if (!pe || (pe->op == PMM_OP_MUNMAP && pe->len < size)) {
+		if (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks))
+			goto drop;
+		b = kmem_cache_alloc(pmm_block_cache, GFP_KERNEL);
+		if (!b)
+			goto drop;
+	}
+	count_alloc(p, s, op, size, w);
+	if (pe) {
+		/* its free arrived first: the pair cancels */
+		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
+		count_free(p, s, pe->op, size, len, w);
+		pending_del(p, pe);
+		if (!b)
+			return;
+		ptr += len;
+		size -= len;
+	}
+	b->ptr = ptr;
+	b->prev_ptr = prev;
+	b->size = size;
+	b->time_ns = t;
+	b->site = site;
+	b->weight = w;
+	b->op = op;
+	hlist_add_head(&b->node, block_bucket(p, ptr));
+	p->nblocks++;
+	kmem_add(sizeof(*b));
+	p->live_bytes += size * w;
+	s->live_bytes += size * w;
+	s->live_blocks += w;
+	if (p->nblocks > (1ULL << p->block_bits))
+		blocks_grow(p);
+	return;
+drop:
+	pmm_drop(p);
+}
+
+/* Frees len bytes (U64_MAX: all) at ptr now; false if no block is there. */
+static bool free_now(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
+{
+	bool map = fop == PMM_OP_MUNMAP;
+	struct pmm_site_stats *s;
+	struct pmm_block_ent *b;
+
+	b = block_find(p, ptr, t, map);
+	if (!b)
+		return false;
+	s = xa_load(&p->sites, b->site);
+	if (map && len < b->size) {
+		count_free(p, s, fop, b->size, len, b->weight);
+		live_sub(p, s, len * b->weight);
+		hlist_del(&b->node);
+		b->ptr += len;
+		b->size -= len;
+		hlist_add_head(&b->node, block_bucket(p, b->ptr));
+		return true;
+	}
+	count_free(p, s, fop, b->size, b->size, b->weight);
+	block_remove(p, b, s);
+	return true;
+}
+
+static void do_free(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
+{
+	if (!ptr)
+		return;		/* free(NULL) */
+	if (!free_now(p, ptr, len, t, fop))
+		pending_add(p, ptr, len, t, fop);
+}
+
+int pmm_check_record(const struct pmm_record *r)
+{
+	bool moves = r->op == PMM_OP_REALLOC || r->op == PMM_OP_MREMAP;
+	bool frees = r->op == PMM_OP_FREE || r->op == PMM_OP_MUNMAP;
+
+	if (r->op == PMM_OP_NONE || r->op >= PMM_OP_NR)
+		return -EINVAL;
+	if ((r->flags & ~PMM_REC_F_ALL) || r->reserved || !r->weight)
+		return -EINVAL;
+	if (frees && (r->flags & PMM_REC_F_FAILED))
+		return -EINVAL;
+	if (!moves && r->prev_ptr)
+		return -EINVAL;
+	if (r->op == PMM_OP_MUNMAP && !r->size)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * Applies one checked record. An allocation with the FAILED flag, or with
+ * ptr 0, is a failed allocation and changes no table; REALLOC with ptr 0,
+ * no FAILED flag and size 0 is realloc(p, 0) freeing p.
+ */
+int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
+{
+	bool failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
+	u16 fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
+	bool found = false;
+
+	lockdep_assert_held(&p->lock);
+	p->records++;
+	switch (r->op) {
+	case PMM_OP_FREE:
+		do_free(p, r->ptr, 0, r->time_ns, PMM_OP_FREE);
+		break;
+	case PMM_OP_MUNMAP:
+		do_free(p, r->ptr, r->size, r->time_ns, PMM_OP_MUNMAP);
+		break;
+	case PMM_OP_REALLOC:
+	case PMM_OP_MREMAP:
+		if (failed && !(r->flags & PMM_REC_F_FAILED) && !r->size) {
+			do_free(p, r->prev_ptr, U64_MAX, r->time_ns, fop);
+			break;
+		}
+		if (failed) {
+			p->stats.failed_allocs += r->weight;
+			break;
+		}
+		/*
+		 * The old block is looked up first and a pending free for it
+		 * added last, so that an in-place realloc never pairs with
+		 * its own free.
+		 */
+		if (r->prev_ptr)
+			found = free_now(p, r->prev_ptr, U64_MAX, r->time_ns,
+					 fop);
+		do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size, r->time_ns,
+			 r->site, r->weight);
+		if (r->prev_ptr && !found)
+			pending_add(p, r->prev_ptr, U64_MAX, r->time_ns, fop);
+		break;
+	default:
+		if (failed) {
+			p->stats.failed_allocs += r->weight;
+			break;
+		}
+		do_alloc(p, r->op, r->ptr, 0, r->size, r->time_ns, r->site,
+			 r->weight);
+		break;
+	}
+	return 0;
+}
+
+void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info)
+{
+	lockdep_assert_held(&p->lock);
+	memset(info, 0, sizeof(*info));
+	info->pid = p->tgid;
+	info->ppid = p->ppid;
+	info->state = p->state;
+	memcpy(info->comm, p->comm, sizeof(info->comm));
+	info->start_time_ns = p->start_time_ns;
+	info->monitor_start_ns = p->monitor_start_ns;
+	info->exit_time_ns = p->exit_time_ns;
+	info->live_blocks = p->nblocks;
+	info->live_bytes = p->live_bytes;
+	info->records = p->records;
+	info->dropped_records = p->dropped;
+	info->unmatched_frees = p->stats.unmatched_frees;
+	info->pending_frees = p->npending;
+	info->samples = p->nsamples;
+	if (p->nsamples && p->ring) {
+		struct pmm_sample *s;
+
+		s = &p->ring[(p->nsamples - 1) % p->ring_size];
+		info->vm_bytes = s->vm;
+		info->rss_bytes = s->rss;
+	}
+}
+
+/*
+ * The block at (bucket, idx) of the table as it is now, or the next one
+ * after it; updates the position. NULL past the end.
+ */
+struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx)
+{
+	struct pmm_block_ent *b;
+	u32 i;
+
+	lockdep_assert_held(&p->lock);
+	while (*bucket < (1U << p->block_bits)) {
+		i = 0;
+		hlist_for_each_entry(b, &p->blocks[*bucket], node) {
+			if (i++ == *idx)
+				return b;
+		}
+		(*bucket)++;
+		*idx = 0;
+	}
+	return NULL;
+}
+
+void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)
+{
+	lockdep_assert_held(&p->lock);
+	if (!p->ring)
+		return;
+	p->ring[p->nsamples % p->ring_size] = *s;
+	p->nsamples++;
+}

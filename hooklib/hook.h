@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * libpmmhook.so internals shared by libpmmhook.c (hooks, buffers, device),
+ * site.c (site table, registration) and unwind.c (stack walkers).
+ *
+ * Rules for everything reachable from a hook: no malloc, no stdio, no lock
+ * that another hook could hold; fixed-size storage only.
+ */
+#ifndef PMM_HOOK_H
+#define PMM_HOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kmod/uapi/pmm.h"
+
+#define PMM_EXPORT	__attribute__((visibility("default")))
+#define likely(x)	__builtin_expect(!!(x), 1)
+#define unlikely(x)	__builtin_expect(!!(x), 0)
+
+#define NSEC_PER_SEC	1000000000ULL
+#define NSEC_PER_MSEC	1000000ULL
+
+/* g_hot: what the hot path does. */
+enum {
+	HOT_BOOT = 0,	/* real functions not resolved yet: bootstrap arena */
+	HOT_PASS = 1,	/* straight to libc (not monitored, or disabled) */
+	HOT_MON = 2,	/* monitored, exact: records flow */
+	HOT_SAMPLE = 3,	/* monitored, sampled (PMM_SAMPLE) */
+};
+
+extern int g_hot;
+extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
+extern int g_depth;		/* frames per site, 1..PMM_MAX_FRAMES */
+extern int g_unwind;		/* UNWIND_*: stack walker for depth > 1 */
+
+enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
+
+/* libpmmhook.c */
+int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
+void pmm_dev_refused(int err, const char *what);
+
+/* site.c: site id for a call site (non-zero, or 0 when the table is full). */
+uint32_t pmm_site_addr(void *ra, void *frame);
+uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
+
+/* unwind.c: up to max return addresses, starting at the frame whose return
+ * address is ra0 (the hook's caller). Returns the count (>= 1: ra0 itself
+ * when nothing better is found). */
+int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame);
+int pmm_unwind_eh(uint64_t *out, int max, void *ra0);
+
+#endif /* PMM_HOOK_H */

@@ -1,0 +1,1276 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * libpmmhook.so: the pmm LD_PRELOAD interposer.
+ *
+ *   LD_PRELOAD=/path/to/libpmmhook.so program ...
+ *
+ * Interposes malloc, free, calloc, realloc, reallocarray, posix_memalign,
+ * aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size (passthrough)
+ * and mmap/mmap64/munmap/mremap (anonymous mappings only). C++ new/delete
+ * reach malloc/free through libstdc++.
+ *
+ * While the process is monitored by pmm.ko, every allocation event becomes a
+ * struct pmm_record in a per-thread buffer that reaches the kernel in one
+ * PMM_RECORD_LOG batch when it fills, when the thread exits, at process exit
+ * and no later than FLUSH_NS after its first record (checked on the thread's
+ * next hook call: the library never starts a thread or a timer of its own).
+ *
+ * While it is not monitored, a hook is the libc call plus a per-thread
+ * countdown; every POLL_EVERY allocations it reads the vDSO's coarse
+ * CLOCK_MONOTONIC, and once a second (process-wide) it asks the module
+ * with PMM_QUERY_SELF whether monitoring has started. No other system call.
+ *
+ * Environment:
+ *   PMM_QUIET=1        no line on stderr, ever
+ *   PMM_START=1        ask the module to monitor this process (START_PID 0)
+ *   PMM_FOLLOW_FORK=1  forked children ask the same
+ *   PMM_DEPTH=N        frames per site, 1..32 (default 1: the caller)
+ *   PMM_UNWIND=fp|eh   stack walker for N > 1 (default auto: fp, eh when fp
+ *                      stops before 3 frames; figures in README)
+ *   PMM_SAMPLE=BYTES   sampled tracking, one sample per BYTES on average
+ *
+ * Fork policy (pthread_atfork): the child starts with empty buffers and is
+ * not monitored (the parent's buffered records are the parent's to send);
+ * it polls like any unmonitored process, and with PMM_FOLLOW_FORK=1 asks to
+ * be monitored at once. exec: the library leaves the environment alone, so
+ * LD_PRELOAD (and the PMM_* variables) pass on to the new program, which
+ * loads the library afresh; the device is opened O_CLOEXEC.
+ *
+ * Failure policy: /dev/pmm absent, not permitted, or failing mid-run (module
+ * unloaded: ENODEV, EBADF, ...): every call passes straight to libc from
+ * then on, with at most one "pmm: ..." line on stderr (none with PMM_QUIET).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+#define TBUF_RECORDS	512			/* records per thread buffer */
+#define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
+#define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
+#define POLL_EVERY	16			/* hook calls between clock reads */
+#define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
+#define MAX_ERRORS	8			/* consecutive refusals before giving up */
+
+/* ---- real functions ---------------------------------------------------- */
+
+static struct {
+	void *(*malloc)(size_t);
+	void (*free)(void *);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*reallocarray)(void *, size_t, size_t);
+	int (*posix_memalign)(void **, size_t, size_t);
+	void *(*aligned_alloc)(size_t, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+	size_t (*malloc_usable_size)(void *);
+	void *(*mmap)(void *, size_t, int, int, int, off_t);
+	void *(*mmap64)(void *, size_t, int, int, int, off_t);
+	int (*munmap)(void *, size_t);
+	void *(*mremap)(void *, size_t, size_t, int, ...);
+} real;
+
+/* ---- global state ------------------------------------------------------- */
+
+int g_hot = HOT_BOOT;		/* HOT_*: read by every hook */
+unsigned int g_epoch = 1;	/* bumped each time monitoring (re)starts */
+int g_depth = 1;
+int g_unwind = UNWIND_AUTO;
+
+static int g_init;		/* 0: not started, 1: resolving, 2: done */
+static int g_resolved;		/* real.* are set */
+static int g_fd = -1;		/* /dev/pmm */
+static int g_active;		/* device usable; 0: pure passthrough */
+static int g_quiet;
+static int g_said;		/* the one stderr line was written */
+static int g_follow_fork;
+static int g_errors;		/* consecutive refusals other than ENOLINK */
+static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
+static uint64_t g_sample;	/* PMM_SAMPLE bytes, 0: exact */
+static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
+
+struct tstate {
+	int guard;		/* nestable reentrancy guard */
+	int poll;		/* hook calls until the next clock read */
+	unsigned int gen;	/* epoch the buffered records belong to */
+	unsigned int n;		/* records in buf */
+	int exiting;		/* key destructor ran: no buffer any more */
+	int keyed;		/* pthread_setspecific done */
+	uint64_t first_ns;	/* time of buf[0] */
+	int64_t sample_left;	/* bytes to the next sample point */
+	uint64_t rng;		/* xorshift64* state, 0: unseeded */
+	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
+};
+
+static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
+
+/* ---- bootstrap arena: allocations made while dlsym runs ----------------- */
+
+static char g_arena[ARENA_SIZE] __attribute__((aligned(4096)));
+static size_t g_arena_used;
+
+static inline int in_arena(const void *p)
+{
+	return (uintptr_t)p - (uintptr_t)g_arena < ARENA_SIZE;
+}
+
+static void *arena_alloc(size_t size, size_t align)
+{
+	size_t off, start, end;
+
+	if (align < 16)
+		align = 16;
+	off = __atomic_load_n(&g_arena_used, __ATOMIC_RELAXED);
+	do {
+		start = (off + 16 + align - 1) & ~(align - 1);
+		if (size > ARENA_SIZE || start + size > ARENA_SIZE) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		end = (start + size + 15) & ~(size_t)15;
+	} while (!__atomic_compare_exchange_n(&g_arena_used, &off, end, 0,
+					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	*(size_t *)(g_arena + start - 16) = size;
+	return g_arena + start;	/* zeroed: the arena is never reused */
+}
+
+static inline size_t arena_size(const void *p)
+{
+	return *(const size_t *)((const char *)p - 16);
+}
+
+/* ---- stderr: one line at most ------------------------------------------- */
+
+static const char *err_name(int err)
+{
+	switch (err) {
+	case ENOENT: return "no such file (is pmm.ko loaded?)";
+	case EACCES: return "permission denied";
+	case EPERM: return "operation not permitted";
+	case ENODEV: return "no such device (module unloaded?)";
+	case ENXIO: return "no such device or address";
+	case EBADF: return "bad file descriptor";
+	case ENOTTY: return "not a pmm device";
+	case EINVAL: return "invalid argument";
+	case EIO: return "input/output error";
+	case EMFILE: return "too many open files";
+	default: return "error";
+	}
+}
+
+static size_t put(char *buf, size_t at, size_t cap, const char *s)
+{
+	while (*s && at < cap)
+		buf[at++] = *s++;
+	return at;
+}
+
+static void say(const char *what, int err, const char *then)
+{
+	char line[200], num[12];
+	size_t n = 0, k = sizeof(num);
+	unsigned int e = (unsigned int)err;
+	ssize_t w;
+
+	if (g_quiet || __atomic_exchange_n(&g_said, 1, __ATOMIC_RELAXED))
+		return;
+	num[--k] = '\0';
+	do {
+		num[--k] = (char)('0' + e % 10);
+		e /= 10;
+	} while (e && k);
+	n = put(line, n, sizeof(line) - 1, "pmm: ");
+	n = put(line, n, sizeof(line) - 1, what);
+	if (err) {
+		n = put(line, n, sizeof(line) - 1, ": ");
+		n = put(line, n, sizeof(line) - 1, err_name(err));
+		n = put(line, n, sizeof(line) - 1, " (errno ");
+		n = put(line, n, sizeof(line) - 1, num + k);
+		n = put(line, n, sizeof(line) - 1, ")");
+	}
+	n = put(line, n, sizeof(line) - 1, then);
+	line[n++] = '\n';
+	w = write(STDERR_FILENO, line, n);
+	(void)w;
+}
+
+/* ---- clocks ----------------------------------------------------------- */
+
+static inline uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);	/* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+static inline uint64_t coarse_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC_COARSE);
+}
+
+/* ---- the device ---------------------------------------------------------- */
+
+int pmm_dev_ioctl(unsigned long cmd, void *arg)
+{
+	int saved = errno, r, tries = 0;
+
+	do {
+#ifdef PMM_FAKE_DEV
+		/* bench/profiling build: a system call's cost, no kernel work */
+		(void)arg;
+		r = (int)syscall(SYS_getppid);
+		r = cmd == PMM_QUERY_SELF ? !getenv("PMM_FAKE_UNMONITORED") : 0;
+#else
+		r = ioctl(g_fd, cmd, arg);
+#endif
+	} while (r < 0 && errno == EINTR && ++tries < 3);
+	if (r < 0)
+		r = -errno;
+	errno = saved;
+	return r;
+}
+
+static void disable(int err, const char *what)
+{
+	g_active = 0;
+	__atomic_store_n(&g_hot, HOT_PASS, __ATOMIC_RELEASE);
+	say(what, err, "; allocations pass through to libc");
+}
+
+static void start_monitoring(void)
+{
+	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
+}
+
+static void stop_monitoring(void)
+{
+	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_hot, HOT_PASS, __ATOMIC_RELEASE);
+}
+
+/* The module refused an ioctl with err (positive errno). */
+void pmm_dev_refused(int err, const char *what)
+{
+	switch (err) {
+	case ENOLINK:	/* PMM_ENOTMONITORED_ERRNO: stop sending, poll */
+		__atomic_store_n(&g_errors, 0, __ATOMIC_RELAXED);
+		stop_monitoring();
+		break;
+	case ENODEV: case EBADF: case ENOTTY: case ENXIO: case EIO:
+	case EPERM: case EACCES:
+		disable(err, what);
+		break;
+	default:	/* this batch or site is lost; give up if it persists */
+		if (__atomic_add_fetch(&g_errors, 1, __ATOMIC_RELAXED) >= MAX_ERRORS)
+			disable(err, what);
+		break;
+	}
+}
+
+static int start_self(void)
+{
+	struct pmm_config c;
+
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	c.set = PMM_CFG_START_PID;
+	c.start_pid = 0;	/* the caller */
+	return pmm_dev_ioctl(PMM_SET_CONFIG, &c);
+}
+
+/* ---- per-thread buffers --------------------------------------------------- */
+
+#define TBUF_BYTES (((TBUF_RECORDS * sizeof(struct pmm_record)) + 4095) & ~4095UL)
+
+static int tbuf_get(struct tstate *t)
+{
+	void *p;
+
+	if (t->exiting)
+		return 0;
+	p = real.mmap(NULL, TBUF_BYTES, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	t->buf = p;
+	t->n = 0;
+	if (!t->keyed) {
+		t->keyed = 1;
+		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
+	}
+	return 1;
+}
+
+static void flush(struct tstate *t)
+{
+	struct pmm_record_batch b;
+	int err;
+
+	if (!t->n)
+		return;
+	memset(&b, 0, sizeof(b));
+	b.records = (uintptr_t)t->buf;
+	b.count = t->n;
+	t->n = 0;
+	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&g_hot, __ATOMIC_RELAXED) < HOT_MON)
+		return;	/* from before a stop or a fork: dropped */
+	err = pmm_dev_ioctl(PMM_RECORD_LOG, &b);
+	if (err)
+		pmm_dev_refused(-err, "PMM_RECORD_LOG");
+	else
+		__atomic_store_n(&g_errors, 0, __ATOMIC_RELAXED);
+}
+
+/* After the buffer is gone (thread or process exit): send one by one. */
+static void send_one(const struct pmm_record *r)
+{
+	struct pmm_record_batch b;
+	int err;
+
+	memset(&b, 0, sizeof(b));
+	b.records = (uintptr_t)r;
+	b.count = 1;
+	err = pmm_dev_ioctl(PMM_RECORD_LOG, &b);
+	if (err)
+		pmm_dev_refused(-err, "PMM_RECORD_LOG");
+}
+
+static void record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
+		   uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
+{
+	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
+	struct pmm_record one, *r;
+
+	if (unlikely(t->gen != e)) {
+		t->gen = e;
+		t->n = 0;
+	}
+	if (unlikely(!t->buf) && !tbuf_get(t))
+		r = &one;
+	else
+		r = &t->buf[t->n];
+	r->ptr = (uintptr_t)ptr;
+	r->prev_ptr = (uintptr_t)prev;
+	r->size = size;
+	r->time_ns = now;
+	r->site = site;
+	r->weight = weight;
+	r->op = op;
+	r->flags = ptr || op == PMM_OP_FREE || op == PMM_OP_MUNMAP ? 0 : PMM_REC_F_FAILED;
+	r->reserved = 0;
+	if (r == &one) {
+		send_one(r);
+		return;
+	}
+	if (t->n++ == 0)
+		t->first_ns = now;
+	if (t->n == TBUF_RECORDS || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS)
+		flush(t);
+}
+
+/* Thread exit (pthread key destructor): flush and drop the buffer. */
+static void thread_exit(void *arg)
+{
+	struct tstate *t = arg;
+
+	t->guard++;
+	if (t->buf) {
+		flush(t);
+		real.munmap(t->buf, TBUF_BYTES);
+		t->buf = NULL;
+	}
+	t->exiting = 1;
+	t->guard--;
+}
+
+/* ---- address sets: sampled blocks, recorded anonymous mappings ------------ */
+
+/*
+ * Fixed-size, lock-free: 8 slots (one cache line) per bucket, no probing
+ * beyond it, so a delete is one store and a miss is one cache line. A slot
+ * holds addr | (epoch & 15) (blocks are 16-aligned), so entries from before
+ * a stop/start or a fork are not sent. A full bucket refuses the insert;
+ * the caller then does not record the block at all.
+ */
+#define SET_BITS	14
+#define SET_BUCKETS	(1U << SET_BITS)
+#define SET_WAYS	8
+#define SET_TAG		15ULL
+#define SET_FILTER	4096	/* one counter per 4 buckets: 8 KiB, stays in cache */
+
+struct aset {
+	uint64_t slot[SET_BUCKETS][SET_WAYS] __attribute__((aligned(64)));
+	/* entries per group of buckets: a miss usually reads only this */
+	uint16_t filter[SET_FILTER];
+	unsigned long count;
+};
+
+static struct aset g_sampled, g_mapped;
+
+static inline uint32_t set_hash(const void *p)
+{
+	return (uint32_t)(((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - SET_BITS));
+}
+
+static inline uint64_t *set_bucket(struct aset *s, const void *p)
+{
+	return s->slot[set_hash(p)];
+}
+
+static int set_add(struct aset *s, const void *p)
+{
+	uint64_t *b = set_bucket(s, p);
+	uint64_t v = (uintptr_t)p | (g_epoch & SET_TAG);
+	int i;
+
+	if ((uintptr_t)p & SET_TAG)
+		return 0;
+	for (i = 0; i < SET_WAYS; i++) {
+		uint64_t zero = 0;
+
+		if (__atomic_load_n(&b[i], __ATOMIC_RELAXED) == 0 &&
+		    __atomic_compare_exchange_n(&b[i], &zero, v, 0, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED)) {
+			__atomic_add_fetch(&s->filter[set_hash(p) >> 2], 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Removes p; returns 1 if it was there from the current epoch. */
+static int set_del(struct aset *s, const void *p)
+{
+	uint64_t *b;
+	int i;
+
+	if (!__atomic_load_n(&s->filter[set_hash(p) >> 2], __ATOMIC_RELAXED))
+		return 0;
+	b = set_bucket(s, p);
+	for (i = 0; i < SET_WAYS; i++) {
+		uint64_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+
+		if (v && (v & ~SET_TAG) == (uintptr_t)p) {
+			__atomic_store_n(&b[i], 0, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(&s->filter[set_hash(p) >> 2], 1, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(&s->count, 1, __ATOMIC_RELAXED);
+			return (v & SET_TAG) == (g_epoch & SET_TAG);
+		}
+	}
+	return 0;
+}
+
+/* ---- sampling (PMM_SAMPLE) ------------------------------------------------ */
+
+static inline uint64_t rng_next(struct tstate *t)
+{
+	uint64_t x = t->rng;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	t->rng = x;
+	return x * 0x2545f4914f6cdd1dULL;
+}
+
+static inline double rng_unit(struct tstate *t)	/* (0, 1] */
+{
+	return (double)((rng_next(t) >> 11) + 1) * (1.0 / 9007199254740992.0);
+}
+
+/* Exponential gap with mean g_sample: sample points form a Poisson process
+ * over the allocated bytes, as tcmalloc's and jemalloc's samplers do. */
+static int64_t sample_gap(struct tstate *t)
+{
+	double g = -log(rng_unit(t)) * (double)g_sample;
+
+	return g > 9e18 ? INT64_MAX : (int64_t)g + 1;
+}
+
+/*
+ * Is this allocation of size bytes sampled? Then *weight is 1/p with
+ * p = 1 - exp(-size/BYTES), the chance that a sample point fell in it,
+ * rounded at random so that E[weight] = 1/p: weighted live bytes per site
+ * are unbiased.
+ */
+static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
+{
+	double w, fl;
+
+	if (unlikely(!t->rng)) {
+		t->rng = now_ns() ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ULL) ^ 0x5851f42d4c957f2dULL;
+		if (!t->rng)
+			t->rng = 1;
+		t->sample_left = sample_gap(t);
+	}
+	t->sample_left -= (int64_t)size;
+	if (likely(t->sample_left > 0))
+		return 0;
+	t->sample_left = sample_gap(t);	/* memoryless: from this block's end */
+	w = 1.0 / -expm1(-(double)size / (double)g_sample);
+	fl = floor(w);
+	if (rng_unit(t) <= w - fl)
+		fl += 1.0;
+	*weight = fl >= 4294967295.0 ? UINT32_MAX : fl < 1.0 ? 1 : (uint32_t)fl;
+	return 1;
+}
+
+/* ---- what a hook does while monitored (guard held) ----------------------- */
+
+struct src {
+	void *ra;		/* the hook's caller */
+	void *frame;		/* the hook's frame (frame-pointer walks start here) */
+	const char *file;	/* pmm_hooks.h: file, func, line; else NULL */
+	const char *func;
+	int line;
+};
+
+static inline uint32_t site_of(const struct src *s)
+{
+	return s->file ? pmm_site_source(s->ra, s->file, s->func, s->line)
+		       : pmm_site_addr(s->ra, s->frame);
+}
+
+__attribute__((noinline)) static void sampled_poll(struct tstate *t)
+{
+	t->poll = POLL_EVERY;
+	if (t->n && (int64_t)(coarse_ns() - t->first_ns) > (int64_t)FLUSH_NS) {
+		t->guard++;
+		flush(t);
+		t->guard--;
+	}
+}
+
+/* Sampled: a record waits at most FLUSH_NS, checked every POLL_EVERY calls. */
+static inline void sampled_tick(struct tstate *t)
+{
+	if (unlikely(--t->poll < 0))
+		sampled_poll(t);
+}
+
+/* After an allocation returned p (NULL: failed). mset: also track p as a
+ * recorded anonymous mapping. */
+static void note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
+		       const struct src *s, struct aset *mset)
+{
+	uint32_t weight = 1;
+
+	if (g_sample) {
+		if (!p || !sample(t, size, &weight)) {
+			sampled_tick(t);
+			return;
+		}
+		if (!set_add(mset ? mset : &g_sampled, p))
+			return;
+	} else if (mset && p && !set_add(mset, p)) {
+		return;
+	}
+	record(t, op, p, NULL, size, site_of(s), weight, now_ns());
+}
+
+/* Before p is freed. */
+static void note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *mset)
+{
+	if (!p)
+		return;
+	if (mset || g_sample) {
+		if (!set_del(mset ? mset : &g_sampled, p)) {
+			if (g_sample)
+				sampled_tick(t);
+			return;
+		}
+	}
+	record(t, op, p, NULL, size, 0, 1, now_ns());
+}
+
+/* ---- init ----------------------------------------------------------------- */
+
+static void at_fork_child(void);
+
+static void *sym(const char *name)
+{
+	return dlsym(RTLD_NEXT, name);
+}
+
+static long env_num(const char *name, long dflt)
+{
+	const char *v = getenv(name);
+	long n = 0;
+
+	if (!v || !*v)
+		return dflt;
+	for (; *v; v++) {
+		if (*v < '0' || *v > '9' || n > (LONG_MAX - 9) / 10)
+			return -1;
+		n = n * 10 + (*v - '0');
+	}
+	return n;
+}
+
+static void pmm_init(void)
+{
+	struct tstate *t = &t_st;
+	int expected = 0, r;
+	const char *u;
+	long v;
+
+	if (!__atomic_compare_exchange_n(&g_init, &expected, 1, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return;
+	t->guard++;
+	real.malloc = sym("malloc");
+	real.free = sym("free");
+	real.calloc = sym("calloc");
+	real.realloc = sym("realloc");
+	real.reallocarray = sym("reallocarray");
+	real.posix_memalign = sym("posix_memalign");
+	real.aligned_alloc = sym("aligned_alloc");
+	real.memalign = sym("memalign");
+	real.valloc = sym("valloc");
+	real.pvalloc = sym("pvalloc");
+	real.malloc_usable_size = sym("malloc_usable_size");
+	real.mmap = sym("mmap");
+	real.mmap64 = sym("mmap64");
+	real.munmap = sym("munmap");
+	real.mremap = sym("mremap");
+	if (!real.mmap64)
+		real.mmap64 = real.mmap;
+	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
+
+	g_quiet = env_num("PMM_QUIET", 0) > 0;
+	g_follow_fork = env_num("PMM_FOLLOW_FORK", 0) > 0;
+	v = env_num("PMM_DEPTH", 1);
+	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
+	u = getenv("PMM_UNWIND");
+	if (u && u[0] == 'f' && u[1] == 'p' && !u[2])
+		g_unwind = UNWIND_FP;
+	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
+		g_unwind = UNWIND_EH;
+	v = env_num("PMM_SAMPLE", 0);
+	g_sample = v > 0 ? (uint64_t)v : 0;
+
+	if (!real.malloc || !real.free || !real.calloc || !real.realloc || !real.mmap ||
+	    !real.munmap || !real.mremap) {
+		/* cannot happen with glibc; nothing sane to fall back to */
+		say("dlsym(RTLD_NEXT) failed", 0, "");
+		abort();
+	}
+	r = pthread_key_create(&g_key, thread_exit);
+	pthread_atfork(NULL, NULL, at_fork_child);
+
+#ifdef PMM_FAKE_DEV
+	g_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+#else
+	g_fd = open("/dev/" PMM_DEVICE_NAME, O_RDWR | O_CLOEXEC);
+#endif
+	if (g_fd < 0 || r != 0) {
+		say("cannot open /dev/" PMM_DEVICE_NAME, g_fd < 0 ? errno : r,
+		    "; allocations pass through to libc");
+		errno = 0;
+		g_active = 0;
+		g_hot = HOT_PASS;
+	} else {
+		g_active = 1;
+		g_hot = HOT_PASS;
+		g_next_query = coarse_ns() + QUERY_NS;
+		if (env_num("PMM_START", 0) > 0) {
+			r = start_self();
+			if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
+				say("PMM_START=1: START_PID refused", -r, "");
+		}
+		r = pmm_dev_ioctl(PMM_QUERY_SELF, NULL);
+		if (r == 1)
+			start_monitoring();
+		else if (r < 0)
+			pmm_dev_refused(-r, "PMM_QUERY_SELF");
+	}
+	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
+	t->guard--;
+}
+
+__attribute__((constructor)) static void pmm_ctor(void)
+{
+	pmm_init();
+}
+
+/* Process exit: this thread's records go now; later ones one by one. */
+__attribute__((destructor)) static void pmm_fini(void)
+{
+	struct tstate *t = &t_st;
+
+	t->guard++;
+	if (t->buf && g_hot >= HOT_MON)
+		flush(t);
+	t->guard--;
+}
+
+static void at_fork_child(void)
+{
+	struct tstate *t = &t_st;
+
+	t->n = 0;	/* the parent's records: the parent sends them */
+	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
+	if (!g_active)
+		return;
+	g_hot = HOT_PASS;
+	g_next_query = coarse_ns() + QUERY_NS;
+	if (g_follow_fork) {
+		int r;
+
+		t->guard++;
+		r = start_self();
+		if (r == 0 || pmm_dev_ioctl(PMM_QUERY_SELF, NULL) == 1)
+			start_monitoring();
+		t->guard--;
+	}
+}
+
+/* ---- the hooks ------------------------------------------------------------ */
+
+/* Not monitored: every POLL_EVERY calls, see whether it is time to ask. */
+__attribute__((noinline)) static void pass_poll(struct tstate *t)
+{
+	uint64_t now, next;
+	int r;
+
+	t->poll = POLL_EVERY;
+	if (!g_active) {
+		t->poll = INT_MAX;
+		return;
+	}
+	if (g_hot >= HOT_MON)
+		return;	/* a nested call while monitored */
+	now = coarse_ns();
+	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
+	if ((int64_t)(now - next) < 0 ||
+	    !__atomic_compare_exchange_n(&g_next_query, &next, now + QUERY_NS, 0,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	r = pmm_dev_ioctl(PMM_QUERY_SELF, NULL);
+	if (r == 1)
+		start_monitoring();
+	else if (r < 0)
+		pmm_dev_refused(-r, "PMM_QUERY_SELF");
+}
+
+static inline void pass_tick(void)
+{
+	if (unlikely(--t_st.poll < 0))
+		pass_poll(&t_st);
+}
+
+/* Bootstrap: the real functions are not known yet. 1: use the arena. */
+static inline int booting(void)
+{
+	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
+		pmm_init();
+	return !__atomic_load_n(&g_resolved, __ATOMIC_ACQUIRE);
+}
+
+/* Monitored and not inside our own code: the guard is taken. */
+static inline struct tstate *enter(void)
+{
+	struct tstate *t = &t_st;
+
+	if (t->guard)
+		return NULL;
+	t->guard++;
+	return t;
+}
+
+#define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
+
+static void *do_malloc(size_t n, const struct src *s)
+{
+	struct tstate *t;
+	void *p;
+
+	if (g_hot == HOT_BOOT && booting())
+		return arena_alloc(n, 16);
+	if (g_hot < HOT_MON || !(t = enter())) {
+		pass_tick();
+		return real.malloc(n);
+	}
+	p = real.malloc(n);
+	note_alloc(t, PMM_OP_MALLOC, p, n, s, NULL);
+	t->guard--;
+	return p;
+}
+
+__attribute__((noinline)) static void *malloc_slow(size_t n, void *ra, void *frame)
+{
+	struct src s = SRC(ra, frame);
+
+	return do_malloc(n, &s);
+}
+
+PMM_EXPORT void *malloc(size_t n)
+{
+	int hot = g_hot;
+
+	if (likely(hot == HOT_PASS)) {
+		pass_tick();
+		return real.malloc(n);
+	}
+	if (hot == HOT_SAMPLE) {
+		struct tstate *t = &t_st;
+
+		/* no sample point in these n bytes: nothing to record */
+		if (likely(t->sample_left > (int64_t)n)) {
+			t->sample_left -= (int64_t)n;
+			sampled_tick(t);
+			return real.malloc(n);
+		}
+	}
+	return malloc_slow(n, __builtin_return_address(0), __builtin_frame_address(0));
+}
+
+static void do_free(void *p)
+{
+	struct tstate *t;
+	int saved;
+
+	if (in_arena(p))
+		return;
+	if (g_hot == HOT_BOOT && booting())
+		return;	/* cannot be ours, cannot be freed yet: leak it */
+	if (g_hot < HOT_MON || !(t = enter())) {
+		real.free(p);
+		return;
+	}
+	saved = errno;
+	note_free(t, PMM_OP_FREE, p, 0, NULL);
+	errno = saved;
+	real.free(p);
+	t->guard--;
+}
+
+PMM_EXPORT void free(void *p)
+{
+	int hot = g_hot;
+
+	if ((likely(hot == HOT_PASS) ||
+	     (hot == HOT_SAMPLE && !__atomic_load_n(&g_sampled.filter[set_hash(p) >> 2],
+						     __ATOMIC_RELAXED))) &&
+	    !in_arena(p)) {
+		real.free(p);	/* not monitored, or surely not a sampled block */
+		return;
+	}
+	do_free(p);
+}
+
+static void *do_calloc(size_t n, size_t m, const struct src *s)
+{
+	struct tstate *t;
+	size_t bytes;
+	void *p;
+
+	if (g_hot == HOT_BOOT && booting()) {
+		if (__builtin_mul_overflow(n, m, &bytes)) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		return arena_alloc(bytes, 16);
+	}
+	if (g_hot < HOT_MON || !(t = enter())) {
+		pass_tick();
+		return real.calloc(n, m);
+	}
+	p = real.calloc(n, m);
+	if (__builtin_mul_overflow(n, m, &bytes))
+		bytes = SIZE_MAX;
+	note_alloc(t, PMM_OP_CALLOC, p, bytes, s, NULL);
+	t->guard--;
+	return p;
+}
+
+__attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra, void *fr)
+{
+	struct src s = SRC(ra, fr);
+
+	return do_calloc(n, m, &s);
+}
+
+PMM_EXPORT void *calloc(size_t n, size_t m)
+{
+	if (likely(g_hot == HOT_PASS)) {
+		pass_tick();
+		return real.calloc(n, m);
+	}
+	return calloc_slow(n, m, __builtin_return_address(0), __builtin_frame_address(0));
+}
+
+/* realloc of a bootstrap-arena block: move it to the real heap. */
+static void *arena_realloc(void *p, size_t n, const struct src *s)
+{
+	size_t old = arena_size(p);
+	void *q;
+
+	if (n == 0)
+		return NULL;	/* glibc's realloc(p, 0): frees, returns NULL */
+	q = do_malloc(n, s);
+	if (q)
+		memcpy(q, p, old < n ? old : n);
+	return q;
+}
+
+/*
+ * realloc while monitored. Exact: one REALLOC record (prev_ptr: the old
+ * block), time taken after the call; realloc(p, 0) that frees is a FREE
+ * (time taken before); a failure is a REALLOC with PMM_REC_F_FAILED and
+ * prev_ptr 0 (the old block stays). Sampled: the old block's record goes
+ * only if it was sampled; the new block is sampled afresh.
+ */
+static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct src *s,
+			       void *(*fn)(void *, size_t, size_t), size_t m)
+{
+	uint64_t before = p ? now_ns() : 0;
+	int was = 0, saved;
+	uint32_t weight = 1;
+	size_t bytes = n;
+	void *q;
+
+	if (fn) {
+		if (__builtin_mul_overflow(n, m, &bytes))
+			bytes = SIZE_MAX;
+		q = fn(p, n, m);
+	} else {
+		q = real.realloc(p, n);
+	}
+	saved = errno;
+	if (g_sample && p)
+		was = set_del(&g_sampled, p);
+	if (!q) {
+		if (bytes == 0 && p) {		/* freed */
+			if (!g_sample || was)
+				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+		} else if (!g_sample) {		/* failed, p intact */
+			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(s), 1, now_ns());
+		} else if (was) {
+			set_add(&g_sampled, p);
+		}
+		errno = saved;
+		return q;
+	}
+	if (!g_sample) {
+		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(s), 1, now_ns());
+	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
+		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(s), weight,
+		       now_ns());
+	} else {
+		if (was)
+			record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+		sampled_tick(t);
+	}
+	errno = saved;
+	return q;
+}
+
+static void *do_realloc(void *p, size_t n, const struct src *s)
+{
+	struct tstate *t;
+	void *q;
+
+	if (in_arena(p))
+		return arena_realloc(p, n, s);
+	if (g_hot == HOT_BOOT && booting())
+		return p ? NULL : arena_alloc(n, 16);
+	if (g_hot < HOT_MON || !(t = enter())) {
+		pass_tick();
+		return real.realloc(p, n);
+	}
+	q = monitored_realloc(t, p, n, s, NULL, 0);
+	t->guard--;
+	return q;
+}
+
+__attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra, void *fr)
+{
+	struct src s = SRC(ra, fr);
+
+	return do_realloc(p, n, &s);
+}
+
+PMM_EXPORT void *realloc(void *p, size_t n)
+{
+	if (likely(g_hot == HOT_PASS) && !in_arena(p)) {
+		pass_tick();
+		return real.realloc(p, n);
+	}
+	return realloc_slow(p, n, __builtin_return_address(0), __builtin_frame_address(0));
+}
+
+PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct tstate *t;
+	size_t bytes;
+	void *q;
+
+	if (in_arena(p) || (g_hot == HOT_BOOT && booting()) || !real.reallocarray) {
+		if (__builtin_mul_overflow(n, m, &bytes)) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		return do_realloc(p, bytes, &s);
+	}
+	if (g_hot < HOT_MON || !(t = enter())) {
+		pass_tick();
+		return real.reallocarray(p, n, m);
+	}
+	q = monitored_realloc(t, p, n, &s, real.reallocarray, m);
+	t->guard--;
+	return q;
+}
+
+/* The aligned family: op, alignment, size; boot: from the arena. */
+static void *aligned_common(uint16_t op, size_t align, size_t n, const struct src *s)
+{
+	struct tstate *t;
+	void *p;
+
+	if (g_hot == HOT_BOOT && booting())
+		return arena_alloc(n, align ? align : 4096);
+	if (g_hot >= HOT_MON && (t = enter())) {
+		switch (op) {
+		case PMM_OP_ALIGNED_ALLOC: p = real.aligned_alloc(align, n); break;
+		case PMM_OP_MEMALIGN: p = real.memalign(align, n); break;
+		case PMM_OP_VALLOC: p = real.valloc(n); break;
+		default: p = real.pvalloc(n); break;
+		}
+		note_alloc(t, op, p, n, s, NULL);
+		t->guard--;
+		return p;
+	}
+	pass_tick();
+	switch (op) {
+	case PMM_OP_ALIGNED_ALLOC: return real.aligned_alloc(align, n);
+	case PMM_OP_MEMALIGN: return real.memalign(align, n);
+	case PMM_OP_VALLOC: return real.valloc(n);
+	default: return real.pvalloc(n);
+	}
+}
+
+PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct tstate *t;
+	int r;
+
+	if (g_hot == HOT_BOOT && booting()) {
+		void *p;
+
+		if (align < sizeof(void *) || (align & (align - 1)))
+			return EINVAL;
+		p = arena_alloc(n, align);
+		if (!p)
+			return ENOMEM;
+		*out = p;
+		return 0;
+	}
+	if (g_hot < HOT_MON || !(t = enter())) {
+		pass_tick();
+		return real.posix_memalign(out, align, n);
+	}
+	r = real.posix_memalign(out, align, n);
+	note_alloc(t, PMM_OP_POSIX_MEMALIGN, r ? NULL : *out, n, &s, NULL);
+	t->guard--;
+	return r;
+}
+
+PMM_EXPORT void *aligned_alloc(size_t align, size_t n)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return aligned_common(PMM_OP_ALIGNED_ALLOC, align, n, &s);
+}
+
+PMM_EXPORT void *memalign(size_t align, size_t n)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return aligned_common(PMM_OP_MEMALIGN, align, n, &s);
+}
+
+PMM_EXPORT void *valloc(size_t n)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return aligned_common(PMM_OP_VALLOC, 0, n, &s);
+}
+
+PMM_EXPORT void *pvalloc(size_t n)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return aligned_common(PMM_OP_PVALLOC, 0, n, &s);
+}
+
+PMM_EXPORT size_t malloc_usable_size(void *p)
+{
+	if (in_arena(p))
+		return arena_size(p);
+	if (g_hot == HOT_BOOT && booting())
+		return 0;
+	return real.malloc_usable_size(p);
+}
+
+/* ---- anonymous mappings ----------------------------------------------------- */
+
+static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
+		     size_t len, int prot, int flags, int fd, off_t off, const struct src *s)
+{
+	struct tstate *t;
+	void *p;
+	int saved;
+
+	if (g_hot == HOT_BOOT && booting())
+		return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	if (g_hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !(t = enter()))
+		return fn(addr, len, prot, flags, fd, off);
+	p = fn(addr, len, prot, flags, fd, off);
+	if (p != MAP_FAILED) {
+		saved = errno;
+		note_alloc(t, PMM_OP_MMAP, p, len, s, &g_mapped);
+		errno = saved;
+	}
+	t->guard--;
+	return p;
+}
+
+PMM_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return do_mmap(real.mmap, addr, len, prot, flags, fd, off, &s);
+}
+
+PMM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+
+	return do_mmap(real.mmap64, addr, len, prot, flags, fd, off, &s);
+}
+
+PMM_EXPORT int munmap(void *addr, size_t len)
+{
+	struct tstate *t;
+	int r, saved;
+
+	if (g_hot == HOT_BOOT && booting())
+		return (int)syscall(SYS_munmap, addr, len);
+	if (g_hot < HOT_MON || !(t = enter()))
+		return real.munmap(addr, len);
+	saved = errno;
+	note_free(t, PMM_OP_MUNMAP, addr, len, &g_mapped);
+	errno = saved;
+	r = real.munmap(addr, len);
+	t->guard--;
+	return r;
+}
+
+PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
+{
+	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct tstate *t;
+	void *want = NULL, *p;
+	int saved, was;
+	va_list ap;
+
+	if (flags & MREMAP_FIXED) {
+		va_start(ap, flags);
+		want = va_arg(ap, void *);
+		va_end(ap);
+	}
+	if (g_hot == HOT_BOOT && booting())
+		return (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
+	if (g_hot < HOT_MON || !(t = enter()))
+		return real.mremap(old, old_len, len, flags, want);
+	was = set_del(&g_mapped, old);
+	p = real.mremap(old, old_len, len, flags, want);
+	saved = errno;
+	if (was) {
+		if (p == MAP_FAILED)
+			set_add(&g_mapped, old);
+		else if (set_add(&g_mapped, p))
+			record(t, PMM_OP_MREMAP, p, old, len, site_of(&s), 1, now_ns());
+		else
+			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, now_ns());
+	}
+	errno = saved;
+	t->guard--;
+	return p;
+}
+
+/* ---- pmm_hooks.h: file/function/line sites ---------------------------------- */
+
+PMM_EXPORT void *pmm_src_malloc(size_t n, void *caller, const char *file, const char *func,
+				int line)
+{
+	struct src s = { .ra = caller, .file = file, .func = func, .line = line };
+
+	return do_malloc(n, &s);
+}
+
+PMM_EXPORT void *pmm_src_calloc(size_t n, size_t m, void *caller, const char *file,
+				const char *func, int line)
+{
+	struct src s = { .ra = caller, .file = file, .func = func, .line = line };
+
+	return do_calloc(n, m, &s);
+}
+
+PMM_EXPORT void *pmm_src_realloc(void *p, size_t n, void *caller, const char *file,
+				 const char *func, int line)
+{
+	struct src s = { .ra = caller, .file = file, .func = func, .line = line };
+
+	return do_realloc(p, n, &s);
+}
+
+PMM_EXPORT void pmm_src_free(void *p, void *caller, const char *file, const char *func,
+			     int line)
+{
+	(void)caller;
+	(void)file;
+	(void)func;
+	(void)line;
+	do_free(p);
+}
+
+/* For tests and tools: flushes the calling thread's buffer now. */
+PMM_EXPORT void pmm_flush(void)
+{
+	struct tstate *t = &t_st;
+
+	if (g_hot < HOT_MON || t->guard)
+		return;
+	t->guard++;
+	flush(t);
+	t->guard--;
+}

@@ -17,7 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from pmctl import cli, device, run
-from pmctl.errors import ExitCode
+from pmctl.errors import ExitCode, PmmError
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,7 @@ def one_line(stderr: str) -> str:
                                   ["config", "--interval", "100"]])
 def test_module_not_loaded(args: list[str]) -> None:
     r = pmctl(*args)
-    assert r.returncode == ExitCode.NO_MODULE == 3
+    assert r.returncode == 3 == int(ExitCode.NO_MODULE)
     line = one_line(r.stderr)
     assert "/nonexistent/pmm does not exist: the pmm module is not loaded" in line
     assert "insmod" in line
@@ -73,7 +73,7 @@ def test_not_a_pmm_device(dev: str, tmp_path: Path) -> None:
         p.write_bytes(b"")
         dev = str(p)
     r = pmctl("status", env={"PMM_DEVICE": dev})
-    assert r.returncode == ExitCode.NOT_PMM_DEVICE == 8
+    assert r.returncode == 8 == int(ExitCode.NOT_PMM_DEVICE)
     line = one_line(r.stderr)
     assert f"{dev} does not answer pmm ioctls (ENOTTY)" in line
 
@@ -93,7 +93,7 @@ def test_permission_denied(tmp_path: Path) -> None:
     p.write_bytes(b"")
     p.chmod(0)
     r = pmctl("status", env={"PMM_DEVICE": str(p)}, pre=_drop_dac())
-    assert r.returncode == ExitCode.PERMISSION == 4
+    assert r.returncode == 4 == int(ExitCode.PERMISSION)
     line = one_line(r.stderr)
     assert f"opening {p}: permission denied (EACCES)" in line
     assert "run as root" in line
@@ -114,7 +114,7 @@ def fake_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[A
             raise OSError(state[0], os.strerror(state[0]))
         return 0
 
-    monkeypatch.setattr(device.fcntl, "ioctl", fake_ioctl)
+    monkeypatch.setattr("pmctl.device.fcntl.ioctl", fake_ioctl)
     yield state
 
 
@@ -156,13 +156,13 @@ def test_not_monitored_and_no_such_pid(fake_dev: list[Any]) -> None:
     me = os.getpid()
     for cmd in ("logs", "leaks", "stats"):
         r = invoke([cmd, str(me)])
-        assert r.exit_code == ExitCode.NOT_MONITORED == 6
+        assert r.exit_code == 6 == int(ExitCode.NOT_MONITORED)
         assert one_line(r.stderr) == (
             f"pmctl: pid {me} is not monitored (start with `pmctl start {me}`)"
         )
     free = 4194304 + 1  # above pid_max's maximum: never a process
     r = invoke(["leaks", str(free)])
-    assert r.exit_code == ExitCode.NO_SUCH_PID == 5
+    assert r.exit_code == 5 == int(ExitCode.NO_SUCH_PID)
     assert f"no such process: pid {free} does not exist" in one_line(r.stderr)
 
 
@@ -196,7 +196,7 @@ def test_unexpected_exception_is_one_line(fake_dev: list[Any],
 )
 def test_bad_options(args: list[str], text: str) -> None:
     r = pmctl(*args)
-    assert r.returncode == ExitCode.USAGE == 2
+    assert r.returncode == 2 == int(ExitCode.USAGE)
     line = one_line(r.stderr)
     assert text in line
     assert "--help`)" in line
@@ -246,7 +246,7 @@ def test_run_env_and_hooklib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert run.child_env({}, lib) == {"LD_PRELOAD": str(lib), "PMM_START": "1"}
     monkeypatch.setenv("PMM_HOOKLIB", str(tmp_path / "missing.so"))
     monkeypatch.setattr(run, "hooklib_candidates", lambda: [tmp_path / "missing.so"])
-    with pytest.raises(run.PmmError, match="libpmmhook.so is not found"):
+    with pytest.raises(PmmError, match="libpmmhook.so is not found"):
         run.find_hooklib()
 
 

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmd: the article's demo daemon (seeds/001): an endless loop of
+ * malloc(100), realloc(200), free, built with pmm_hooks.h so that each call
+ * is recorded with its file, function and line. (The monitoring daemon of
+ * this project is the Python `pmd`; this is only the article's example.)
+ *
+ *   pmd [-n iterations (0: forever)] [-s sleep ms] [-l leak bytes per iteration]
+ *
+ * With -l, each iteration also leaks that many bytes at LEAK_LINE (printed
+ * at start: "pmd: pid N leak-line L"). After the loop it flushes its
+ * records, prints "pmd: done" and waits until stdin reaches end of file
+ * (so a test can read /proc/pmm/pid first).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pmm_hooks.h"
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	if (ms > 0)
+		nanosleep(&ts, NULL);
+}
+
+enum { LEAK_LINE = __LINE__ + 3 };
+
+static char *leak(size_t bytes)
+{
+	char *p = malloc(bytes);	/* LEAK_LINE: leaked on purpose */
+
+	if (p)
+		memset(p, 0x5a, bytes);
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	long iterations = 0, sleep = 1000, i;
+	size_t leak_bytes = 0;
+	char *chr;
+	int opt;
+
+	while ((opt = getopt(argc, argv, "n:s:l:")) != -1) {
+		switch (opt) {
+		case 'n': iterations = atol(optarg); break;
+		case 's': sleep = atol(optarg); break;
+		case 'l': leak_bytes = (size_t)atol(optarg); break;
+		default:
+			fprintf(stderr, "usage: pmd [-n iterations] [-s sleep ms] [-l leak bytes]\n");
+			return 2;
+		}
+	}
+	printf("pmd: pid %d leak-line %d\n", (int)getpid(), LEAK_LINE);
+	fflush(stdout);
+	for (i = 0; iterations == 0 || i < iterations; i++) {
+		chr = (char *)malloc(sizeof(char) * 100);		/* malloc call */
+		chr = (char *)realloc(chr, sizeof(char) * 200);	/* realloc call */
+		free(chr);						/* free call */
+		if (leak_bytes)
+			leak(leak_bytes);
+		sleep_ms(sleep);
+	}
+	pmm_hooks_flush();
+	printf("pmd: done\n");
+	fflush(stdout);
+	while (getchar() != EOF)
+		;
+	return 0;
+}

@@ -28,7 +28,7 @@ static void sleep_ms(long ms)
 		nanosleep(&ts, NULL);
 }
 
-enum { LEAK_LINE = __LINE__ + 3 };
+enum { LEAK_LINE = __LINE__ + 4 };
 
 static char *leak(size_t bytes)
 {

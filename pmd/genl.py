@@ -1,0 +1,386 @@
+"""The module's generic-netlink events, received with pyroute2.
+
+- `PmmMsg` is the pyroute2 message class of family "pmm" (attributes as in
+  kmod/uapi/pmm.h, mirrored by pmctl.uapi.Attr).
+- `decode(msg)` turns one parsed message into an `Event`, checking every
+  attribute's type; anything wrong raises `MalformedEvent` (pmd logs it and
+  goes on). `decode_datagram(data, family_id)` parses a whole datagram.
+- `Listener` resolves the family, joins the "events" group and reads
+  datagrams without blocking from a select loop. It also listens to nlctrl's
+  "notify" group: when the module is unloaded (CTRL_CMD_DELFAMILY) it drops
+  the event socket, and when it is loaded again (CTRL_CMD_NEWFAMILY) it
+  resolves the (possibly new) family and group ids and joins again. While
+  disconnected it also retries every `retry_s` seconds, in case a
+  notification was lost.
+
+pyroute2 only resolves, joins and parses here: datagrams are read with
+recv(MSG_DONTWAIT) on its socket so that the select loop sees every one
+(pyroute2's own asyncio reader would queue them out of select's sight).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyroute2.netlink import (
+    CTRL_CMD_DELFAMILY,
+    CTRL_CMD_NEWFAMILY,
+    GENL_ID_CTRL,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    ctrlmsg,
+    genlmsg,
+    nla,
+)
+from pyroute2.netlink.generic import GenericNetlinkSocket
+
+from pmctl import uapi
+
+log = logging.getLogger("pmd")
+
+_NLA_TYPES = {
+    uapi.Attr.PID: "uint32", uapi.Attr.START_TIME: "uint64", uapi.Attr.TIME: "uint64",
+    uapi.Attr.VM: "uint64", uapi.Attr.RSS: "uint64", uapi.Attr.RSS_ANON: "uint64",
+    uapi.Attr.RSS_FILE: "uint64", uapi.Attr.RSS_SHMEM: "uint64", uapi.Attr.COMM: "asciiz",
+    uapi.Attr.LIVE_BYTES: "uint64", uapi.Attr.LIVE_BLOCKS: "uint64",
+    uapi.Attr.DROPPED: "uint64", uapi.Attr.STATE: "uint32", uapi.Attr.PPID: "uint32",
+    uapi.Attr.SITE: "site", uapi.Attr.SITE_ID: "uint32", uapi.Attr.PAD: "none",
+}
+
+
+def _nla_map(nested: bool) -> tuple[tuple[str, str], ...]:
+    out = [("PMM_A_UNSPEC", "none")]
+    for a in sorted(_NLA_TYPES):
+        t = _NLA_TYPES[a]
+        if nested and t == "site":
+            t = "none"  # no nesting inside a site
+        out.append((f"PMM_A_{uapi.Attr(a).name}", t))
+    return tuple(out)
+
+
+class PmmMsg(genlmsg):  # type: ignore[misc]
+    """A message of genl family "pmm"."""
+
+    nla_map = _nla_map(False)
+
+    class site(nla):  # type: ignore[misc]  # noqa: N801 - pyroute2 names the class by its type
+        nla_map = _nla_map(True)
+
+
+class MalformedEvent(ValueError):
+    """A message that does not match the ABI (missing or mistyped attribute)."""
+
+
+@dataclass(frozen=True)
+class SiteLive:
+    site: int
+    live_bytes: int
+    live_blocks: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One decoded message. Absent attributes are None."""
+
+    cmd: int
+    pid: int
+    start_time: int | None = None
+    time: int | None = None
+    vm: int | None = None
+    rss: int | None = None
+    rss_anon: int | None = None
+    rss_file: int | None = None
+    rss_shmem: int | None = None
+    comm: str | None = None
+    live_bytes: int | None = None
+    live_blocks: int | None = None
+    dropped: int | None = None
+    state: int | None = None
+    ppid: int | None = None
+    sites: tuple[SiteLive, ...] = field(default=())
+
+
+_FIELDS: dict[str, tuple[str, type]] = {
+    f"PMM_A_{a.name}": (a.name.lower(), str if a == uapi.Attr.COMM else int)
+    for a in uapi.Attr
+    if a not in (uapi.Attr.UNSPEC, uapi.Attr.SITE, uapi.Attr.SITE_ID, uapi.Attr.PAD)
+}
+
+# attributes each command must carry (besides PID)
+_REQUIRED: dict[int, tuple[str, ...]] = {
+    uapi.Cmd.SAMPLE: ("start_time", "time", "vm", "rss"),
+    uapi.Cmd.EXITED: ("start_time",),
+    uapi.Cmd.STARTED: ("start_time",),
+    uapi.Cmd.STOPPED: ("start_time",),
+    uapi.Cmd.DROPPED: ("start_time", "dropped"),
+    uapi.Cmd.GET_PIDS: ("start_time",),
+    uapi.Cmd.SITES: ("start_time", "time"),
+}
+
+
+def _typed(name: str, value: Any, want: type) -> Any:
+    if want is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MalformedEvent(f"attribute {name} is not an integer: {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise MalformedEvent(f"attribute {name} is not a string: {value!r}")
+    return value
+
+
+def decode(msg: Any) -> Event:
+    """An Event from a decoded PmmMsg; MalformedEvent if it breaks the ABI."""
+    cmd = msg.get("cmd")
+    if not isinstance(cmd, int) or cmd not in _REQUIRED:
+        raise MalformedEvent(f"unknown command {cmd!r}")
+    values: dict[str, Any] = {}
+    sites: list[SiteLive] = []
+    for item in msg.get("attrs", ()):
+        name, value = item[0], item[1]
+        if name == "PMM_A_SITE":
+            if not hasattr(value, "get_attr"):
+                raise MalformedEvent(f"attribute PMM_A_SITE is not nested: {value!r}")
+            sid = _typed("PMM_A_SITE_ID", value.get_attr("PMM_A_SITE_ID"), int)
+            lb = _typed("PMM_A_LIVE_BYTES", value.get_attr("PMM_A_LIVE_BYTES"), int)
+            lk = _typed("PMM_A_LIVE_BLOCKS", value.get_attr("PMM_A_LIVE_BLOCKS", 0), int)
+            sites.append(SiteLive(sid, lb, lk))
+        elif name in _FIELDS:
+            key, want = _FIELDS[name]
+            values[key] = _typed(name, value, want)
+        elif name in ("PMM_A_PAD", "PMM_A_UNSPEC", "PMM_A_SITE_ID"):
+            continue
+        else:
+            # unknown attribute numbers come from a newer module: ignored
+            log.debug("ignoring attribute %r", name)
+    if "pid" not in values or values["pid"] <= 0:
+        raise MalformedEvent(f"command {cmd}: no valid PMM_A_PID")
+    missing = [k for k in _REQUIRED[cmd] if k not in values]
+    if missing:
+        raise MalformedEvent(
+            f"command {cmd} (pid {values['pid']}): missing "
+            + ", ".join("PMM_A_" + m.upper() for m in missing))
+    return Event(cmd=cmd, sites=tuple(sites), **values)
+
+
+_NLMSGHDR = struct.Struct("=IHHII")
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+
+
+def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]:
+    """Every message of one datagram: Events, and MalformedEvent for the bad
+    ones (a truncated datagram ends the walk with one MalformedEvent)."""
+    out: list[Event | MalformedEvent] = []
+    off = 0
+    while off + _NLMSGHDR.size <= len(data):
+        length, mtype, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, off)
+        if length < _NLMSGHDR.size or off + length > len(data):
+            out.append(MalformedEvent(f"truncated netlink message ({length} bytes at {off})"))
+            return out
+        chunk = data[off : off + length]
+        off += (length + 3) & ~3
+        if mtype == family_id:
+            try:
+                m = PmmMsg(chunk)
+                m.decode()
+                out.append(decode(m))
+            except MalformedEvent as e:
+                out.append(e)
+            except Exception as e:  # noqa: BLE001 - pyroute2 raises many kinds on bad input
+                out.append(MalformedEvent(f"undecodable message: {type(e).__name__}: {e}"))
+        elif mtype in (NLMSG_ERROR, NLMSG_DONE) or mtype < 16:
+            continue
+        else:
+            out.append(MalformedEvent(f"message of unexpected type {mtype}"))
+    if off < len(data):
+        out.append(MalformedEvent(f"{len(data) - off} trailing bytes"))
+    return out
+
+
+def _ctrl_changes(data: bytes) -> list[tuple[int, str]]:
+    """(CTRL_CMD_NEWFAMILY | DELFAMILY, family name) of an nlctrl datagram."""
+    out: list[tuple[int, str]] = []
+    off = 0
+    while off + _NLMSGHDR.size <= len(data):
+        length, mtype, _f, _s, _p = _NLMSGHDR.unpack_from(data, off)
+        if length < _NLMSGHDR.size or off + length > len(data):
+            break
+        if mtype == GENL_ID_CTRL:
+            try:
+                m = ctrlmsg(data[off : off + length])
+                m.decode()
+                name = m.get_attr("CTRL_ATTR_FAMILY_NAME")
+                if m["cmd"] in (CTRL_CMD_NEWFAMILY, CTRL_CMD_DELFAMILY) and name:
+                    out.append((int(m["cmd"]), str(name)))
+            except Exception:  # noqa: BLE001
+                log.debug("undecodable nlctrl message")
+        off += (length + 3) & ~3
+    return out
+
+
+def _quiet(sock: Any) -> None:
+    # pyroute2 logs "protocol not found" at error level on every failed bind
+    sock.asyncore.module_err_level = "debug"
+
+
+class Listener:
+    """Events of family "pmm", across module reloads. Not thread-safe."""
+
+    def __init__(self, retry_s: float = 5.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.retry_s = retry_s
+        self.clock = clock or time.monotonic
+        self.family_id = 0
+        self.sock: Any = None
+        self.ctrl: Any = None
+        self.next_retry = 0.0
+        self.connected_once = False
+        self.lost = 0  # datagrams lost to ENOBUFS (kernel buffer overrun)
+        try:
+            ctrl = GenericNetlinkSocket()
+            ctrl.bind("nlctrl", ctrlmsg)
+            ctrl.add_membership("notify")
+            ctrl.asyncore.socket.setblocking(False)
+            self.ctrl = ctrl
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot watch generic netlink families (%s): polling every %.0f s",
+                        e, retry_s)
+
+    @property
+    def connected(self) -> bool:
+        return self.sock is not None
+
+    def fds(self) -> list[int]:
+        out = []
+        if self.ctrl is not None:
+            out.append(self.ctrl.asyncore.socket.fileno())
+        if self.sock is not None:
+            out.append(self.sock.asyncore.socket.fileno())
+        return out
+
+    def connect(self) -> bool:
+        """Resolves "pmm" and joins "events". False (quietly) if absent."""
+        if self.sock is not None:
+            return True
+        self.next_retry = self.clock() + self.retry_s
+        sock = GenericNetlinkSocket()
+        _quiet(sock)
+        try:
+            sock.bind(uapi.GENL_NAME, PmmMsg)
+            sock.add_membership(uapi.GENL_MCGRP_EVENTS)
+            sock.asyncore.socket.setblocking(False)
+        except Exception as e:  # noqa: BLE001
+            sock.close()
+            if getattr(e, "code", None) not in (errno.ENOENT, errno.ENOTSUP):
+                log.warning("cannot join genl family %s: %s", uapi.GENL_NAME, e)
+            return False
+        self.sock = sock
+        self.family_id = int(sock.prid)
+        log.info("%s genl family %s (id %d), group %s",
+                 "reconnected to" if self.connected_once else "connected to",
+                 uapi.GENL_NAME, self.family_id, uapi.GENL_MCGRP_EVENTS)
+        self.connected_once = True
+        return True
+
+    def disconnect(self, why: str) -> None:
+        if self.sock is not None:
+            log.warning("lost genl family %s (%s): waiting for it to come back",
+                        uapi.GENL_NAME, why)
+            self.sock.close()
+            self.sock = None
+            self.family_id = 0
+            self.next_retry = self.clock() + self.retry_s
+
+    def timeout(self) -> float | None:
+        """Seconds until poll() wants to retry connecting (None: not needed)."""
+        if self.sock is not None:
+            return None
+        return max(0.0, self.next_retry - self.clock())
+
+    def poll(self) -> list[Event | MalformedEvent]:
+        """Handles family changes, retries, and returns the pending events."""
+        if self.ctrl is not None:
+            changes = [c for d in self._drain(self.ctrl) for c in _ctrl_changes(d)]
+            for cmd, name in changes:
+                if name != uapi.GENL_NAME:
+                    continue
+                if cmd == CTRL_CMD_DELFAMILY:
+                    self.disconnect("module unloaded")
+                elif cmd == CTRL_CMD_NEWFAMILY:
+                    self.disconnect("family re-registered")
+                    self.connect()
+        if self.sock is None and self.clock() >= self.next_retry:
+            self.connect()
+        if self.sock is None:
+            return []
+        out: list[Event | MalformedEvent] = []
+        while True:
+            try:
+                data = self.sock.asyncore.socket.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:
+                    self.lost += 1
+                    log.warning("genl receive buffer overrun: events were lost")
+                    continue
+                self.disconnect(str(e))
+                break
+            if not data:
+                break
+            out.extend(decode_datagram(data, self.family_id))
+        return out
+
+    @staticmethod
+    def _drain(sock: Any) -> list[bytes]:
+        chunks: list[bytes] = []
+        while True:
+            try:
+                d = sock.asyncore.socket.recv(1 << 16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not d:
+                break
+            chunks.append(d)
+        return chunks
+
+    def dump_pids(self) -> list[Event]:
+        """PMM_CMD_GET_PIDS on a separate socket (needs CAP_NET_ADMIN)."""
+        sock = GenericNetlinkSocket()
+        _quiet(sock)
+        try:
+            sock.bind(uapi.GENL_NAME, PmmMsg)
+            req = PmmMsg()
+            req["cmd"] = uapi.Cmd.GET_PIDS
+            req["version"] = uapi.GENL_VERSION
+            out = []
+            for m in sock.nlm_request(req, msg_type=sock.prid,
+                                      msg_flags=NLM_F_REQUEST | NLM_F_DUMP):
+                try:
+                    out.append(decode(m))
+                except MalformedEvent as e:
+                    log.warning("malformed GET_PIDS reply skipped: %s", e)
+            return out
+        except Exception as e:  # noqa: BLE001
+            log.info("cannot dump monitored pids: %s", e)
+            return []
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.ctrl is not None:
+            self.ctrl.close()
+            self.ctrl = None

@@ -1,0 +1,459 @@
+"""pmd: the pmm monitoring daemon (runs in the foreground).
+
+It records memory samples of processes into SQLite (pmd/store.py) and raises
+an alert when the trend detector (pmctl/trend.py) says LEAK:
+
+- with the module loaded, from its generic-netlink events (pmd/genl.py):
+  samples, exits, monitoring start/stop, per-site live bytes;
+- for `--pid PID...`, by reading /proc itself every `--interval` seconds
+  (pmd/procsampler.py), unless the module already samples that process.
+
+Writes are batched: one transaction every `--commit-interval` seconds. The
+detector runs every `--detect-every` samples of a process over its last
+`--window` samples; a new LEAK verdict is written once to `alerts` and logged
+as one line.
+
+Robustness: SIGTERM/SIGINT flush and exit 0. A database that cannot be
+opened is a one-line error and exit 1. A write that fails at run time (disk
+full, file made read-only) is logged and retried with a growing delay (5 s
+up to 60 s, one log line per retry) while samples wait in memory (at most
+`--max-pending` rows; the oldest go first, counted). When the module is
+unloaded pmd keeps running and reconnects when it is back. A malformed event
+is logged and skipped.
+
+Exit status: 0 after SIGTERM/SIGINT with everything written, 1 if the
+database cannot be opened or the last flush failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pmctl import uapi
+from pmctl.trend import Params, Verdict, detect, site_growth
+from pmd import procsampler
+from pmd.genl import Event, Listener, MalformedEvent
+from pmd.store import (
+    AlertRow,
+    ProcessRow,
+    SampleRow,
+    Store,
+    StoreError,
+    default_db_path,
+    start_key,
+)
+
+log = logging.getLogger("pmd")
+
+Key = tuple[int, int]  # (pid, start_time)
+
+
+@dataclass
+class ProcState:
+    """What pmd keeps in memory per process: the detector's window."""
+
+    key: Key
+    comm: str
+    source: str
+    window: int
+    t: collections.deque[float] = field(init=False)
+    rss: collections.deque[float] = field(init=False)
+    snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
+    since_detect: int = 0
+    alerted: bool = False
+    last_kmod_ns: int = 0
+    verdict: str = ""
+
+    def __post_init__(self) -> None:
+        self.t = collections.deque(maxlen=self.window)
+        self.rss = collections.deque(maxlen=self.window)
+        self.snaps = collections.deque(maxlen=4096)
+
+
+@dataclass
+class Options:
+    db: Path
+    pids: list[int]
+    interval: float = 1.0
+    commit_interval: float = 1.0
+    detect_every: int = 10
+    window: int = 3600
+    genl: bool = True
+    max_pending: int = 200_000
+    params: Params = field(default_factory=Params)
+
+
+class Daemon:
+    def __init__(self, store: Store, opts: Options) -> None:
+        self.store = store
+        self.opts = opts
+        self.procs: dict[Key, ProcState] = {}
+        # --pid targets: pid -> start_time once seen (None before)
+        self.targets: dict[int, int | None] = dict.fromkeys(opts.pids)
+        self.pending_samples: collections.deque[SampleRow] = collections.deque()
+        self.pending_procs: list[ProcessRow] = []
+        self.pending_exits: list[tuple[int, int, int]] = []
+        self.pending_snaps: list[tuple[int, int, int, int, int, int]] = []
+        self.dropped_rows = 0
+        self.malformed = 0
+        self.write_failures = 0
+        self.stop_signal = 0
+        self.listener: Listener | None = None
+        now = time.monotonic()
+        self.next_sample = now
+        self.next_flush = now + opts.commit_interval
+        self.written = 0
+
+    # -- events and samples -------------------------------------------------
+
+    def _proc(self, key: Key, source: str, comm: str | None = None) -> ProcState:
+        st = self.procs.get(key)
+        if st is not None:
+            if comm and not st.comm:
+                st.comm = comm
+            return st
+        pid, start = key
+        row = ProcessRow(pid, start, comm or "", "", "", procsampler.boottime_ns(), None, source)
+        try:
+            d = procsampler.describe(pid, start, source=source)
+            row = ProcessRow(pid, start, comm or d.comm, d.exe, d.cmdline, d.started, None,
+                             source)
+        except procsampler.ProcessGone:
+            pass
+        st = ProcState(key, row.comm, source, self.opts.window)
+        self.procs[key] = st
+        self.pending_procs.append(row)
+        # a restarted pmd must not alert twice for the same process
+        st.alerted = any(a.verdict == str(Verdict.LEAK)
+                         for a in self.store.alerts(pid) if a.start_time == start)
+        return st
+
+    def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
+        st = self._proc((s.pid, s.start_time), s.source, comm)
+        if s.source == "kmod":
+            st.last_kmod_ns = s.time
+        self.pending_samples.append(s)
+        st.t.append(s.time / 1e9)
+        st.rss.append(float(s.rss))
+        st.since_detect += 1
+        if st.since_detect >= self.opts.detect_every and len(st.t) >= self.opts.params.min_samples:
+            st.since_detect = 0
+            self.run_detector(st, s.time)
+
+    def run_detector(self, st: ProcState, now_ns: int) -> None:
+        r = detect(st.t, st.rss, self.opts.params)
+        st.verdict = str(r.verdict)
+        if r.verdict is not Verdict.LEAK or st.alerted:
+            return
+        st.alerted = True
+        pid, start = st.key
+        kib = r.rate_kib_min
+        pct = round(r.confidence * 100)
+        msg = (f"LEAK pid {pid} ({st.comm or '?'}): rss +{kib[0]:.1f} KiB/min "
+               f"[{pct}% CI {kib[1]:.1f} .. {kib[2]:.1f}], +{r.growth / 1024:.0f} KiB "
+               f"over {r.span_s:.0f} s")
+        site: int | None = None
+        g = site_growth(st.snaps, limit=1)
+        if g:
+            site = g[0].site
+            where = self._site_where(pid, start, site)
+            msg += f"; fastest site {site}{' ' + where if where else ''} "
+            msg += f"+{g[0].rate_kib_min:.1f} KiB/min"
+        a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
+                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
+        try:
+            self.flush_now()
+            added = self.store.add_alert(a)
+        except StoreError as e:
+            log.error("%s (alert not stored)", e)
+            added = True
+        if added:
+            log.warning("%s", msg)
+
+    def _site_where(self, pid: int, start: int, site: int) -> str:
+        known = self.store.sites(pid, start).get(site)
+        if known:
+            return known
+        try:
+            from pmctl.device import Device
+
+            with Device.open() as dev:
+                for s in dev.sites(pid):
+                    if s.site == site:
+                        if s.file or s.func:
+                            where = f"{s.func or '?'}() {s.file}:{s.line}"
+                        elif s.frames:
+                            where = f"caller 0x{s.frames[0]:x}"
+                        else:
+                            return ""
+                        self.store.set_site(pid, start, site, where)
+                        return where
+        except Exception as e:  # noqa: BLE001 - the description is a nicety
+            log.debug("no description for site %d of pid %d: %s", site, pid, e)
+        return ""
+
+    def handle_event(self, ev: Event | MalformedEvent) -> None:
+        if isinstance(ev, MalformedEvent):
+            self.malformed += 1
+            log.warning("malformed event skipped: %s", ev)
+            return
+        if ev.start_time is None:
+            return
+        key = (ev.pid, start_key(ev.start_time))
+        if ev.cmd == uapi.Cmd.SAMPLE:
+            assert ev.time is not None and ev.vm is not None and ev.rss is not None
+            self.add_sample(SampleRow(ev.pid, key[1], ev.time, ev.vm, ev.rss, ev.rss_anon,
+                                      ev.rss_file, ev.rss_shmem, ev.live_bytes, ev.live_blocks,
+                                      "kmod"))
+        elif ev.cmd in (uapi.Cmd.STARTED, uapi.Cmd.GET_PIDS):
+            self._proc(key, "kmod", ev.comm)
+        elif ev.cmd == uapi.Cmd.EXITED:
+            self._proc(key, "kmod", ev.comm)
+            self.pending_exits.append((key[0], key[1], ev.time or procsampler.boottime_ns()))
+            log.info("pid %d (%s) exited", ev.pid, ev.comm or "?")
+            self.procs.pop(key, None)
+        elif ev.cmd == uapi.Cmd.STOPPED:
+            self.procs.pop(key, None)
+        elif ev.cmd == uapi.Cmd.SITES:
+            st = self._proc(key, "kmod")
+            t = ev.time or 0
+            for s in ev.sites:
+                self.pending_snaps.append((key[0], key[1], t, s.site, s.live_bytes,
+                                           s.live_blocks))
+                st.snaps.append((s.site, t / 1e9, s.live_bytes, s.live_blocks))
+        elif ev.cmd == uapi.Cmd.DROPPED:
+            log.info("pid %d: the module dropped %d records so far", ev.pid, ev.dropped or 0)
+
+    def sample_targets(self) -> None:
+        now_ns = procsampler.boottime_ns()
+        stale_ns = int(2.5 * self.opts.interval * 1e9)
+        for pid, start in list(self.targets.items()):
+            if start is not None:
+                st = self.procs.get((pid, start))
+                if st is not None and st.last_kmod_ns and now_ns - st.last_kmod_ns < stale_ns:
+                    continue  # the module samples it
+            try:
+                s = procsampler.sample(pid, start)
+            except procsampler.ProcessGone:
+                if start is None:
+                    log.warning("pid %d does not exist: not sampled", pid)
+                else:
+                    log.info("pid %d exited", pid)
+                    self.pending_exits.append((pid, start, now_ns))
+                    self.procs.pop((pid, start), None)
+                del self.targets[pid]
+                continue
+            except PermissionError as e:
+                log.warning("pid %d: %s: not sampled", pid, e)
+                del self.targets[pid]
+                continue
+            if start is None:
+                self.targets[pid] = s.start_time
+            self.add_sample(s)
+
+    # -- writing ------------------------------------------------------------
+
+    def pending(self) -> int:
+        return (len(self.pending_samples) + len(self.pending_procs) + len(self.pending_exits)
+                + len(self.pending_snaps))
+
+    def flush_now(self) -> None:
+        """Writes everything pending in one transaction; StoreError leaves it pending."""
+        if not self.pending():
+            return
+        samples = list(self.pending_samples)
+        self.store.write(samples, self.pending_procs, self.pending_exits, self.pending_snaps)
+        self.written += len(samples)
+        self.pending_samples.clear()
+        self.pending_procs = []
+        self.pending_exits = []
+        self.pending_snaps = []
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        try:
+            self.flush_now()
+        except StoreError as e:
+            self.write_failures += 1
+            delay = min(60.0, 5.0 * 2 ** (self.write_failures - 1))
+            self.next_flush = now + delay
+            self._bound_pending()
+            log.error("%s; %d rows kept in memory, retrying in %.0f s", e, self.pending(), delay)
+            return
+        if self.write_failures:
+            log.info("database writable again: wrote the rows kept in memory")
+            self.write_failures = 0
+        self.next_flush = now + self.opts.commit_interval
+
+    def _bound_pending(self) -> None:
+        over = len(self.pending_samples) - self.opts.max_pending
+        if over > 0:
+            for _ in range(over):
+                self.pending_samples.popleft()
+            self.dropped_rows += over
+            log.error("dropped the %d oldest samples (%d so far): the database is not writable",
+                      over, self.dropped_rows)
+        if len(self.pending_snaps) > self.opts.max_pending:
+            del self.pending_snaps[: len(self.pending_snaps) - self.opts.max_pending]
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> int:
+        sel = selectors.DefaultSelector()
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+        old_fd = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+
+        def on_signal(signum: int, _frame: object) -> None:
+            self.stop_signal = signum
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        sel.register(rsock, selectors.EVENT_READ, "signal")
+        listener = None
+        registered: set[int] = set()
+        if self.opts.genl:
+            listener = Listener()
+            self.listener = listener
+            if listener.connect():
+                for pev in listener.dump_pids():
+                    self.handle_event(pev)
+            else:
+                log.info("the pmm module is not loaded: waiting for it%s",
+                         "; sampling /proc meanwhile" if self.targets else "")
+        log.info("pmd running: db %s, %d pid(s) from /proc every %g s", self.store.path,
+                 len(self.targets), self.opts.interval)
+        try:
+            while not self.stop_signal:
+                if listener is not None:
+                    fds = set(listener.fds())
+                    for fd in registered - fds:
+                        sel.unregister(fd)
+                    for fd in fds - registered:
+                        sel.register(fd, selectors.EVENT_READ, "genl")
+                    registered = fds
+                now = time.monotonic()
+                deadlines = [self.next_flush]
+                if self.targets:
+                    deadlines.append(self.next_sample)
+                if listener is not None:
+                    t = listener.timeout()
+                    if t is not None:
+                        deadlines.append(now + t)
+                timeout = max(0.0, min(deadlines) - now)
+                ready = sel.select(timeout)
+                for sk, _ in ready:
+                    if sk.data == "signal":
+                        try:
+                            rsock.recv(512)
+                        except BlockingIOError:
+                            pass
+                if listener is not None:
+                    for ev in listener.poll():
+                        self.handle_event(ev)
+                now = time.monotonic()
+                if self.targets and now >= self.next_sample:
+                    self.sample_targets()
+                    self.next_sample += self.opts.interval
+                    if self.next_sample < now:  # we were late: do not catch up in a burst
+                        self.next_sample = now + self.opts.interval
+                if now >= self.next_flush or len(self.pending_samples) >= 10_000 and \
+                        not self.write_failures:
+                    self.flush()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            signal.set_wakeup_fd(old_fd)
+            sel.close()
+            rsock.close()
+            wsock.close()
+            if listener is not None:
+                listener.close()
+        name = signal.Signals(self.stop_signal).name
+        try:
+            self.flush_now()
+        except StoreError as e:
+            log.error("%s: %d rows could not be written", e, self.pending())
+            return 1
+        log.info("%s: wrote %d samples in all, exiting", name, self.written)
+        return 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="pmd",
+        description="pmm monitoring daemon: records memory samples of monitored processes "
+        "(module events, or /proc for --pid) into SQLite and alerts on leaks.",
+    )
+    p.add_argument("--db", type=Path, default=None,
+                   help="database path (default: $PMM_DB, else /var/lib/pmm/pmm.db as root, "
+                   "else ~/.local/share/pmm/pmm.db)")
+    p.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID",
+                   help="also sample these processes from /proc (when the module does not)")
+    p.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between /proc samples (default 1)")
+    p.add_argument("--commit-interval", type=float, default=1.0,
+                   help="seconds between database commits (default 1)")
+    p.add_argument("--detect-every", type=int, default=10,
+                   help="run the leak detector every N samples of a process (default 10)")
+    p.add_argument("--window", type=int, default=3600,
+                   help="the detector looks at the last N samples (default 3600)")
+    p.add_argument("--max-pending", type=int, default=200_000,
+                   help="samples kept in memory while the database is not writable")
+    p.add_argument("--no-genl", action="store_true",
+                   help="do not listen to the module's events")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    a = p.parse_args(argv)
+    if a.interval < 0.01 or a.interval > 3600:
+        p.error("--interval must be between 0.01 and 3600 seconds")
+    if a.commit_interval < 0.01 or a.commit_interval > 3600:
+        p.error("--commit-interval must be between 0.01 and 3600 seconds")
+    if a.detect_every < 1:
+        p.error("--detect-every must be >= 1")
+    if a.window < Params().min_samples:
+        p.error(f"--window must be >= {Params().min_samples}")
+    if a.max_pending < 1:
+        p.error("--max-pending must be >= 1")
+    if any(pid <= 0 for pid in a.pid):
+        p.error("--pid takes positive process ids")
+    return a
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    a = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if a.verbose else logging.INFO,
+        format="pmd: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("pyroute2").setLevel(logging.CRITICAL)
+    db = a.db or default_db_path()
+    try:
+        store = Store.open(db)
+    except StoreError as e:
+        log.error("%s", e)
+        sys.exit(1)
+    opts = Options(db=db, pids=list(dict.fromkeys(a.pid)), interval=a.interval,
+                   commit_interval=a.commit_interval, detect_every=a.detect_every,
+                   window=a.window, genl=not a.no_genl, max_pending=a.max_pending)
+    d = Daemon(store, opts)
+    try:
+        rc = d.run()
+    finally:
+        store.close()
+    sys.stdout.flush()
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -168,8 +168,8 @@ def run_command(
         signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
     }
     try:
+        on_start(proc.pid)  # the command may write to stderr before this line
         capturer.capture(proc.pid)
-        on_start(proc.pid)
         t0 = time.monotonic()
         while True:
             try:

@@ -1,0 +1,199 @@
+"""`pmctl trend` end to end on the host: from a real SQLite database written
+with pmd's store, from /proc with --watch on a leaking child; exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trend_series as S
+from typer.testing import CliRunner
+
+from pmctl.cli import app
+from pmd.store import ProcessRow, SampleRow, Store
+
+runner = CliRunner()
+DEAD_PID = 4_000_000  # above pid_max: never a live process
+T0 = 1_000_000  # boottime ns of the first sample (1 ms after boot)
+START = 0
+
+
+def _fill(db: Path, pid: int, t: np.ndarray, v: np.ndarray, start: int = START,
+          comm: str = "synthetic", sites: bool = False) -> None:
+    st = Store.open(db)
+    rows = [SampleRow(pid, start, T0 + int(ti * 1e9), int(vi) + (8 << 20), int(vi))
+            for ti, vi in zip(t, v, strict=True)]
+    snaps = []
+    if sites:
+        for i in range(0, len(t), 10):
+            tn = T0 + int(t[i] * 1e9)
+            snaps.append((pid, start, tn, 7, 1000 + 2048 * int(t[i]), 3 + i))  # 2 KiB/s
+            snaps.append((pid, start, tn, 9, 500 + 100 * int(t[i]), 1))  # 100 B/s
+            snaps.append((pid, start, tn, 11, 4096, 1))  # flat
+    st.write(rows, [ProcessRow(pid, start, comm, "/bin/x", "x -y", T0)], (), snaps)
+    if sites:
+        st.set_site(pid, start, 7, "leak_here() leak.c:27")
+    st.close()
+
+
+def _run(*args: str) -> tuple[int, str]:
+    r = runner.invoke(app, ["trend", *args])
+    return r.exit_code, r.output
+
+
+def test_leak_from_db_json(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(1, rate=4096), sites=True)
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--json")
+    assert code == 10, out
+    d = json.loads(out)
+    assert d["verdict"] == "LEAK" and d["exit_code"] == 10
+    assert d["source"] == "db" and d["db"] == str(db)
+    assert d["pid"] == DEAD_PID and d["start_time"] == START and d["comm"] == "synthetic"
+    assert d["samples"] == 600 and d["span_s"] == pytest.approx(599.0)
+    assert d["rate_kib_min"] == pytest.approx(240.0, rel=0.15)
+    assert d["rate_kib_min_low"] < d["rate_kib_min"] < d["rate_kib_min_high"]
+    assert [s["site"] for s in d["sites"]] == [7, 9]
+    assert d["sites"][0]["rate_kib_min"] == pytest.approx(120.0)
+    assert d["sites"][0]["where"] == "leak_here() leak.c:27"
+    assert d["sites"][1]["where"] == ""
+    assert len(d["table"]) == 12
+    assert d["table"][0]["time_s"] == 0.0 and d["table"][-1]["time_s"] == pytest.approx(599.0)
+    assert d["table"][0]["vm"] - d["table"][0]["rss"] == 8 << 20
+    if d["mem_available"] is not None:
+        assert d["exhausted_in_s"] == pytest.approx(d["mem_available"] / d["slope_bytes_s"])
+
+
+def test_stable_from_db_table(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.sawtooth(2))
+    code, out = _run(str(DEAD_PID), "--db", str(db))
+    assert code == 0, out
+    assert f"pid {DEAD_PID} (synthetic): 600 samples over 9m59s from pmd database" in out
+    assert "verdict:  STABLE" in out
+    assert "rss ('*' samples, '.' fitted floor):" in out
+    assert "not exhausted at this rate" in out
+
+
+def test_not_enough_data_exit_12(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(0, n=10))
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--json")
+    assert code == 12
+    assert json.loads(out)["verdict"] == "NOT ENOUGH DATA"
+
+
+def test_since_limits_the_window(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(0, n=100))
+    # the samples are from "boottime" 1000 s; now is later: --since 0 keeps none
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--since", "0", "--source", "db")
+    assert code == 6 or code == 5, out
+    assert f"no samples of pid {DEAD_PID} in {db}" in out
+
+
+def test_reused_pid_picks_latest_or_start_time(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(0), start=START, comm="old")
+    _fill(db, DEAD_PID, *S.flat(0), start=START + 10_000_000, comm="new")
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--json")
+    assert (code, json.loads(out)["comm"]) == (0, "new")
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--json", "--start-time", str(START))
+    assert (code, json.loads(out)["comm"]) == (10, "old")
+
+
+def test_no_samples_anywhere(tmp_path: Path) -> None:
+    db = tmp_path / "none.db"
+    env = {"PMM_DEVICE": str(tmp_path / "no-device")}
+    r = runner.invoke(app, ["trend", str(DEAD_PID), "--db", str(db)], env=env)
+    assert r.exit_code == 5
+    assert "the process does not exist" in r.output
+    r = runner.invoke(app, ["trend", str(os.getpid()), "--db", str(db)], env=env)
+    assert r.exit_code == 6
+    assert "use --watch SECONDS" in r.output
+
+
+def test_env_pmm_db(tmp_path: Path) -> None:
+    db = tmp_path / "env.db"
+    _fill(db, DEAD_PID, *S.leak(0))
+    r = runner.invoke(app, ["trend", str(DEAD_PID), "--json"], env={"PMM_DB": str(db)})
+    assert r.exit_code == 10
+    assert json.loads(r.output)["db"] == str(db)
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(0))
+    png = tmp_path / "t.png"
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(png))
+    assert code == 10, out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot:     {png}" in out
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "no/dir/x.png"))
+    assert code == 1 and "cannot write the plot" in out
+
+
+def test_not_a_database(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    code, out = _run(str(DEAD_PID), "--db", str(bad))
+    assert code == 1
+    assert "not a pmm database" in out or "not a database" in out
+
+
+LEAKER = """
+import sys, time
+keep = []
+print("ready", flush=True)
+while True:
+    b = bytearray(64 * 1024)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    keep.append(b)
+    time.sleep(0.02)
+"""
+
+
+def test_watch_a_leaking_process_subprocess(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        t = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "pmctl", "trend", str(child.pid), "--watch", "3",
+             "--interval", "0.05", "--json", "--db", str(tmp_path / "none.db")],
+            capture_output=True, text=True, timeout=60)
+        assert time.monotonic() - t >= 3.0
+    finally:
+        child.kill()
+        child.wait()
+    assert r.returncode == 10, r.stderr
+    d = json.loads(r.stdout)
+    assert d["source"] == "proc" and d["verdict"] == "LEAK"
+    assert 55 <= d["samples"] <= 62
+    # 64 KiB every 20 ms (plus sleep overshoot): about 3 MiB/s, at most 3.2
+    assert 1000 * 60 < d["rate_kib_min"] < 3200 * 60
+
+
+def test_watch_sleeping_process_is_stable() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        code, out = _run(str(child.pid), "--watch", "2.5", "--interval", "0.1", "--json")
+    finally:
+        child.kill()
+        child.wait()
+    d = json.loads(out.splitlines()[-1] if out.startswith("sampling") else out)
+    assert code == 0, out
+    assert d["verdict"] == "STABLE" and d["rate_kib_min"] == 0.0
+
+
+def test_watch_proc_source_needs_watch() -> None:
+    code, out = _run("1", "--source", "proc")
+    assert code == 2
+    assert "--watch" in out

@@ -7,10 +7,10 @@
  *
  *   pmd [-n iterations (0: forever)] [-s sleep ms] [-l leak bytes per iteration]
  *
- * With -l, each iteration also leaks that many bytes at LEAK_LINE (printed
- * at start: "pmd: pid N leak-line L"). After the loop it flushes its
- * records, prints "pmd: done" and waits until stdin reaches end of file
- * (so a test can read /proc/pmm/pid first).
+ * With -l, each iteration also leaks that many bytes, in main(). It prints
+ * "pmd: pid N" at start; after the loop it flushes its records, prints
+ * "pmd: done leak-line L" (the line of the leaking malloc) and waits until
+ * stdin reaches end of file (so a test can read /proc/pmm/pid first).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,21 +28,11 @@ static void sleep_ms(long ms)
 		nanosleep(&ts, NULL);
 }
 
-enum { LEAK_LINE = __LINE__ + 4 };
-
-static char *leak(size_t bytes)
-{
-	char *p = malloc(bytes);	/* LEAK_LINE: leaked on purpose */
-
-	if (p)
-		memset(p, 0x5a, bytes);
-	return p;
-}
-
 int main(int argc, char **argv)
 {
 	long iterations = 0, sleep = 1000, i;
 	size_t leak_bytes = 0;
+	int leak_line = 0;
 	char *chr;
 	int opt;
 
@@ -56,18 +46,24 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	printf("pmd: pid %d leak-line %d\n", (int)getpid(), LEAK_LINE);
+	printf("pmd: pid %d\n", (int)getpid());
 	fflush(stdout);
 	for (i = 0; iterations == 0 || i < iterations; i++) {
 		chr = (char *)malloc(sizeof(char) * 100);		/* malloc call */
 		chr = (char *)realloc(chr, sizeof(char) * 200);	/* realloc call */
 		free(chr);						/* free call */
-		if (leak_bytes)
-			leak(leak_bytes);
+		if (leak_bytes) {
+			enum { LEAK_LINE = __LINE__ + 1 };
+			char *lost = malloc(leak_bytes);			/* leaked on purpose */
+
+			leak_line = LEAK_LINE;
+			if (lost)
+				memset(lost, 0x5a, leak_bytes);
+		}
 		sleep_ms(sleep);
 	}
 	pmm_hooks_flush();
-	printf("pmd: done\n");
+	printf("pmd: done leak-line %d\n", leak_line);
 	fflush(stdout);
 	while (getchar() != EOF)
 		;

@@ -169,8 +169,37 @@ def decode(msg: Any) -> Event:
 
 
 _NLMSGHDR = struct.Struct("=IHHII")
+_NLA = struct.Struct("=HH")
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
+_SIZES = {"uint32": 4, "uint64": 8, "none": 0}
+
+
+def check_attrs(buf: bytes, start: int, end: int, nested: bool = False) -> None:
+    """The kernel's policy, checked before pyroute2 decodes: every known
+    attribute has its exact size (pyroute2 would read past a short one), the
+    comm is NUL-terminated, a site is a well-formed nest."""
+    off = start
+    while off < end:
+        if off + _NLA.size > end:
+            raise MalformedEvent(f"{end - off} stray bytes after the attributes")
+        n, t = _NLA.unpack_from(buf, off)
+        t &= 0x3FFF
+        if n < _NLA.size or off + n > end:
+            raise MalformedEvent(f"attribute {t} has a bad length {n}")
+        kind = _NLA_TYPES.get(t)
+        if kind is not None:
+            name = f"PMM_A_{uapi.Attr(t).name}"
+            size = n - _NLA.size
+            if kind in _SIZES and size != _SIZES[kind] and not (t == uapi.Attr.PAD):
+                raise MalformedEvent(f"attribute {name} has {size} bytes, not {_SIZES[kind]}")
+            if kind == "asciiz" and (size == 0 or buf[off + n - 1] != 0):
+                raise MalformedEvent(f"attribute {name} is not a NUL-terminated string")
+            if kind == "site":
+                if nested:
+                    raise MalformedEvent("PMM_A_SITE nested in a site")
+                check_attrs(buf, off + _NLA.size, off + n, nested=True)
+        off += (n + 3) & ~3
 
 
 def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]:
@@ -187,6 +216,7 @@ def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]
         off += (length + 3) & ~3
         if mtype == family_id:
             try:
+                check_attrs(chunk, _NLMSGHDR.size + 4, len(chunk))
                 m = PmmMsg(chunk)
                 m.decode()
                 out.append(decode(m))

@@ -1,0 +1,192 @@
+"""pmd as a process, without the module: /proc sampling into a real SQLite
+file; SIGTERM, kill -9, a read-only database and a full disk."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[2]
+
+
+def pmd(*args: str, **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", *args],
+                            stderr=subprocess.PIPE, text=True, cwd=TOP, **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture()
+def sleeper() -> Iterator[int]:
+    p = subprocess.Popen(["sleep", "120"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(c.execute("SELECT count(*) FROM samples").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0  # not created yet
+    finally:
+        c.close()
+
+
+def wait_for(pred: object, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_sigterm_flushes_and_exits_0(tmp_path: Path, sleeper: int) -> None:
+    db = tmp_path / "pmm.db"
+    p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.05",
+            "--commit-interval", "3600")
+    assert p.stderr is not None
+    try:
+        line = p.stderr.readline()
+        while "pmd running" not in line:
+            assert line, "pmd exited early"
+            line = p.stderr.readline()
+        time.sleep(1.0)
+        assert db.exists()
+        assert count(db) == 0  # nothing committed yet: all pending in memory
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=20)
+        err = p.stderr.read()
+    finally:
+        p.kill()
+    assert rc == 0, err
+    n = count(db)
+    assert n >= 10
+    assert f"SIGTERM: wrote {n} samples in all, exiting" in err
+    c = sqlite3.connect(db)
+    assert c.execute("SELECT DISTINCT pid, source FROM samples").fetchall() == [(sleeper, "proc")]
+    assert c.execute("SELECT comm, cmdline FROM processes").fetchall() == [("sleep", "sleep 120")]
+
+
+def test_kill_9_keeps_committed_samples(tmp_path: Path, sleeper: int) -> None:
+    db = tmp_path / "pmm.db"
+    p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.02",
+            "--commit-interval", "0.1")
+    try:
+        wait_for(lambda: count(db) >= 30)
+        seen = count(db)
+        p.kill()
+        p.wait(timeout=10)
+    finally:
+        p.kill()
+    c = sqlite3.connect(db)
+    assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    n = c.execute("SELECT count(*) FROM samples").fetchone()[0]
+    assert n >= seen
+    times = [r[0] for r in c.execute("SELECT time FROM samples ORDER BY time")]
+    assert times == sorted(set(times)) and len(times) == n
+
+
+def test_unwritable_database_is_one_clear_error(tmp_path: Path) -> None:
+    p = pmd("--db", "/proc/self/no/pmm.db")
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 1
+    assert err.startswith("pmd: ERROR: cannot open the database /proc/self/no/pmm.db: ")
+    assert len(err.strip().splitlines()) == 1
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_read_only_file_system(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "ro", "4m") as mnt:
+        db = mnt / "pmm.db"
+        p = pmd("--db", str(db), "--pid", str(os.getpid()), "--interval", "0.05")
+        wait_for(lambda: db.exists() and count(db) > 0)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        p = pmd("--db", str(db), "--pid", str(os.getpid()))
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 1
+        assert err.startswith(f"pmd: ERROR: cannot open the database {db}: ")
+        assert "read-only" in err or "unable to open" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_disk_full_no_busy_loop_then_recovers(tmp_path: Path, sleeper: int) -> None:
+    with small_tmpfs(tmp_path / "full", "2m") as mnt:
+        db = mnt / "pmm.db"
+        p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.01",
+                "--commit-interval", "0.2")
+        assert p.stderr is not None
+        os.set_blocking(p.stderr.fileno(), False)
+        try:
+            wait_for(lambda: count(db) > 0)
+            filler = mnt / "filler"
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            time.sleep(1.0)
+            before = cpu_s(p.pid)
+            time.sleep(4.0)
+            used = cpu_s(p.pid) - before
+            assert p.poll() is None  # still running
+            # sampling 100/s costs a little; a busy retry loop would use a whole core
+            assert used < 2.0, used
+            log = p.stderr.read() or ""
+            errors = [ln for ln in log.splitlines() if "cannot write to the database" in ln]
+            assert 1 <= len(errors) <= 3, log
+            assert "full" in errors[0] and "rows kept in memory, retrying in 5 s" in errors[0]
+            stuck = count(db)
+            filler.unlink()
+            wait_for(lambda: count(db) > stuck + 100, timeout=30)
+            time.sleep(0.5)
+            log = p.stderr.read() or ""
+            assert "database writable again" in log
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=20) == 0
+        finally:
+            p.kill()
+            p.wait()
+        c = sqlite3.connect(db)
+        times = [r[0] for r in c.execute("SELECT time FROM samples ORDER BY time")]
+        # nothing was lost across the outage: no gap much longer than the interval
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert max(gaps) < 1_000_000_000, max(gaps)
+
+
+def test_bad_arguments_exit_2() -> None:
+    for args in (["--interval", "0"], ["--pid", "-3"], ["--detect-every", "0"]):
+        p = pmd(*args)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 2, (args, err)
+        assert "pmd: error:" in err

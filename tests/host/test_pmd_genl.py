@@ -1,0 +1,153 @@
+"""The genl event decoder (pmd/genl.py) on hand-built datagrams laid out as
+kmod/genl.c sends them, and the daemon's handling of a malformed one."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+import pytest
+
+from pmctl import uapi
+from pmd.genl import Event, MalformedEvent, SiteLive, decode_datagram
+from pmd.main import Daemon, Options
+from pmd.store import Store, start_key
+
+FAM = 0x1B  # any dynamic genl family id
+A = uapi.Attr
+NLA_F_NESTED = 0x8000
+
+
+def attr(t: int, payload: bytes) -> bytes:
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, t) + payload + b"\0" * (-n % 4)
+
+
+def u32(t: int, v: int) -> bytes:
+    return attr(t, struct.pack("=I", v))
+
+
+def u64(t: int, v: int) -> bytes:
+    # nla_put_u64_64bit: a PAD attribute first when the payload is not 8-aligned
+    return attr(A.PAD, b"") + attr(t, struct.pack("=Q", v))
+
+
+def msg(cmd: int, *attrs: bytes, typ: int = FAM) -> bytes:
+    body = struct.pack("=BBH", cmd, uapi.GENL_VERSION, 0) + b"".join(attrs)
+    return struct.pack("=IHHII", 16 + len(body), typ, 0, 0, 0) + body
+
+
+def sample_msg(pid: int = 42, rss: int = 8192) -> bytes:
+    return msg(uapi.Cmd.SAMPLE, u32(A.PID, pid), u64(A.START_TIME, 123_456_789_012),
+               u64(A.TIME, 200_000_000_000), u64(A.VM, 1 << 30), u64(A.RSS, rss),
+               u64(A.RSS_ANON, 4096), u64(A.RSS_FILE, 4096), u64(A.RSS_SHMEM, 0),
+               u64(A.LIVE_BYTES, 300), u64(A.LIVE_BLOCKS, 3))
+
+
+def test_sample_event() -> None:
+    (ev,) = decode_datagram(sample_msg(), FAM)
+    assert ev == Event(cmd=uapi.Cmd.SAMPLE, pid=42, start_time=123_456_789_012,
+                       time=200_000_000_000, vm=1 << 30, rss=8192, rss_anon=4096,
+                       rss_file=4096, rss_shmem=0, live_bytes=300, live_blocks=3)
+
+
+def test_exited_and_sites_events() -> None:
+    exited = msg(uapi.Cmd.EXITED, u32(A.PID, 7), u64(A.START_TIME, 5), u64(A.TIME, 9),
+                 attr(A.COMM, b"leaky\0"), u32(A.STATE, 2))
+    site = lambda sid, b, k: attr(A.SITE | NLA_F_NESTED,  # noqa: E731
+                                  u32(A.SITE_ID, sid) + u64(A.LIVE_BYTES, b) +
+                                  u64(A.LIVE_BLOCKS, k))
+    sites = msg(uapi.Cmd.SITES, u32(A.PID, 7), u64(A.START_TIME, 5), u64(A.TIME, 10),
+                site(3, 4096, 2), site(9, 100, 1))
+    evs = decode_datagram(exited + sites, FAM)
+    assert evs == [
+        Event(cmd=uapi.Cmd.EXITED, pid=7, start_time=5, time=9, comm="leaky", state=2),
+        Event(cmd=uapi.Cmd.SITES, pid=7, start_time=5, time=10,
+              sites=(SiteLive(3, 4096, 2), SiteLive(9, 100, 1))),
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (msg(uapi.Cmd.SAMPLE, u64(A.START_TIME, 1), u64(A.TIME, 1), u64(A.VM, 1),
+             u64(A.RSS, 1)), "no valid PMM_A_PID"),
+        (msg(uapi.Cmd.SAMPLE, u32(A.PID, 1), u64(A.START_TIME, 1), u64(A.TIME, 1)),
+         "missing PMM_A_VM, PMM_A_RSS"),
+        (msg(uapi.Cmd.SAMPLE, u32(A.PID, 1), attr(A.START_TIME, b"\1\2\3"),
+             u64(A.TIME, 1), u64(A.VM, 1), u64(A.RSS, 1)), "START_TIME"),
+        (msg(99, u32(A.PID, 1)), "unknown command 99"),
+        (msg(uapi.Cmd.EXITED, u32(A.PID, 1), u64(A.START_TIME, 1), attr(A.COMM, b"\xff\xfe")),
+         ""),
+        (sample_msg()[:40], "truncated netlink message"),
+        (sample_msg()[:-8], "truncated"),
+        (msg(uapi.Cmd.SAMPLE, u32(A.PID, 1), typ=FAM + 1), "unexpected type"),
+        (msg(uapi.Cmd.SAMPLE, u32(A.PID, 1), struct.pack("=HH", 200, A.RSS)), ""),
+    ],
+)
+def test_malformed(bad: bytes, why: str) -> None:
+    out = decode_datagram(bad, FAM)
+    assert out and all(isinstance(e, MalformedEvent) for e in out), out
+    assert why in str(out[0])
+
+
+def test_bad_message_does_not_hide_the_next() -> None:
+    bad = msg(uapi.Cmd.SAMPLE, u32(A.PID, 1))
+    out = decode_datagram(bad + sample_msg(pid=43), FAM)
+    assert isinstance(out[0], MalformedEvent)
+    assert isinstance(out[1], Event) and out[1].pid == 43
+
+
+def test_daemon_logs_and_skips_malformed(tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False))
+    caplog.set_level(logging.INFO, logger="pmd")
+    for ev in decode_datagram(msg(uapi.Cmd.SAMPLE, u32(A.PID, 1)) + sample_msg(rss=12288), FAM):
+        d.handle_event(ev)
+    d.flush_now()
+    assert d.malformed == 1
+    warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warn == ["malformed event skipped: command 1 (pid 1): missing PMM_A_START_TIME, "
+                    "PMM_A_TIME, PMM_A_VM, PMM_A_RSS"]
+    s = st.series(42, start_key(123_456_789_012))
+    assert s.rss.tolist() == [12288] and s.time_ns.tolist() == [200_000_000_000]
+    row = st.db.conn.execute("SELECT live_bytes, live_blocks, source FROM samples").fetchone()
+    assert row == (300, 3, "kmod")
+    st.close()
+
+
+def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
+    caplog.set_level(logging.INFO, logger="pmd")
+    pid, start = 4_000_001, 5_000_000_000
+    sites = []
+    for i in range(200):
+        t = 10_000_000_000 + i * 100_000_000
+        d.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start, time=t,
+                             vm=1 << 30, rss=(2 << 20) + 4096 * i))
+        if i % 10 == 0:
+            sites.append(Event(cmd=uapi.Cmd.SITES, pid=pid, start_time=start, time=t,
+                               sites=(SiteLive(5, 4096 * i, i), SiteLive(6, 100, 1))))
+            d.handle_event(sites[-1])
+    d.flush_now()
+    alerts = st.alerts(pid)
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.verdict, a.site, a.start_time) == ("LEAK", 5, start)
+    assert a.slope == pytest.approx(40960.0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("LEAK")]
+    assert lines == [a.message]
+    assert a.message.startswith(f"LEAK pid {pid} (?): rss +2400.0 KiB/min [95% CI ")
+    assert "fastest site 5 +2400.0 KiB/min" in a.message
+    # a restarted pmd does not alert again for the same process
+    d2 = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
+    for i in range(200, 260):
+        d2.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start,
+                              time=10_000_000_000 + i * 100_000_000, vm=1 << 30,
+                              rss=(2 << 20) + 4096 * i))
+    d2.flush_now()
+    assert len(st.alerts(pid)) == 1
+    st.close()

@@ -1,0 +1,152 @@
+"""pmd's SQLite store and /proc sampler, on real files and real processes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pmd import procsampler
+from pmd.store import (
+    TICK_NS,
+    AlertRow,
+    ProcessRow,
+    SampleRow,
+    Store,
+    StoreError,
+    default_db_path,
+    start_key,
+)
+
+
+def test_schema_wal_and_keys(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "pmm.db"
+    st = Store.open(db)
+    assert st.db.journal_mode == "wal"
+    c = sqlite3.connect(db)
+    pks = {t: [r[1] for r in c.execute(f"PRAGMA table_info({t})") if r[5]]
+           for t in ("processes", "samples", "site_snapshots", "sites", "alerts")}
+    assert pks == {
+        "processes": ["pid", "start_time"],
+        "samples": ["pid", "start_time", "time"],
+        "site_snapshots": ["pid", "start_time", "time", "site"],
+        "sites": ["pid", "start_time", "site"],
+        "alerts": ["id"],
+    }
+    cols = [r[1] for r in c.execute("PRAGMA table_info(samples)")]
+    assert cols == ["pid", "start_time", "time", "vm", "rss", "rss_anon", "rss_file",
+                    "rss_shmem", "live_bytes", "live_blocks", "source"]
+    st.close()
+    Store.open(db).close()  # reopening an existing database is fine
+
+
+def test_reused_pid_never_mixes(tmp_path: Path) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    a = [SampleRow(42, 100, t, 1000, 10 * t) for t in range(1, 6)]
+    b = [SampleRow(42, 200, t, 2000, 20 * t) for t in range(1, 4)]
+    st.write(a + b + a[:2], [ProcessRow(42, 100, "first"), ProcessRow(42, 200, "second")])
+    assert st.sample_count() == 8  # the repeated two were ignored
+    s = st.series(42, 100)
+    assert s.rss.tolist() == [10, 20, 30, 40, 50] and s.time_ns.tolist() == [1, 2, 3, 4, 5]
+    assert st.series(42, 200).rss.tolist() == [20, 40, 60]
+    assert st.series(42, 200, since_ns=2).rss.tolist() == [40, 60]
+    assert [(p.start_time, p.comm) for p in st.processes(42)] == [(200, "second"),
+                                                                  (100, "first")]
+    # a later row with an empty comm keeps the known one; exits are recorded once
+    st.write(processes=[ProcessRow(42, 100, "", "/bin/x", "")], exits=[(42, 100, 77)])
+    st.write(exits=[(42, 100, 99)])
+    p = st.processes(42)[1]
+    assert (p.comm, p.exe, p.exited) == ("first", "/bin/x", 77)
+    st.close()
+
+
+def test_alert_once(tmp_path: Path) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    a = AlertRow(1, 2, 3, 4.0, "c", "LEAK", 10.0, 5.0, 15.0, 0.95, 1e6, 7, "msg")
+    assert st.add_alert(a) is True
+    assert st.add_alert(a) is False
+    assert st.alerts(1) == [a]
+    st.close()
+
+
+def test_site_snapshots(tmp_path: Path) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    st.write(snapshots=[(1, 2, 10, 7, 100, 1), (1, 2, 10, 8, 50, 2), (1, 2, 20, 7, 300, 3)])
+    assert st.site_snapshots(1, 2) == [(7, 10, 100, 1), (8, 10, 50, 2), (7, 20, 300, 3)]
+    st.set_site(1, 2, 7, "f() a.c:3")
+    assert st.sites(1, 2) == {7: "f() a.c:3"}
+    st.close()
+
+
+def test_readonly_open_errors(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no database at"):
+        Store.open(tmp_path / "missing.db", readonly=True)
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"x" * 4096)
+    with pytest.raises(StoreError, match="not a pmm database"):
+        Store.open(bad, readonly=True)
+    with pytest.raises(StoreError, match="cannot open the database /proc/"):
+        Store.open("/proc/no/such/dir/pmm.db")
+
+
+def test_default_db_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMM_DB", "/tmp/x.db")
+    assert default_db_path() == Path("/tmp/x.db")
+    monkeypatch.delenv("PMM_DB")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_db_path() == Path("/var/lib/pmm/pmm.db")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("HOME", "/home/u")
+    assert default_db_path() == Path("/home/u/.local/share/pmm/pmm.db")
+
+
+def test_start_key_matches_proc_stat() -> None:
+    assert start_key(5 * TICK_NS + 123) == 5 * TICK_NS
+    st = procsampler.read_stat(os.getpid())
+    assert st.start_time % TICK_NS == 0
+    assert start_key(st.start_time) == st.start_time
+
+
+def test_parse_stat_with_odd_comm() -> None:
+    text = "123 (a) b (c) S 1 123 123 0 -1 4194560 " + " ".join(["0"] * 12) + " 4567 " + \
+        " ".join(["0"] * 30)
+    st = procsampler.parse_stat(text)
+    assert (st.pid, st.comm, st.state, st.ppid) == (123, "a) b (c", "S", 1)
+    assert st.start_time == 4567 * TICK_NS
+
+
+def test_sample_self_matches_statm() -> None:
+    s = procsampler.sample(os.getpid())
+    with open("/proc/self/statm") as f:
+        vm_pages = int(f.read().split()[0])
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert s.vm % page == 0 and s.rss % page == 0
+    assert abs(s.vm - vm_pages * page) < 64 << 20
+    assert s.rss_anon is not None and s.rss_file is not None and s.rss_shmem is not None
+    assert s.rss_anon % 1024 == 0
+    assert abs(s.rss_anon + s.rss_file + s.rss_shmem - s.rss) < 4 << 20
+    assert s.source == "proc" and s.live_bytes is None
+
+
+def test_sample_gone_and_reused() -> None:
+    p = subprocess.Popen(["sleep", "30"])
+    for _ in range(100):  # right after exec, cmdline may still read empty
+        if Path(f"/proc/{p.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.01)
+    st = procsampler.read_stat(p.pid)
+    assert st.comm == "sleep"
+    assert procsampler.sample(p.pid, st.start_time).pid == p.pid
+    with pytest.raises(procsampler.ProcessGone, match="another process"):
+        procsampler.sample(p.pid, st.start_time + TICK_NS)
+    d = procsampler.describe(p.pid)
+    assert (d.comm, d.exe, d.cmdline) == ("sleep", os.path.realpath("/usr/bin/sleep"),
+                                          "sleep 30")
+    p.kill()
+    p.wait()
+    with pytest.raises(procsampler.ProcessGone):
+        procsampler.sample(p.pid, st.start_time)

@@ -107,6 +107,8 @@ static ssize_t pmm_cfg_write(struct file *file, const char __user *ubuf,
 	if (copy_from_user(buf, ubuf, count))
 		return -EFAULT;
 	buf[count] = '\0';
+	if (strlen(buf) != count)
+		return -EINVAL;		/* an embedded NUL */
 	val = strchr(buf, ' ');
 	if (!val)
 		return -EINVAL;

@@ -67,13 +67,48 @@ static struct mm_struct *pmm_group_mm(struct task_struct *task)
 	return mm;
 }
 
+/*
+ * Grows the ring (doubling, from 16) while it is full and below
+ * max_samples_per_pid; sample seq lives at ring[seq % ring_size].
+ * Called and returns with p->lock held; drops it to allocate.
+ */
+static void pmm_ring_grow(struct pmm_proc *p)
+{
+	u32 max = READ_ONCE(pmm_cfg.max_samples), old_size = p->ring_size;
+	struct pmm_sample *ring, *old;
+	u64 seq, first;
+	u32 size;
+
+	if (p->nsamples < old_size || old_size >= max)
+		return;
+	size = old_size ? min_t(u64, (u64)old_size * 2, max) : min(16U, max);
+	mutex_unlock(&p->lock);
+	ring = kvmalloc_array(size, sizeof(*ring), GFP_KERNEL);
+	mutex_lock(&p->lock);
+	if (!ring)
+		return;
+	if (p->ring_size != old_size) {
+		old = ring;		/* raced: someone else grew it */
+	} else {
+		first = p->nsamples - min_t(u64, p->nsamples, old_size);
+		for (seq = first; seq < p->nsamples; seq++)
+			ring[seq % size] = p->ring[seq % old_size];
+		old = p->ring;
+		p->ring = ring;
+		p->ring_size = size;
+		atomic64_add((u64)(size - old_size) * sizeof(*ring),
+			     &pmm_kmem_bytes);
+	}
+	mutex_unlock(&p->lock);
+	kvfree(old);
+	mutex_lock(&p->lock);
+}
+
 static void pmm_sample_one(struct pmm_proc *p)
 {
 	struct task_struct *task;
 	struct mm_struct *mm = NULL;
 	struct pmm_sample s = {};
-	struct pmm_sample *ring = NULL;
-	u32 ring_size = 0;
 	u64 live_bytes, live_blocks, dropped = 0;
 	bool exited = false, sites = false;
 	pid_t ppid = 0;
@@ -84,15 +119,7 @@ static void pmm_sample_one(struct pmm_proc *p)
 		mutex_unlock(&p->lock);
 		return;
 	}
-	if (!p->ring) {
-		ring_size = READ_ONCE(pmm_cfg.max_samples);
-		mutex_unlock(&p->lock);
-		ring = kvmalloc_array(ring_size, sizeof(*ring), GFP_KERNEL);
-		if (!ring)
-			return;
-	} else {
-		mutex_unlock(&p->lock);
-	}
+	mutex_unlock(&p->lock);
 
 	task = get_pid_task(p->pid, PIDTYPE_TGID);
 	if (!task || atomic_read(&task->signal->live) == 0) {
@@ -118,12 +145,8 @@ static void pmm_sample_one(struct pmm_proc *p)
 	s.time_ns = ktime_get_boottime_ns();
 
 	mutex_lock(&p->lock);
-	if (ring && !p->ring) {
-		p->ring = ring;
-		p->ring_size = ring_size;
-		atomic64_add((u64)ring_size * sizeof(*ring), &pmm_kmem_bytes);
-		ring = NULL;
-	}
+	if (!exited)
+		pmm_ring_grow(p);
 	if (exited) {
 		p->state = PMM_STATE_EXITED;
 		p->exit_time_ns = s.time_ns;
@@ -139,7 +162,6 @@ static void pmm_sample_one(struct pmm_proc *p)
 		p->dropped_reported = dropped;
 	}
 	mutex_unlock(&p->lock);
-	kvfree(ring);
 
 	if (exited) {
 		pmm_genl_proc_event(PMM_CMD_EXITED, p);

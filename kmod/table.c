@@ -512,15 +512,18 @@ static void do_alloc(struct pmm_proc *p, u16 op, u64 ptr, u64 prev, u64 size,
 	struct pmm_block_ent *b = NULL;
 	struct pmm_site_stats *s;
 	struct pmm_pending *pe;
+	bool need_block;
 	u64 len;
 
+	pe = pending_find(p, ptr, t, op_is_map(op));
+	/* a block remains unless a pending free cancels all of it */
+	need_block = !pe || (pe->op == PMM_OP_MUNMAP && pe->len < size);
+	if (need_block && p->nblocks >= READ_ONCE(pmm_cfg.max_blocks))
+		goto drop;
 	s = site_get(p, site);
 	if (!s)
 		goto drop;
-	pe = pending_find(p, ptr, t, op_is_map(op));
-	if (!pe || (pe->op == PMM_OP_MUNMAP && pe->len < size)) {
-		if (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks))
-			goto drop;
+	if (need_block) {
 		b = kmem_cache_alloc(pmm_block_cache, GFP_KERNEL);
 		if (!b)
 			goto drop;
@@ -714,7 +717,7 @@ struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx)
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)
 {
 	lockdep_assert_held(&p->lock);
-	if (!p->ring)
+	if (!p->ring_size)
 		return;
 	p->ring[p->nsamples % p->ring_size] = *s;
 	p->nsamples++;

@@ -1,0 +1,266 @@
+"""In-kernel pairing: exact live bytes and per-site counters for known
+sequences, out-of-order arrival (one thread and across threads), address
+reuse, realloc chains, mappings, weights, limits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kmod_dev import Dev, rec
+
+from pmctl import uapi
+
+pytestmark = pytest.mark.usefixtures("pmm")
+Op = uapi.Op
+
+
+@pytest.fixture()
+def dev() -> Iterator[Dev]:
+    d = Dev()
+    d.start()
+    yield d
+    d.close()
+
+
+def counts(s: uapi.SiteStats) -> dict[str, int]:
+    out = {
+        "live_bytes": s.live_bytes,
+        "live_blocks": s.live_blocks,
+        "alloc_bytes": s.alloc_bytes,
+        "free_bytes": s.free_bytes,
+    }
+    for op in Op:
+        if s.alloc_count[op]:
+            out[op.name.lower()] = s.alloc_count[op]
+    return out
+
+
+def test_known_sequence(dev: Dev) -> None:
+    dev.register(1, [0x10000E60], "pmd.c", "main", 207)
+    dev.register(2, [0x10000E84], "pmd.c", "main", 209)
+    t = 1_000_000_000
+    dev.send([
+        rec(Op.MALLOC, 0xA000, 100, t + 1, site=1),
+        rec(Op.MALLOC, 0xB000, 300, t + 2, site=1),
+        rec(Op.CALLOC, 0xC000, 40, t + 3, site=2),
+        rec(Op.REALLOC, 0xD000, 200, t + 4, site=2, prev=0xA000),
+        rec(Op.FREE, 0xB000, 0, t + 5, site=3),
+        rec(Op.ALIGNED_ALLOC, 0xE000, 64, t + 6, site=1),
+        rec(Op.FREE, 0xC000, 0, t + 7),
+        rec(Op.FREE, 0, 0, t + 8),  # free(NULL): nothing
+    ])
+    sites = dev.sites()
+    assert sorted(sites) == [1, 2]  # a free's own site is not created: frees count at the block's
+    assert counts(sites[1]) == {
+        "live_bytes": 64, "live_blocks": 1, "alloc_bytes": 464, "free_bytes": 400,
+        "malloc": 2, "aligned_alloc": 1, "free": 2,
+    }
+    assert counts(sites[2]) == {
+        "live_bytes": 200, "live_blocks": 1, "alloc_bytes": 240, "free_bytes": 40,
+        "calloc": 1, "realloc": 1, "free": 1,
+    }
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.records) == (2, 264, 8)
+    assert (info.pending_frees, info.unmatched_frees, info.dropped_records) == (0, 0, 0)
+    blocks = sorted((b.ptr, b.prev_ptr, b.size, b.op, b.site, b.time_ns) for b in dev.blocks())
+    assert blocks == [(0xD000, 0xA000, 200, Op.REALLOC, 2, t + 4),
+                      (0xE000, 0, 64, Op.ALIGNED_ALLOC, 1, t + 6)]
+
+
+def test_free_before_alloc_one_thread(dev: Dev) -> None:
+    t = 5_000_000_000
+    # the free (t+10) arrives before its allocation (t+5)
+    dev.send([rec(Op.FREE, 0x4000, 0, t + 10)])
+    assert dev.info().pending_frees == 1
+    dev.send([rec(Op.MALLOC, 0x4000, 77, t + 5, site=4)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees, info.unmatched_frees) == (
+        0, 0, 0, 0)
+    assert counts(dev.sites()[4]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 77,
+                                      "free_bytes": 77, "malloc": 1, "free": 1}
+    # an allocation newer than the pending free does not pair with it
+    dev.send([rec(Op.FREE, 0x5000, 0, t + 20), rec(Op.MALLOC, 0x5000, 9, t + 30)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (1, 9, 1)
+
+
+def test_address_reuse(dev: Dev) -> None:
+    t = 7_000_000_000
+    p = 0x6000
+    # thread 1: malloc@1 ... thread 2: free@2 ... thread 1: malloc@3 (reuse);
+    # arrival: malloc@3, then malloc@1, then free@2
+    dev.send([rec(Op.MALLOC, p, 30, t + 3, site=2)])
+    dev.send([rec(Op.MALLOC, p, 10, t + 1, site=1)])
+    assert dev.info().live_blocks == 2  # both kept while the free is in flight
+    dev.send([rec(Op.FREE, p, 0, t + 2)])
+    (b,) = dev.blocks()
+    assert (b.ptr, b.size, b.site, b.time_ns) == (p, 30, 2, t + 3)
+    sites = dev.sites()
+    assert (sites[1].live_bytes, sites[1].free_bytes, sites[2].live_bytes) == (0, 10, 30)
+    # a free that arrives before both: pairs with the older once it comes
+    q = 0x7000
+    dev.send([rec(Op.FREE, q, 0, t + 12)])
+    dev.send([rec(Op.MALLOC, q, 50, t + 13, site=2)])  # newer than the free: stays
+    dev.send([rec(Op.MALLOC, q, 40, t + 11, site=1)])  # pairs with the pending free
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (2, 80, 0)
+    dev.send([rec(Op.FREE, q, 0, t + 14), rec(Op.FREE, p, 0, t + 14)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees, info.unmatched_frees) == (
+        0, 0, 0, 0)
+
+
+def test_realloc_chain_out_of_order(dev: Dev) -> None:
+    t = 9_000_000_000
+    chain = [
+        rec(Op.MALLOC, 0xA0, 10, t + 1, site=1),
+        rec(Op.REALLOC, 0xB0, 20, t + 2, site=2, prev=0xA0),
+        rec(Op.REALLOC, 0xB0, 30, t + 3, site=3, prev=0xB0),  # in place
+        rec(Op.REALLOC, 0xC0, 40, t + 4, site=4, prev=0xB0),
+    ]
+    for r in reversed(chain):  # the worst order: newest first
+        dev.send([r])
+    (b,) = dev.blocks()
+    assert (b.ptr, b.prev_ptr, b.size, b.op, b.site) == (0xC0, 0xB0, 40, Op.REALLOC, 4)
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees, info.unmatched_frees) == (
+        1, 40, 0, 0)
+    sites = dev.sites()
+    assert [(sites[i].alloc_bytes, sites[i].free_bytes, sites[i].live_bytes) for i in
+            (1, 2, 3, 4)] == [(10, 10, 0), (20, 20, 0), (30, 30, 0), (40, 0, 40)]
+    st = dev.stats()
+    # by requested size; frees by the freed block's size (10 | 20, 30)
+    assert [(x.malloc_count, x.realloc_count, x.free_count) for x in st.buckets[:2]] == [
+        (1, 0, 1), (0, 3, 2)]
+    # realloc that fails moves nothing; realloc(p, 0) frees p
+    dev.send([rec(Op.REALLOC, 0, 99, t + 5, prev=0xC0, flags=uapi.REC_F_FAILED)])
+    assert dev.info().live_bytes == 40
+    assert dev.stats().failed_allocs == 1
+    dev.send([rec(Op.REALLOC, 0, 0, t + 6, prev=0xC0)])
+    assert dev.info().live_blocks == 0
+    # realloc(NULL, n) is a malloc
+    dev.send([rec(Op.REALLOC, 0xD0, 5, t + 7)])
+    (b,) = dev.blocks()
+    assert (b.ptr, b.prev_ptr, b.size) == (0xD0, 0, 5)
+
+
+def test_mappings(dev: Dev) -> None:
+    t = 11_000_000_000
+    m = 0x7F0000000000
+    dev.send([rec(Op.MMAP, m, 8 * 4096, t + 1, site=1)])
+    dev.send([rec(Op.FREE, m, 0, t + 2)])  # free() never pairs with a mapping
+    dev.send([rec(Op.MUNMAP, m, 4096, t + 3)])  # trims the first page
+    (b,) = dev.blocks()
+    assert (b.ptr, b.size, b.op) == (m + 4096, 7 * 4096, Op.MMAP)
+    dev.send([rec(Op.MREMAP, m + 0x100000, 16 * 4096, t + 4, site=2, prev=m + 4096)])
+    (b,) = dev.blocks()
+    assert (b.ptr, b.prev_ptr, b.size, b.op) == (m + 0x100000, m + 4096, 16 * 4096, Op.MREMAP)
+    dev.send([rec(Op.MUNMAP, m + 0x100000, 16 * 4096, t + 5)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (0, 0, 1)
+    s1 = dev.sites()[1]
+    # the trim and the move away both unmap site 1's mapping
+    assert (s1.alloc_bytes, s1.free_bytes, s1.alloc_count[Op.MUNMAP]) == (
+        8 * 4096, 8 * 4096, 2)
+    # an unmap that arrives before its mmap pairs with it
+    dev.send([rec(Op.MUNMAP, m, 4096, t + 21)])
+    dev.send([rec(Op.MMAP, m, 4096, t + 20)])
+    assert dev.info().pending_frees == 1  # only the stray free() remains
+    assert dev.info().live_blocks == 0
+
+
+def test_weights(dev: Dev) -> None:
+    dev.send([rec(Op.MALLOC, 0x100, 100, site=1, weight=10),
+              rec(Op.MALLOC, 0x200, 8, site=1, weight=3)])
+    s = dev.sites()[1]
+    assert (s.live_bytes, s.live_blocks, s.alloc_bytes, s.alloc_count[Op.MALLOC]) == (
+        1024, 13, 1024, 13)
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes) == (2, 1024)
+    dev.send([rec(Op.FREE, 0x100)])
+    s = dev.sites()[1]
+    assert (s.live_bytes, s.live_blocks, s.free_bytes, s.alloc_count[Op.FREE]) == (
+        24, 3, 1000, 10)
+    b = dev.stats().buckets
+    assert (b[1].malloc_count, b[1].alloc_bytes, b[1].free_count, b[1].free_bytes) == (
+        10, 1000, 10, 1000)
+
+
+def test_pending_bounded(dev: Dev) -> None:
+    n = 4097
+    dev.send([rec(Op.FREE, 0x100000 + i * 16) for i in range(n)])
+    info = dev.info()
+    assert (info.pending_frees, info.unmatched_frees) == (4096, 1)
+    assert dev.config().unmatched_frees == 1
+    assert dev.stats().unmatched_frees == 1
+    # the evicted one was the oldest: its allocation now stays live
+    dev.send([rec(Op.MALLOC, 0x100000, 10, 1), rec(Op.MALLOC, 0x100010, 10, 1)])
+    info = dev.info()
+    assert (info.live_blocks, info.pending_frees) == (1, 4095)
+
+
+def test_limits_drop(dev: Dev) -> None:
+    dev.set_config(max_blocks_per_pid=10, max_sites_per_pid=3)
+    dev.send([rec(Op.MALLOC, 0x1000 + i * 16, 1, site=1) for i in range(12)])
+    dev.send([rec(Op.MALLOC, 0x9000 + i * 16, 1, site=10 + i) for i in range(3)])
+    info = dev.info()
+    assert (info.live_blocks, info.dropped_records, info.records) == (10, 5, 15)
+    assert dev.config().records_dropped == 5
+    assert sorted(dev.sites()) == [1]  # a refused record creates no site
+    dev.send([rec(Op.FREE, 0x1000)])
+    dev.send([rec(Op.MALLOC, 0x9000, 1, site=2), rec(Op.MALLOC, 0x9010, 1, site=3)])
+    assert sorted(dev.sites()) == [1, 2]
+    assert (dev.info().live_blocks, dev.info().dropped_records) == (10, 6)
+
+
+def run(progs: Path, *argv: str) -> dict[str, dict[str, int]]:
+    out = subprocess.run([str(progs / argv[0]), *argv[1:]], check=True, text=True,
+                         capture_output=True, timeout=120).stdout
+    res: dict[str, dict[str, int]] = {}
+    for line in out.splitlines():
+        words = line.split()
+        key = "pid" if "=" in words[0] else words.pop(0)
+        res[key] = {k: int(v) for k, v in (w.split("=") for w in words)}
+    return res
+
+
+def test_cross_thread_out_of_order(progs: Path) -> None:
+    n = 3000
+    res = run(progs, "recgen", "xthread", str(n))
+    assert res["pid"] == {"records": 2 * n, "live_blocks": 0, "live_bytes": 0, "pending": 0,
+                          "unmatched": 0, "dropped": 0}
+    total = sum(32 + i % 100 for i in range(n))
+    assert res["site1"] == {"live_blocks": 0, "live_bytes": 0, "alloc_bytes": total,
+                            "free_bytes": total, "mallocs": n, "frees": n}
+
+
+def test_cross_thread_reuse(progs: Path) -> None:
+    n = 2000
+    res = run(progs, "recgen", "reuse", str(n))
+    total = sum(32 + i % 100 for i in range(n))
+    assert res["pid"] == {"records": 3 * n, "live_blocks": n, "live_bytes": 2 * total,
+                          "pending": 0, "unmatched": 0, "dropped": 0}
+    assert res["site1"] == {"live_blocks": 0, "live_bytes": 0, "alloc_bytes": total,
+                            "free_bytes": total, "mallocs": n, "frees": n}
+    assert res["site2"] == {"live_blocks": n, "live_bytes": 2 * total,
+                            "alloc_bytes": 2 * total, "free_bytes": 0, "callocs": n,
+                            "frees": 0}
+
+
+def test_stop_frees_everything(dev: Dev) -> None:
+    dev.register(1, [0x1])
+    dev.send([rec(Op.MALLOC, 0x1000 + i * 16, 10, site=i % 50) for i in range(20000)])
+    dev.send([rec(Op.FREE, 0x900000 + i * 16) for i in range(100)])
+    assert dev.config().kmem_bytes > 20000 * 48
+    dev.stop()
+    c = dev.config()
+    assert (c.monitored_pids, c.kmem_bytes) == (0, 0)
+    # monitoring again starts from empty tables
+    dev.start()
+    info = dev.info()
+    assert (info.live_blocks, info.records, info.pending_frees) == (0, 0, 0)
+    assert os.getpid() == info.pid

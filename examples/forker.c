@@ -25,6 +25,9 @@ static void flush_records(void)
 		flush();
 }
 
+/* kept here so that the compiler cannot drop the allocations */
+static void *volatile kept[2];
+
 __attribute__((noinline)) static void *leak_parent(size_t n)
 {
 	void *p = malloc(n);
@@ -53,12 +56,12 @@ int main(int argc, char **argv)
 	parent = (size_t)atol(argv[1]);
 	child = (size_t)atol(argv[2]);
 	setvbuf(stdout, NULL, _IONBF, 0);
-	leak_parent(parent);	/* still in the parent's buffer at fork */
+	kept[0] = leak_parent(parent);	/* still in the parent's buffer at fork */
 	pid = fork();
 	if (pid < 0)
 		return 1;
 	if (pid == 0) {
-		leak_child(child);
+		kept[1] = leak_child(child);
 		flush_records();
 		printf("child %d ready\n", (int)getpid());
 		while (getchar() != EOF)

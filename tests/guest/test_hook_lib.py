@@ -21,6 +21,9 @@ HOOK = TOP / "hooklib" / "libpmmhook.so"
 EX = TOP / "examples" / "bin"
 
 
+RUNNING: list[subprocess.Popen[str]] = []
+
+
 class Prog:
     """A preloaded example program that waits on stdin before exiting."""
 
@@ -28,7 +31,8 @@ class Prog:
         e = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
         e.update(LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env)
         self.p = subprocess.Popen(argv, env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        RUNNING.append(self.p)
         self.pid = self.p.pid
 
     def line(self, prefix: str, timeout: float = 60) -> str:
@@ -55,6 +59,13 @@ class Prog:
 def dev(pmm: None) -> Iterator[Device]:
     with Device.open() as d:
         yield d
+    # a failed test leaves its program (and its children) running: end them
+    # so that the module can be unloaded
+    while RUNNING:
+        p = RUNNING.pop()
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
 
 
 def site_at(sites: list[Site], func: str, line: int, file: str) -> Site:

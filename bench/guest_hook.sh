@@ -1,0 +1,102 @@
+#!/bin/bash
+# libpmmhook.so's cost, inside the VM with pmm.ko loaded (scripts/bench.sh
+# boots the VM and loads the module; run by hand: insmod kmod/pmm.ko first).
+#
+# For the microbenchmark (free + malloc of 16..527 bytes over a window of
+# 4096 live blocks; 1 and 2 threads) and a real program (sqlite3: 20000
+# inserts, an index, queries), prints wall time and machine-wide cpu time
+# (from /proc/stat: user+nice+system+irq+softirq+steal of all cpus, so the
+# module's own work in ioctls and at exit counts) and their ratios to the
+# bare run, for: bare; hooked, not monitored; monitored exact (PMM_START=1);
+# monitored sampled (PMM_SAMPLE=524288); heaptrack (reference).
+#
+#   bench/guest_hook.sh [ITERATIONS]   (default 1000000 per microbenchmark run)
+set -u
+cd "$(dirname "$0")/.."
+top=$(pwd)
+iters=${1:-1000000}
+hook=$top/hooklib/libpmmhook.so
+mb=$top/hooklib/bench/bin/malloc_bench
+tmp=$(mktemp -d /tmp/guest_hook.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -e /dev/pmm ] && [ -z "${GUEST_HOOK_NO_DEVICE:-}" ]; then
+	echo "guest_hook: /dev/pmm missing: load kmod/pmm.ko first" >&2
+	exit 1
+fi
+for f in "$hook" "$mb"; do
+	[ -x "$f" ] || [ -f "$f" ] || { echo "guest_hook: $f missing: run make" >&2; exit 1; }
+done
+
+# SQL for the real program
+{
+	echo "create table t(id integer primary key, name text, v real, blob text);"
+	echo "begin;"
+	for ((i = 0; i < 20000; i++)); do
+		echo "insert into t(name, v, blob) values ('name-$i', $i.5, hex(randomblob($((i % 200 + 10)))));"
+	done
+	echo "commit;"
+	echo "create index t_name on t(name);"
+	echo "select count(*), sum(v) from t where name like 'name-1%';"
+	echo "select name, length(blob) from t order by blob limit 3;"
+} >"$tmp/bench.sql"
+
+busy() {	# machine-wide busy jiffies
+	awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat
+}
+
+now() {
+	date +%s.%N
+}
+
+# run CONFIG CMD...: prints "wall cpu" (seconds)
+run() {
+	local cfg=$1 t0 t1 b0 b1
+	shift
+	local -a env=(env -u LD_PRELOAD -u PMM_START -u PMM_SAMPLE PMM_QUIET=1)
+	case "$cfg" in
+	bare) ;;
+	unmonitored) env+=(LD_PRELOAD="$hook") ;;
+	exact) env+=(LD_PRELOAD="$hook" PMM_START=1) ;;
+	sampled) env+=(LD_PRELOAD="$hook" PMM_START=1 PMM_SAMPLE=524288) ;;
+	heaptrack) env+=(heaptrack -o "$tmp/ht") ;;
+	esac
+	sync
+	b0=$(busy)
+	t0=$(now)
+	"${env[@]}" "$@" >/dev/null 2>"$tmp/err" </dev/null || {
+		echo "guest_hook: $cfg $* failed:" >&2
+		cat "$tmp/err" >&2
+	}
+	t1=$(now)
+	b1=$(busy)
+	rm -f "$tmp"/ht*
+	awk -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" -v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "%.3f %.3f\n", t1 - t0, (b1 - b0) / hz }'
+}
+
+have_heaptrack=1
+command -v heaptrack >/dev/null || have_heaptrack=0
+
+bench() {	# NAME CMD...
+	local name=$1 bw bc w c cfg
+	shift
+	read -r bw bc < <(run bare "$@")
+	printf "%-22s %-12s wall %7.3f s  cpu %7.3f s  (ratio wall %5.2fx cpu %5.2fx)\n" \
+		"$name" bare "$bw" "$bc" 1 1
+	for cfg in unmonitored exact sampled heaptrack; do
+		if [ "$cfg" = heaptrack ] && [ $have_heaptrack = 0 ]; then
+			echo "$name heaptrack: not installed"
+			continue
+		fi
+		read -r w c < <(run "$cfg" "$@")
+		awk -v n="$name" -v cfg="$cfg" -v w="$w" -v c="$c" -v bw="$bw" -v bc="$bc" \
+			'BEGIN { printf "%-22s %-12s wall %7.3f s  cpu %7.3f s  (ratio wall %5.2fx cpu %5.2fx)\n",
+				n, cfg, w, c, w / (bw > 0 ? bw : 1e-9), c / (bc > 0 ? bc : 1e-9) }'
+	done
+}
+
+echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus)"
+bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
+bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
+bench "sqlite3 20k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit

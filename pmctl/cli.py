@@ -629,12 +629,16 @@ def stats(pid: PidArg, json_: JsonOpt = False) -> None:
 
 # -- trend (another module; optional) --------------------------------------
 
-try:
-    from pmctl.trend_cli import trend_command
-except ImportError:  # pragma: no cover - trend not installed yet
-    trend_command = None
-if trend_command is not None:
+def _register_trend() -> None:
+    """`pmctl trend` lives in pmctl/trend_cli.py (another part); pmctl works without it."""
+    try:
+        from pmctl.trend_cli import trend_command
+    except ImportError:  # pragma: no cover - trend not installed
+        return
     app.command("trend")(trend_command)
+
+
+_register_trend()
 
 
 # -- entry point -----------------------------------------------------------

@@ -31,6 +31,7 @@ from pmctl import uapi
 from pmctl.errors import (
     NoSuchPid,
     NotMonitored,
+    PermissionDenied,
     PmmError,
     from_errno,
     module_not_loaded,
@@ -175,7 +176,12 @@ class Device:
         except FileNotFoundError:
             raise module_not_loaded(path) from None
         except PermissionError as e:
-            raise from_errno(e.errno or errno.EACCES, f"opening {path}", path=path) from None
+            name = errno.errorcode.get(e.errno or errno.EACCES, "EACCES")
+            raise PermissionDenied(
+                f"opening {path}: permission denied ({name}): the device is root-only by "
+                "default; run as root, or have a udev rule grant your group access",
+                e.errno,
+            ) from None
         except OSError as e:
             raise from_errno(e.errno or errno.EIO, f"opening {path}", path=path) from None
         return cls(fd, path)

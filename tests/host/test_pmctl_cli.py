@@ -95,8 +95,8 @@ def test_permission_denied(tmp_path: Path) -> None:
     r = pmctl("status", env={"PMM_DEVICE": str(p)}, pre=_drop_dac())
     assert r.returncode == 4 == int(ExitCode.PERMISSION)
     line = one_line(r.stderr)
-    assert f"opening {p}: permission denied (EACCES)" in line
-    assert "run as root" in line
+    assert line == (f"pmctl: opening {p}: permission denied (EACCES): the device is root-only "
+                    "by default; run as root, or have a udev rule grant your group access")
 
 
 # -- errors the module returns, with ioctl faked (in process) ---------------

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -137,10 +136,18 @@ def _as_arrays(times: Iterable[float], values: Iterable[float]) -> tuple[FloatAr
     return t, v
 
 
+def _stats() -> Any:
+    """scipy.stats, imported on first use: it is the slowest import of pmm
+    (hundreds of modules), and pmd should not pay for it before it detects."""
+    from scipy import stats
+
+    return stats
+
+
 def _robust_sigma(x: FloatArray) -> float:
     if x.size == 0:
         return 0.0
-    return float(stats.median_abs_deviation(x, scale="normal"))
+    return float(_stats().median_abs_deviation(x, scale="normal"))
 
 
 def _drop_spacing(t: FloatArray, v: FloatArray, sigmas: float) -> float:
@@ -175,18 +182,22 @@ def bucket_minima(
     spacing = _drop_spacing(t, v, params.drop_sigmas)
     if spacing > 0.0:
         k = min(k, max(params.min_buckets, int(span / (1.5 * spacing))))
-    # bucket index per sample; the last sample belongs to the last bucket
-    idx = np.minimum(((t - t[0]) / span * k).astype(np.int64), k - 1)
-    # the minimum of each bucket: sort by (bucket, value), take each run's head
-    order = np.lexsort((v, idx))
-    first = np.ones(n, dtype=bool)
-    first[1:] = idx[order][1:] != idx[order][:-1]
-    pick = order[first]
+    # a gap in the samples leaves buckets empty: use more, narrower buckets then
+    for kk in range(k, max(k, min(params.max_buckets, n // 2)) + 1):
+        # bucket index per sample; the last sample belongs to the last bucket
+        idx = np.minimum(((t - t[0]) / span * kk).astype(np.int64), kk - 1)
+        # the minimum of each bucket: sort by (bucket, value), take each run's head
+        order = np.lexsort((v, idx))
+        first = np.ones(n, dtype=bool)
+        first[1:] = idx[order][1:] != idx[order][:-1]
+        pick = order[first]
+        if pick.size >= params.min_buckets:
+            break
     return t[pick], v[pick]
 
 
 def _theil(x: FloatArray, y: FloatArray, confidence: float) -> tuple[float, float, float, float]:
-    r = stats.theilslopes(y, x, alpha=confidence)
+    r = _stats().theilslopes(y, x, alpha=confidence)
     return float(r.slope), float(r.intercept), float(r.low_slope), float(r.high_slope)
 
 
@@ -294,7 +305,7 @@ def site_growth(
         if len(rows) == 2:
             slope = float((y[1] - y[0]) / (x[1] - x[0]))
         else:
-            slope = float(stats.theilslopes(y, x).slope)
+            slope = float(_stats().theilslopes(y, x).slope)
         if slope <= 0.0:
             continue
         out.append(SiteGrowth(site, slope, rows[0][1], rows[-1][1], rows[-1][2], len(rows)))

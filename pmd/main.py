@@ -152,6 +152,9 @@ class Daemon:
 
     def run_detector(self, st: ProcState, now_ns: int) -> None:
         r = detect(st.t, st.rss, self.opts.params)
+        if str(r.verdict) != st.verdict:
+            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min)", st.key[0],
+                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0])
         st.verdict = str(r.verdict)
         if r.verdict is not Verdict.LEAK or st.alerted:
             return

@@ -86,7 +86,7 @@ class Options:
     pids: list[int]
     interval: float = 1.0
     commit_interval: float = 1.0
-    detect_every: int = 10
+    detect_every: int = 20
     window: int = 3600
     genl: bool = True
     max_pending: int = 200_000
@@ -407,8 +407,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="seconds between /proc samples (default 1)")
     p.add_argument("--commit-interval", type=float, default=1.0,
                    help="seconds between database commits (default 1)")
-    p.add_argument("--detect-every", type=int, default=10,
-                   help="run the leak detector every N samples of a process (default 10)")
+    p.add_argument("--detect-every", type=int, default=20,
+                   help="run the leak detector every N samples of a process (default 20)")
     p.add_argument("--window", type=int, default=3600,
                    help="the detector looks at the last N samples (default 3600)")
     p.add_argument("--max-pending", type=int, default=200_000,

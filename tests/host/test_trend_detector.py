@@ -198,3 +198,13 @@ def test_a_gap_in_the_samples_narrows_the_buckets() -> None:
     assert r.verdict is Verdict.LEAK
     assert r.buckets >= 6
     assert r.slope == pytest.approx(40960)
+
+
+def test_robust_sigma_is_scipys_normal_mad() -> None:
+    from scipy import stats
+
+    from pmctl.trend import _robust_sigma
+
+    x = np.random.default_rng(5).normal(3.0, 2.0, 1001)
+    assert _robust_sigma(x) == pytest.approx(stats.median_abs_deviation(x, scale="normal"),
+                                             rel=1e-12)

@@ -243,7 +243,12 @@ def run_under_pmctl(prog: Path, *opts: str) -> int:
 
 @pytest.mark.skipif(not HOOKLIB.exists(), reason="hooklib/libpmmhook.so not built")
 def test_pmctl_run_leaks_stats_logs(pmm: None, cache: Path, leak_prog: Path) -> None:
+    assert pmctl("config", "--interval", "50").exit_code == 0  # notice the exit soon
     pid = run_under_pmctl(leak_prog, "--depth", "2")
+    for _ in range(100):  # the sampler marks it exited at its next tick
+        if pmctl_json("status")["pids"][0]["state"] == "exited":
+            break
+        time.sleep(0.05)
     leak_line, leak2_line = line_of(LEAK_C, "LEAK_LINE"), line_of(LEAK_C, "LEAK2_LINE")
     call_line, shim_line = line_of(LEAK_C, "CALL_LINE"), line_of(SHIM_C, "SHIM_LINE")
     # maps were captured while it ran (it exited since)

@@ -381,7 +381,22 @@ def run(
             sys.stderr.write(f"pmctl: pid {pid}\n")
         sys.stderr.flush()
 
-    rc = run_command(cmd, env, on_start, follow_fork=follow_fork)
+    started: list[int] = []
+
+    def on_start_and_note(pid: int) -> None:
+        started.append(pid)
+        on_start(pid)
+
+    rc = run_command(cmd, env, on_start_and_note, follow_fork=follow_fork)
+    if started:
+        try:
+            with Device.open() as dev:
+                monitored = dev.pid_info(started[0]) is not None
+        except PmmError:
+            monitored = True  # cannot tell; say nothing
+        if not monitored:
+            err(f"warning: pid {started[0]} was not monitored (the hook could not start it: "
+                "run with PMM_QUIET unset to see why)")
     raise typer.Exit(rc)
 
 
@@ -485,10 +500,11 @@ def logs(
         f"PID: {info.pid}, Comp: {info.comm}, PPID: {info.ppid}, State: {info.state}, "
         f"Log count: {info.live_blocks}"
     )
-    typer.echo(
-        f"Dropped: {info.dropped_records}, Unmatched frees: {info.unmatched_frees}, "
-        f"Pending frees: {info.pending_frees}"
-    )
+    if info.dropped_records or info.unmatched_frees or info.pending_frees:  # as /proc does
+        typer.echo(
+            f"Dropped: {info.dropped_records}, Unmatched frees: {info.unmatched_frees}, "
+            f"Pending frees: {info.pending_frees}"
+        )
     real = time.time_ns()
     for d in dicts:
         typer.echo(proc_line(d, now, real))

@@ -270,9 +270,9 @@ class Device:
 
     def start(self, pid: int, interval_ms: int | None = None) -> None:
         """Starts monitoring pid (START_PID), optionally setting INTERVAL too."""
-        if interval_ms is not None:
-            self.set_config(interval_ms=interval_ms, what="setting the interval")
-        self.set_config(start_pid=pid, what=f"starting pid {pid}")
+        # one PMM_SET_CONFIG: the module starts the pid first and changes the
+        # interval only if that worked, so a refusal changes nothing
+        self.set_config(start_pid=pid, interval_ms=interval_ms, what=f"starting pid {pid}")
 
     def stop(self, pid: int) -> None:
         """Stops monitoring pid (STOP_PID); its blocks, sites and samples go."""

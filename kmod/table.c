@@ -335,8 +335,9 @@ int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
 	if (!s)
 		return -ENOSPC;
 	s->desc = *in;
-	memset(&s->desc.frames[in->depth], 0,
-	       (PMM_MAX_FRAMES - in->depth) * sizeof(s->desc.frames[0]));
+	if (in->depth < PMM_MAX_FRAMES)
+		memset(&s->desc.frames[in->depth], 0,
+		       (PMM_MAX_FRAMES - in->depth) * sizeof(s->desc.frames[0]));
 	if (!(in->flags & PMM_SITE_F_SOURCE)) {
 		memset(s->desc.file, 0, sizeof(s->desc.file));
 		memset(s->desc.func, 0, sizeof(s->desc.func));

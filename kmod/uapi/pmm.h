@@ -69,7 +69,11 @@ struct pmm_record {
 	__u32 reserved;		/* must be 0 */
 };
 
-/* PMM_RECORD_LOG argument. */
+/*
+ * PMM_RECORD_LOG argument. accepted: the valid records taken, including any
+ * dropped for a limit (counted in dropped_records); on EINVAL it is the
+ * index of the first bad record (the records before it were applied).
+ */
 struct pmm_record_batch {
 	__u64 records;		/* user pointer to struct pmm_record[count] */
 	__u32 count;		/* 1..PMM_MAX_BATCH */
@@ -123,6 +127,13 @@ struct pmm_site {
  * set is 0; on SET the counters and reserved fields must be 0.
  * Changing interval, scan or a limit needs CAP_SYS_ADMIN; starting or
  * stopping a pid needs ptrace-read access to it.
+ * Errors: START of a pid that already has an entry (running, or exited and
+ * not yet stopped): EEXIST; no such process: ESRCH; max_pids reached:
+ * ENOSPC; a kernel thread: EINVAL. STOP, and the per-pid reads, of a pid
+ * with no entry: ENOENT if the process exists, ESRCH if not. STOP is done
+ * before START; a failing START/STOP leaves the other values unchanged.
+ * Lowered limits apply to what comes next (nothing is evicted); the sample
+ * ring grows up to max_samples_per_pid and never shrinks.
  */
 struct pmm_config {
 	__u32 size;
@@ -183,7 +194,12 @@ struct pmm_block {
 	__u16 reserved[3];
 };
 
-/* Per-site counters; the byte figures are weighted (weight x size). */
+/*
+ * Per-site counters. Every figure is weighted: a record of weight w counts
+ * as w events of w x size bytes (live_blocks too). Frees (and munmaps, and
+ * the old block of a realloc/mremap) count at the site of the block freed.
+ * pmm_pid_info.live_bytes is weighted; its live_blocks counts table entries.
+ */
 struct pmm_site_stats {
 	struct pmm_site desc;	/* depth 0 and no flags: not registered */
 	__u64 live_bytes;
@@ -233,7 +249,10 @@ struct pmm_stats {
  * up to capacity entries into buf and sets count and the cursor for the next
  * call; done is 1 when nothing is left. The cursor is opaque (samples: the
  * sequence number of the next sample). Entries are struct pmm_pid_info,
- * pmm_block, pmm_site_stats, pmm_sample respectively.
+ * pmm_block, pmm_site_stats, pmm_sample respectively. pid 0 means the
+ * caller. Blocks come in hash-table order; pids in start order; sites by
+ * id. A read never fails for concurrent changes but may then skip or
+ * repeat entries (blocks when the table is resized meanwhile).
  */
 struct pmm_read {
 	__s32 pid;		/* ignored (must be 0) for PMM_MONITORED_PIDS */

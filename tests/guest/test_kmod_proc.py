@@ -88,11 +88,10 @@ BAD_LINES = [
 ]
 
 
-@pytest.mark.parametrize("line", BAD_LINES)
-def test_cfg_bad_line_changes_nothing(line: str) -> None:
-    before = cfg_lines()
-    assert cfg_write(line) == errno.EINVAL
-    assert cfg_lines() == before == DEFAULT_CFG
+def test_cfg_bad_lines_change_nothing() -> None:
+    for line in BAD_LINES:
+        assert cfg_write(line) == errno.EINVAL, repr(line)
+        assert cfg_lines() == DEFAULT_CFG, repr(line)
 
 
 def test_cfg_write_needs_admin() -> None:
@@ -180,7 +179,7 @@ def test_pid_summary_and_several(dev: Dev) -> None:
 
 def test_pid_many_blocks(dev: Dev) -> None:
     """Many blocks print completely, in small and large reads alike, each once."""
-    n = 1_000_000 if FULL else 100_000
+    n = 1_000_000 if FULL else 20_000
     dev.start()
     t = mid_second()
     arr = np.zeros(n, dtype=RECORD_DTYPE)

@@ -256,7 +256,7 @@ def test_pmctl_run_leaks_stats_logs(pmm: None, cache: Path, leak_prog: Path) -> 
     assert list((cache / "maps").glob(f"{pid}-*"))
 
     # leaks: the 5 x 1000 bytes first, at leak.c:LEAK_LINE, then 200 and the shim's 192
-    lk = pmctl_json("leaks", str(pid), "--depth", "2")
+    lk = pmctl_json("leaks", str(pid))
     assert (lk["pid"], lk["comm"], lk["state"]) == (pid, "leak", "exited")
     assert (lk["live_blocks"], lk["live_bytes"]) == (9, 5392)
     s0, s1, s2 = lk["sites"]
@@ -268,7 +268,10 @@ def test_pmctl_run_leaks_stats_logs(pmm: None, cache: Path, leak_prog: Path) -> 
     assert sum(h.values()) == 5 and 0 <= s0["newest_age_s"] <= s0["oldest_age_s"] < 600
     lo, hi = age_bucket(s0["newest_age_s"]), age_bucket(s0["oldest_age_s"])
     assert all(n == 0 for i, n in enumerate(h.values()) if not lo <= i <= hi)
-    assert [(f["func"], f["line"]) for f in s0["frames"]] == \
+    assert [(f["func"], f["line"]) for f in s0["frames"]] == [("leak_some", leak_line)]
+    # --depth 2: the site's two frames (the hook recorded two: `run --depth 2`)
+    (top,) = pmctl_json("leaks", str(pid), "--depth", "2", "--limit", "1")["sites"]
+    assert [(f["func"], f["line"]) for f in top["frames"]] == \
         [("leak_some", leak_line), ("main", call_line)]
     assert (s1["func"], s1["line"], s1["blocks"], s1["bytes"]) == ("main", leak2_line, 1, 200)
     assert (s2["source"], s2["func"], s2["file"], s2["line"], s2["blocks"], s2["bytes"]) == \

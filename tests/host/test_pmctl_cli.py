@@ -303,3 +303,33 @@ def test_run_refuses_without_module(run_env: dict[str, str]) -> None:
     r = pmctl("run", "--", "true", env=run_env)
     assert r.returncode == 3
     assert "not loaded" in one_line(r.stderr)
+
+
+def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
+    """With a device that answers every ioctl with zeros: the documented keys."""
+    cfg_keys = ["interval_ms", "scan", "start_pid", "stop_pid", "max_pids",
+                "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
+                "abi_version", "monitored_pids", "records_accepted", "records_dropped",
+                "unmatched_frees", "kmem_bytes"]
+    r = invoke(["config", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == dict.fromkeys(cfg_keys, 0)
+    r = invoke(["status", "--json"])
+    assert json.loads(r.stdout) == {"config": dict.fromkeys(cfg_keys, 0), "pids": []}
+    r = invoke(["start", "1", "--interval", "100", "--json"])
+    assert json.loads(r.stdout) == {"pid": 1, "monitored": True, "interval_ms": 100}
+    r = invoke(["stop", "1", "--json"])
+    assert json.loads(r.stdout) == {"pid": 1, "monitored": False}
+    # the per-pid dicts
+    from pmctl.model import PidInfo
+
+    p = PidInfo(pid=5, ppid=1, state=2, comm="x", start_time_ns=1_000_000_000,
+                monitor_start_ns=2_000_000_000, exit_time_ns=5_000_000_000, live_blocks=3,
+                live_bytes=300, records=9, dropped_records=1, unmatched_frees=2,
+                pending_frees=0, samples=4, vm_bytes=8192, rss_bytes=4096)
+    assert cli.pid_dict(p, 9_000_000_000) == {
+        "pid": 5, "ppid": 1, "comm": "x", "state": "exited", "uptime_s": 4.0,
+        "monitored_s": 3.0, "live_blocks": 3, "live_bytes": 300, "rss_bytes": 4096,
+        "vm_bytes": 8192, "records": 9, "dropped_records": 1, "unmatched_frees": 2,
+        "pending_frees": 0, "samples": 4, "start_time_ns": 1_000_000_000,
+        "exit_time_ns": 5_000_000_000}

@@ -20,6 +20,7 @@ recv(MSG_DONTWAIT) on its socket so that the select loop sees every one
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -254,6 +255,19 @@ def _ctrl_changes(data: bytes) -> list[tuple[int, str]]:
     return out
 
 
+RCVBUF = 8 << 20
+
+
+def _big_rcvbuf(sk: socket.socket) -> None:
+    """Room for bursts while pmd is busy (a commit, the detector's first
+    import): 8 MiB, beyond rmem_max when root (SO_RCVBUFFORCE)."""
+    try:
+        sk.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE
+    except OSError:
+        with contextlib.suppress(OSError):
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+
+
 def _quiet(sock: Any) -> None:
     # pyroute2 logs "protocol not found" at error level on every failed bind
     sock.asyncore.module_err_level = "debug"
@@ -307,6 +321,7 @@ class Listener:
             sock.bind(uapi.GENL_NAME, PmmMsg)
             sock.add_membership(uapi.GENL_MCGRP_EVENTS)
             sock.asyncore.socket.setblocking(False)
+            _big_rcvbuf(sock.asyncore.socket)
         except Exception as e:  # noqa: BLE001
             sock.close()
             if getattr(e, "code", None) not in (errno.ENOENT, errno.ENOTSUP):

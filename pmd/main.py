@@ -34,6 +34,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ class Daemon:
         self.write_failures = 0
         self.stop_signal = 0
         self.listener: Listener | None = None
+        # scipy.stats takes long to import (seconds; minutes on a slow
+        # file system): a thread imports it while the loop records samples
+        self.detector_ready = threading.Event()
         now = time.monotonic()
         self.next_sample = now
         self.next_flush = now + opts.commit_interval
@@ -151,6 +155,9 @@ class Daemon:
             self.run_detector(st, s.time)
 
     def run_detector(self, st: ProcState, now_ns: int) -> None:
+        if not self.detector_ready.is_set():
+            st.since_detect = self.opts.detect_every  # try again at the next sample
+            return
         r = detect(st.t, st.rss, self.opts.params)
         if str(r.verdict) != st.verdict:
             log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min)", st.key[0],
@@ -204,6 +211,12 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the description is a nicety
             log.debug("no description for site %d of pid %d: %s", site, pid, e)
         return ""
+
+    def _warm_up(self) -> None:
+        t = time.monotonic()
+        detect(range(30), [float(i) for i in range(30)], self.opts.params)
+        self.detector_ready.set()
+        log.info("detector ready (%.1f s to load scipy.stats)", time.monotonic() - t)
 
     def handle_event(self, ev: Event | MalformedEvent) -> None:
         if isinstance(ev, MalformedEvent):
@@ -323,6 +336,7 @@ class Daemon:
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         sel.register(rsock, selectors.EVENT_READ, "signal")
+        threading.Thread(target=self._warm_up, name="pmd-import", daemon=True).start()
         listener = None
         registered: set[int] = set()
         if self.opts.genl:

@@ -121,6 +121,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
 def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
+    d.detector_ready.set()  # run() would import scipy in a thread first
     caplog.set_level(logging.INFO, logger="pmd")
     pid, start = 4_000_001, 5_000_000_000
     sites = []
@@ -133,6 +134,8 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
                                sites=(SiteLive(5, 4096 * i, i), SiteLive(6, 100, 1))))
             d.handle_event(sites[-1])
     d.flush_now()
+    assert [ln for ln in caplog.messages if ln.startswith(f"pid {pid}")] == [
+        f"pid {pid} (?): LEAK after 20 samples (rss +2400.0 KiB/min)"]
     alerts = st.alerts(pid)
     assert len(alerts) == 1
     a = alerts[0]
@@ -144,6 +147,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "fastest site 5 +2400.0 KiB/min" in a.message
     # a restarted pmd does not alert again for the same process
     d2 = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
+    d2.detector_ready.set()
     for i in range(200, 260):
         d2.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start,
                               time=10_000_000_000 + i * 100_000_000, vm=1 << 30,

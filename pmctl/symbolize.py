@@ -18,7 +18,8 @@ Two steps:
    - "addr2line": binutils `addr2line -f -C -e OBJ ADDR...`, one process per
      object per batch (default: measured much faster on large objects);
    - "pyelftools": DWARF .debug_aranges -> CU -> line program, in process.
-   $PMM_SYMBOLIZER selects one. Results are cached per (object, vaddr).
+   $PMM_SYMBOLIZER selects one. Results are cached per (object, vaddr), in
+   memory and on disk (keyed by the object's path, inode, size and mtime).
 
 Return addresses are looked up at address-1 (the call instruction), so a
 frame names the line of the call, not the line after it.
@@ -30,6 +31,8 @@ Cache directory: $PMM_CACHE_DIR, else $XDG_CACHE_HOME/pmm, else
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -544,12 +547,31 @@ class Frame:
         }
 
 
+def sym_cache_file(path: str, backend: str) -> Path | None:
+    """The on-disk cache of one object's lookups: keyed by path, inode, size
+    and mtime, so a rebuilt object never reuses stale answers."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    d = None
+    for root in cache_dirs():
+        if _writable_dir(root / "sym"):
+            d = root / "sym"
+            break
+    if d is None:
+        return None
+    key = f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
+    return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")
+
+
 class Symbolizer:
     """Symbolizes addresses of one process, given its mappings.
 
-    `symbolize(addrs)` batches the lookups per object; results are cached
-    per (object, vaddr) for the life of the Symbolizer (and backends keep
-    their parsed objects).
+    `symbolize(addrs)` batches the lookups per object (one addr2line process
+    per object); results are cached per (object, vaddr) in memory and on
+    disk (`sym/` in the cache directory), so repeated `pmctl leaks` runs do
+    not pay for large objects again. `disk_cache=False` turns the disk off.
     """
 
     def __init__(
@@ -557,11 +579,36 @@ class Symbolizer:
         maps: Sequence[Mapping] | None,
         backend: Addr2line | PyElfTools | None = None,
         return_addresses: bool = True,
+        disk_cache: bool = True,
     ) -> None:
         self.maps = list(maps or [])
         self.backend = backend or make_backend()
         self.return_addresses = return_addresses
+        self.disk_cache = disk_cache
         self._cache: dict[tuple[str, int], SourceLoc] = {}
+
+    def _load_disk(self, path: str) -> dict[int, SourceLoc]:
+        f = sym_cache_file(path, self.backend.name) if self.disk_cache else None
+        if f is None or not f.exists():
+            return {}
+        try:
+            raw = json.loads(f.read_text())
+            return {int(k): SourceLoc(v[0], v[1], v[2]) for k, v in raw.items()}
+        except (OSError, ValueError, TypeError, IndexError, AttributeError):
+            return {}
+
+    def _save_disk(self, path: str) -> None:
+        f = sym_cache_file(path, self.backend.name) if self.disk_cache else None
+        if f is None:
+            return
+        data = {str(v): [loc.func, loc.file, loc.line]
+                for (p, v), loc in self._cache.items() if p == path}
+        tmp = f.with_suffix(f".tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, f)
+        except OSError:
+            pass
 
     def symbolize(self, addrs: Iterable[int]) -> dict[int, Frame]:
         addr_list = list(dict.fromkeys(addrs))
@@ -583,8 +630,14 @@ class Symbolizer:
         for path, items in todo.items():
             missing = sorted({v for _, _, v in items if (path, v) not in self._cache})
             if missing:
+                disk = self._load_disk(path)
+                for v, loc in disk.items():
+                    self._cache[(path, v)] = loc
+                missing = [v for v in missing if v not in disk]
+            if missing:
                 for v, loc in zip(missing, self.backend.resolve(path, missing), strict=True):
                     self._cache[(path, v)] = loc
+                self._save_disk(path)
             for a, off, v in items:
                 loc = self._cache[(path, v)]
                 frames[a] = Frame(a, path, off, loc.func, loc.file, loc.line)

@@ -37,6 +37,11 @@ int main(void)
 """
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))  # never the user's
+
+
 @pytest.fixture(scope="module")
 def prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
@@ -132,3 +137,35 @@ def test_parse_fileline() -> None:
     assert sy._parse_fileline("/a/b.c:12 (discriminator 3)") == ("/a/b.c", 12)
     assert sy._parse_fileline("??:0") == (None, None)
     assert sy._parse_fileline("/a/b.c:?") == ("/a/b.c", None)
+
+
+def test_disk_cache_per_object(prog: Path, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Symbolizer answers from the disk cache without running the backend;
+    a rebuilt object (new mtime) is looked up again."""
+    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
+    exe = tmp_path / "copy"
+    shutil.copy2(prog, exe)
+    maps = [sy.Mapping(0x555555554000, 0x555555558000, "r-xp", 0, 42, str(exe))]
+    segs = sy.load_segments(str(exe))
+    assert segs
+    calls: list[int] = []
+
+    class Counting(sy.Addr2line):
+        def resolve(self, path: str, vaddrs: list[int]) -> list[sy.SourceLoc]:  # type: ignore[override]
+            calls.append(len(vaddrs))
+            return super().resolve(path, vaddrs)
+
+    # an address inside main: entry of `main` from the symbol table
+    out = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    main_vaddr = next(int(ln.split()[0], 16) for ln in out.splitlines() if ln.endswith(" main"))
+    seg = next(s for s in segs if s.vaddr <= main_vaddr < s.vaddr + s.filesz)
+    addr = 0x555555554000 + (main_vaddr - seg.vaddr + seg.offset) + 1
+    f1 = sy.Symbolizer(maps, Counting()).symbolize([addr])[addr]
+    f2 = sy.Symbolizer(maps, Counting()).symbolize([addr])[addr]
+    assert (f1.func, f1.line) == (f2.func, f2.line) == ("main", 16)
+    assert calls == [1]
+    assert len(list((tmp_path / "cache" / "sym").glob("*.json"))) == 1
+    os.utime(exe, ns=(1, 1))  # "rebuilt"
+    sy.Symbolizer(maps, Counting()).symbolize([addr])
+    assert calls == [1, 1]

@@ -1013,12 +1013,16 @@ static void *arena_realloc(void *p, size_t n, const struct src *s)
 static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct src *s,
 			       void *(*fn)(void *, size_t, size_t), size_t m)
 {
-	uint64_t before = p ? stamp() : 0;
+	uint64_t before = 0;
 	int was = 0, saved;
 	uint32_t weight = 1;
 	size_t bytes = n;
 	void *q;
 
+	if (g_sample && p)
+		was = set_del(&g_sampled, p);
+	if (p && (!g_sample || was))
+		before = stamp();	/* the old block's free: before the call */
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;
@@ -1027,8 +1031,6 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		q = real.realloc(p, n);
 	}
 	saved = errno;
-	if (g_sample && p)
-		was = set_del(&g_sampled, p);
 	if (!q) {
 		if (bytes == 0 && p) {		/* freed */
 			if (!g_sample || was)

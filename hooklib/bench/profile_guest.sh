@@ -20,7 +20,7 @@ one() {
 	awk -v n="$name" -v d=$((b1 - b0)) -v it="$n" -v hz="$(getconf CLK_TCK)" \
 		'BEGIN { printf "%-34s cpu %6.2f s  %7.0f ns/iteration\n", n, d / hz, d / hz * 1e9 / it }'
 }
-for rep in 1 2; do
+for rep in 1 2 3; do
 	one "fake device, exact, vDSO clock" LD_PRELOAD=$bin/libpmmhook-fake.so PMM_CLOCK=mono
 	one bare
 	one "fake device, exact (hook only)" LD_PRELOAD=$bin/libpmmhook-fake.so

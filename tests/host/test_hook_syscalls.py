@@ -1,0 +1,57 @@
+"""System calls made by libpmmhook.so, counted with strace on the host,
+using the fake-device build (its batch and query "ioctls" are getppid()):
+not monitored, a process makes no system call per allocation; monitored,
+one per batch of 512 records."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[2]
+FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
+BENCH = TOP / "hooklib" / "bench" / "bin" / "malloc_bench"
+
+pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+
+
+def getppid_calls(tmp: Path, iterations: int, **env: str) -> int:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
+    e.update(PMM_QUIET="1", **env)
+    out = tmp / "strace.txt"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=getppid", "-o", str(out),
+                    "env", f"LD_PRELOAD={FAKE}", str(BENCH), "-n", str(iterations)],
+                   env=e, check=True, capture_output=True, timeout=120)
+    return len(re.findall(r"getppid\(\)", out.read_text()))
+
+
+def test_unmonitored_no_syscall_per_allocation(tmp_path: Path) -> None:
+    # 200000 iterations (400000 hook calls) in well under a second:
+    # at most one PMM_QUERY_SELF at load and one a second after
+    n = getppid_calls(tmp_path, 200000, PMM_FAKE_UNMONITORED="1")
+    assert 1 <= n <= 5
+
+
+def test_monitored_one_syscall_per_batch(tmp_path: Path) -> None:
+    # about 2 x 200000 records (the first free of each of the 4096 window
+    # slots is free(NULL), not recorded; the final 4096 frees are), in
+    # batches of 512, plus the few the 100 ms deadline sends early
+    n = getppid_calls(tmp_path, 200000)
+    assert (400000 - 4096) // 512 <= n <= (400000 + 4096) // 512 + 40
+
+
+def test_sampled_few_syscalls(tmp_path: Path) -> None:
+    # ~270 bytes a malloc, one sample per 512 KiB: ~110 records, 1-2 batches
+    # plus deadline flushes
+    n = getppid_calls(tmp_path, 200000, PMM_SAMPLE="524288")
+    assert n <= 40

@@ -37,6 +37,7 @@ value, 8 not a pmm device, 9 limit reached; 10+ trend).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -57,6 +58,10 @@ app = typer.Typer(
     help="Control pmm, the process memory monitor: start and stop monitoring, "
     "show live blocks, leaks by site and allocation statistics. "
     "Device: $PMM_DEVICE or /dev/pmm.",
+    epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 module not loaded, 4 permission denied, "
+    "5 no such pid, 6 pid not monitored, 7 value refused by the module, 8 not a pmm "
+    "device, 9 limit reached, 10+ `pmctl trend` verdicts; `run` exits with the command's "
+    "status.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -365,8 +370,6 @@ def run(
     with CMD's exit status; CMD's memory map is captured while it runs, so
     `pmctl leaks PID` symbolizes its sites after it exited.
     """
-    import os
-
     from pmctl.run import child_env, find_hooklib, run_command
 
     hooklib = find_hooklib()

@@ -333,3 +333,15 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
         "vm_bytes": 8192, "records": 9, "dropped_records": 1, "unmatched_frees": 2,
         "pending_frees": 0, "samples": 4, "start_time_ns": 1_000_000_000,
         "exit_time_ns": 5_000_000_000}
+
+
+def test_run_follow_fork_captures_children_maps(run_env: dict[str, str],
+                                                tmp_path: Path) -> None:
+    r = pmctl("run", "--follow-fork", "--", "sh", "-c", "sleep 0.5 & wait", env=run_env)
+    assert r.returncode == 0, r.stderr
+    files = sorted((tmp_path / "cache" / "maps").iterdir())
+    assert len(files) == 2, files  # sh and its child sleep
+    texts = [f.read_text() for f in files]
+    assert sum("/sleep" in t for t in texts) == 1 and all("libc.so.6" in t for t in texts)
+    r = pmctl("run", "--", "sh", "-c", "sleep 0.3 & wait", env=run_env)
+    assert len(list((tmp_path / "cache" / "maps").iterdir())) == 3  # sh only, this time

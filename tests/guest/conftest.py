@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,12 +24,40 @@ def module_loaded(name: str = "pmm") -> bool:
 
 def load_module(ko: Path = KO, *params: str) -> None:
     if not module_loaded():
-        subprocess.run(["insmod", str(ko), *params], check=True)
+        r = subprocess.run(["insmod", str(ko), *params], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"insmod {ko} failed: {r.stderr.strip()}")
+
+
+def holders_of_device(path: str = "/dev/pmm") -> list[int]:
+    """Pids (other than ours) with the device open."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd) == path for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
 
 
 def unload_module() -> None:
-    if module_loaded():
-        subprocess.run(["rmmod", "pmm"], check=True)
+    """rmmod pmm. A test that failed may have left a process holding /dev/pmm:
+    kill it, so one failure does not turn every later test into an error."""
+    for _ in range(50):
+        if not module_loaded():
+            return
+        if subprocess.run(["rmmod", "pmm"], capture_output=True).returncode == 0:
+            return
+        for pid in holders_of_device():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"rmmod pmm keeps failing; /dev/pmm held by {holders_of_device()}")
 
 
 def as_nobody(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:

@@ -226,3 +226,19 @@ def test_hook_sampled_estimate(dev: Device) -> None:
     # far fewer records than the 80000 calls
     assert info.records < 2000, info.records
     prog.finish()
+
+
+def test_hook_depth_frames(dev: Device) -> None:
+    """PMM_DEPTH=4 in code built without frame pointers (-O2): the auto
+    unwinder falls back to libgcc's and the leak site has the frames
+    leak_here <- main."""
+    exe = EX / "leak"
+    prog = Prog([str(exe), "-n", "10", "-b", "321", "-w"], PMM_START="1", PMM_DEPTH="4")
+    assert prog.line("leak: done") == "leak: done 3210"
+    hits = [s for s in dev.sites(prog.pid) if s.live_bytes == 3210]
+    assert len(hits) == 1 and hits[0].live_blocks == 10
+    frames = hits[0].frames
+    assert 2 <= len(frames) <= 4
+    assert symbol_of(prog.pid, exe, frames[0]) == "leak_here"
+    assert symbol_of(prog.pid, exe, frames[1]) == "main"
+    prog.finish()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import as_nobody
 
 from pmctl.device import Device
 from pmctl.model import Site
@@ -242,3 +243,19 @@ def test_hook_depth_frames(dev: Device) -> None:
     assert symbol_of(prog.pid, exe, frames[0]) == "leak_here"
     assert symbol_of(prog.pid, exe, frames[1]) == "main"
     prog.finish()
+
+
+def test_hook_not_permitted_passes_through(dev: Device) -> None:
+    """/dev/pmm is root-only: an unprivileged preloaded program runs as if
+    bare, with exactly one line on stderr (none with PMM_QUIET=1)."""
+    prog = str(TOP / "hooklib" / "bench" / "bin" / "semantics")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
+    env.update(LD_PRELOAD=str(HOOK), PMM_START="1")
+    r = as_nobody([prog], env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.endswith("PASS: 0 failure(s)\n")
+    assert r.stderr.splitlines() == [
+        "pmm: cannot open /dev/pmm: permission denied (errno 13); "
+        "allocations pass through to libc"]
+    env["PMM_QUIET"] = "1"
+    r = as_nobody([prog], env=env, timeout=60)
+    assert r.returncode == 0 and r.stderr == ""

@@ -18,13 +18,16 @@ The method (DESIGN.md decision 12: statistics, not thresholds):
    own scatter around the fitted line (`noise_factor` x the normal-consistent
    MAD of the residuals). A step or a warm-up fits a line badly: its
    residuals are large and this test fails.
-4. Growth continues. The later part of the window (the last `late_fraction`
-   of the buckets) gets its own Theil-Sen slope, which must be positive and
-   at least `late_ratio` of the overall slope; a process whose growth stopped
-   (plateau after warm-up, a single step) is not leaking.
+4. Growth continues. The later part of the window (its last `late_fraction`
+   of time) is bucketed again on its own and gets its own Theil-Sen slope,
+   which must be positive and at least `late_ratio` of the overall slope; a
+   process whose growth stopped (plateau after warm-up, a single step) is not
+   leaking. For LEAK that slope must also be significant at
+   `late_confidence` (default 80 %, two-sided).
 
-Verdicts: LEAK (all of the above), GROWING (growth that continues but is not
-yet significant or not yet large enough), STABLE, NOT ENOUGH DATA.
+Verdicts: LEAK (all of the above), GROWING (large growth that continues but
+is not yet significant, in the whole window or in its later part), STABLE,
+NOT ENOUGH DATA (fewer than `min_samples` samples or `min_buckets` buckets).
 """
 
 from __future__ import annotations
@@ -236,8 +239,16 @@ def detect(
     growth = slope * span
     min_growth = max(params.min_growth_bytes, params.min_growth_fraction * abs(level),
                      params.noise_factor * noise)
-    m = max(3, int(math.ceil(bt.size * params.late_fraction)))
-    late_slope, _, late_low, _ = _theil(x[-m:], bv[-m:], params.late_confidence)
+    # the later part gets its own, finer buckets: half the window must not
+    # mean half as many points
+    cut = t[-1] - params.late_fraction * span
+    late = t >= cut
+    lt, lv = bucket_minima(t[late], v[late], params) if late.sum() >= 4 and \
+        float(t[late][-1] - t[late][0]) > 0 else (bt[bt >= cut], bv[bt >= cut])
+    if lt.size < 3:
+        m = max(3, int(math.ceil(bt.size * params.late_fraction)))
+        lt, lv = bt[-m:], bv[-m:]
+    late_slope, _, late_low, _ = _theil(lt - t[0], lv, params.late_confidence)
 
     common: dict[str, Any] = dict(
         samples=n, span_s=span, buckets=int(bt.size), slope=slope, slope_low=low,

@@ -160,8 +160,8 @@ class Daemon:
             return
         r = detect(st.t, st.rss, self.opts.params)
         if str(r.verdict) != st.verdict:
-            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min)", st.key[0],
-                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0])
+            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min): %s", st.key[0],
+                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0], r.reason)
         st.verdict = str(r.verdict)
         if r.verdict is not Verdict.LEAK or st.alerted:
             return

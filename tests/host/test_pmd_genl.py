@@ -135,7 +135,8 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
             d.handle_event(sites[-1])
     d.flush_now()
     assert [ln for ln in caplog.messages if ln.startswith(f"pid {pid}")] == [
-        f"pid {pid} (?): LEAK after 20 samples (rss +2400.0 KiB/min)"]
+        f"pid {pid} (?): LEAK after 20 samples (rss +2400.0 KiB/min): the floor grows "
+        "steadily (95% CI above 0, in the whole window and in its later part)"]
     alerts = st.alerts(pid)
     assert len(alerts) == 1
     a = alerts[0]

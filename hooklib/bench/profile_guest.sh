@@ -3,7 +3,7 @@
 # the clock and system-call costs, then the microbenchmark bare, under the
 # fake-device build (the hook's own work + one getppid per batch, no kernel
 # work) and monitored exact (+ the module's work on every record).
-#   hooklib/bench/profile_guest.sh [ITERATIONS]
+#   hooklib/bench/profile_guest.sh [ITERATIONS [THREADS]]
 set -u
 cd "$(dirname "$0")/../.."
 n=${1:-300000}
@@ -15,11 +15,13 @@ one() {
 	local name=$1 b0 b1
 	shift
 	b0=$(busy)
-	env PMM_QUIET=1 "$@" $bin/malloc_bench -t 1 -n "$n" >/dev/null
+	env PMM_QUIET=1 "$@" $bin/malloc_bench -t "$threads" -n $((n / threads)) >/dev/null
 	b1=$(busy)
 	awk -v n="$name" -v d=$((b1 - b0)) -v it="$n" -v hz="$(getconf CLK_TCK)" \
 		'BEGIN { printf "%-34s cpu %6.2f s  %7.0f ns/iteration\n", n, d / hz, d / hz * 1e9 / it }'
 }
+threads=${2:-1}
+echo "malloc_bench: $threads thread(s), $n iterations in all"
 for rep in 1 2 3; do
 	one "fake device, exact, vDSO clock" LD_PRELOAD=$bin/libpmmhook-fake.so PMM_CLOCK=mono
 	one bare

@@ -823,8 +823,10 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 	int r;
 
 	t->poll = POLL_EVERY;
+	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) != 2)
+		return;	/* called from inside init: the device is not open yet */
 	if (!g_active) {
-		t->poll = INT_MAX;
+		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
 		return;
 	}
 	if (g_hot >= HOT_MON)

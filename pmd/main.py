@@ -179,6 +179,14 @@ class Daemon:
             where = self._site_where(pid, start, site)
             msg += f"; fastest site {site}{' ' + where if where else ''} "
             msg += f"+{g[0].rate_kib_min:.1f} KiB/min"
+        elif st.snaps:
+            # one snapshot so far: no growth rate yet, name the largest site
+            last_t = st.snaps[-1][1]
+            big = max((x for x in st.snaps if x[1] == last_t), key=lambda x: (x[2], -x[0]))
+            site = big[0]
+            where = self._site_where(pid, start, site)
+            msg += f"; largest site {site}{' ' + where if where else ''} "
+            msg += f"{big[2] / 1024:.0f} KiB live"
         a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
                      r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
         try:

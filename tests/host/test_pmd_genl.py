@@ -156,3 +156,21 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
     d2.flush_now()
     assert len(st.alerts(pid)) == 1
     st.close()
+
+
+def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> None:
+    st = Store.open(tmp_path / "pmm.db")
+    d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=20))
+    d.detector_ready.set()
+    pid, start = 4_000_002, 7_000_000_000
+    for i in range(20):
+        t = 10_000_000_000 + i * 100_000_000
+        if i == 10:  # the module sends SITES every 10 samples
+            d.handle_event(Event(cmd=uapi.Cmd.SITES, pid=pid, start_time=start, time=t,
+                                 sites=(SiteLive(8, 900, 3), SiteLive(5, 40960, 10))))
+        d.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start, time=t,
+                             vm=1 << 30, rss=(2 << 20) + 65536 * i))
+    (a,) = st.alerts(pid)
+    assert a.site == 5
+    assert a.message.endswith("; largest site 5 40 KiB live")
+    st.close()

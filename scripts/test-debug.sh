@@ -65,6 +65,7 @@ if [[ " $phases " == *" suite "* ]]; then
 	fi
 	srcs=(Kbuild)
 	for f in kmod/*.c kmod/*.h kmod/uapi; do
+		case "$f" in *.mod.c) continue ;; esac # modpost's output
 		if [ -e "$f" ]; then srcs+=("${f#kmod/}"); fi
 	done
 	build_copy kmod "$out/kmod" "${srcs[@]}"

@@ -40,7 +40,7 @@ DMESG_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"possible circular locking dependency|inconsistent lock state"
             r"|possible recursive locking|suspicious RCU usage|bad unlock balance"
-            r"|lock held when returning to user space|held lock freed"
+            r"|lock held when returning to user space|held lock freed|irq lock inversion"
         ),
     ),
     (

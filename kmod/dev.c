@@ -470,7 +470,8 @@ static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 
 	mutex_lock(&p->lock);
 	*total = p->nblocks;
-	while (n < max && (b = pmm_block_at(p, &bucket, &idx))) {
+	b = pmm_block_at(p, &bucket, &idx);
+	for (; b && n < max; b = pmm_block_next(p, b, &bucket, &idx)) {
 		memset(&out[n], 0, sizeof(out[n]));
 		out[n].ptr = b->ptr;
 		out[n].prev_ptr = b->prev_ptr;
@@ -480,9 +481,8 @@ static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 		out[n].weight = b->weight;
 		out[n].op = b->op;
 		n++;
-		idx++;
 	}
-	*done = !pmm_block_at(p, &bucket, &idx);
+	*done = !b;
 	mutex_unlock(&p->lock);
 	*cursor = (u64)bucket << 32 | idx;
 	return n;

@@ -38,6 +38,9 @@
 #define PMM_SITES_EVERY		10
 #define PMM_SITES_TOP		64
 
+/* Live blocks of one kind that may share an address. */
+#define PMM_MAX_SAME_ADDR	16
+
 #define PMM_BLOCK_MIN_BITS	6
 #define PMM_BLOCK_MAX_BITS	24
 
@@ -141,6 +144,9 @@ int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
 void pmm_expire_pending(struct pmm_proc *p, bool all);
 void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info);
 struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx);
+struct pmm_block_ent *pmm_block_next(struct pmm_proc *p,
+				     struct pmm_block_ent *b, u32 *bucket,
+				     u32 *idx);
 struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s);
 bool pmm_may_access(struct task_struct *task);

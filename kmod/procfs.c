@@ -230,7 +230,13 @@ static bool it_advance(struct pmm_pid_iter *it)
 		it->idx = 0;
 		break;
 	case PMM_IT_BLOCK:
-		it->idx++;
+		/* it->b is valid: the lock is held since ->start */
+		it->b = pmm_block_next(it->p, it->b, &it->bucket, &it->idx);
+		if (it->b)
+			return true;
+		mutex_unlock(&it->p->lock);
+		if (!it_next_proc(it))
+			return false;
 		break;
 	}
 	return it_settle(it);

@@ -16,6 +16,9 @@
  *    unmatched frees;
  *  - REALLOC is a free of prev_ptr and a new block at ptr, both at the
  *    record's time; MREMAP likewise for mappings;
+ *  - at most PMM_MAX_SAME_ADDR blocks may share an address (more cannot be
+ *    in flight at once in a real process); a further one is dropped, which
+ *    also keeps every hash chain short;
  *  - MUNMAP(ptr, len) pairs with a MMAP/MREMAP block that starts at ptr: a
  *    length >= the block's size removes it, a shorter one trims it from the
  *    start. An unmap that does not start at a block waits, then counts as
@@ -379,6 +382,18 @@ static void blocks_grow(struct pmm_proc *p)
 	p->block_bits = bits;
 }
 
+/* How many live blocks of that kind sit at ptr. */
+static u32 block_count_at(struct pmm_proc *p, u64 ptr, bool map)
+{
+	struct pmm_block_ent *b;
+	u32 n = 0;
+
+	hlist_for_each_entry(b, block_bucket(p, ptr), node)
+		if (b->ptr == ptr && op_is_map(b->op) == map)
+			n++;
+	return n;
+}
+
 /* The newest live block at ptr of that kind with time_ns <= t. */
 static struct pmm_block_ent *block_find(struct pmm_proc *p, u64 ptr, u64 t,
 					bool map)
@@ -519,7 +534,8 @@ static void do_alloc(struct pmm_proc *p, u16 op, u64 ptr, u64 prev, u64 size,
 	pe = pending_find(p, ptr, t, op_is_map(op));
 	/* a block remains unless a pending free cancels all of it */
 	need_block = !pe || (pe->op == PMM_OP_MUNMAP && pe->len < size);
-	if (need_block && p->nblocks >= READ_ONCE(pmm_cfg.max_blocks))
+	if (need_block && (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
+			   block_count_at(p, ptr, op_is_map(op)) >= PMM_MAX_SAME_ADDR))
 		goto drop;
 	s = site_get(p, site);
 	if (!s)
@@ -713,6 +729,21 @@ struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx)
 		*idx = 0;
 	}
 	return NULL;
+}
+
+/* The block after b in table order, updating the position. */
+struct pmm_block_ent *pmm_block_next(struct pmm_proc *p,
+				     struct pmm_block_ent *b, u32 *bucket,
+				     u32 *idx)
+{
+	lockdep_assert_held(&p->lock);
+	if (b->node.next) {
+		(*idx)++;
+		return hlist_entry(b->node.next, struct pmm_block_ent, node);
+	}
+	(*bucket)++;
+	*idx = 0;
+	return pmm_block_at(p, bucket, idx);
 }
 
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)

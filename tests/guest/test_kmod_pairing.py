@@ -264,3 +264,16 @@ def test_stop_frees_everything(dev: Dev) -> None:
     info = dev.info()
     assert (info.live_blocks, info.records, info.pending_frees) == (0, 0, 0)
     assert os.getpid() == info.pid
+
+
+def test_same_address_cap(dev: Dev) -> None:
+    """At most 16 live blocks of a kind share an address; the 17th is dropped.
+    A mapping at the same address is of the other kind and still fits."""
+    dev.send([rec(Op.MALLOC, 0x4000, 8, 100 + i) for i in range(17)])
+    dev.send([rec(Op.MMAP, 0x4000, 4096, 200)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.dropped_records) == (17, 16 * 8 + 4096, 1)
+    dev.send([rec(Op.FREE, 0x4000, 0, 1000) for _ in range(16)])
+    (b,) = dev.blocks()
+    assert (b.ptr, b.op, b.size) == (0x4000, Op.MMAP, 4096)
+    assert dev.info().pending_frees == 0

@@ -51,7 +51,8 @@ def test_growth_and_exit(dev: Dev, grower: subprocess.Popen[str]) -> None:
     samples = dev.samples(grower.pid)
     after = samples[-1]
     assert after.vm - before.vm == 32 * MIB
-    assert 32 * MIB <= after.rss_anon - before.rss_anon <= 33 * MIB
+    # rss counters of a task are synced to its mm every 64 page faults (SPLIT_RSS_COUNTING)
+    assert 32 * MIB - 64 * 4096 <= after.rss_anon - before.rss_anon <= 33 * MIB
     assert after.rss == after.rss_anon + after.rss_file + after.rss_shmem
     assert after.rss_file > 0
     assert all(a.time_ns < b.time_ns for a, b in zip(samples, samples[1:], strict=False))

@@ -12,6 +12,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include "pmmtest.h"
 
@@ -126,16 +127,17 @@ static void cfg_write(void)
 	close(f);
 }
 
+/* Reads up to 64 KiB of /proc/pmm/pid from a random offset, in random sizes. */
 static void pid_read(void)
 {
 	char buf[4096];
-	int f = open("/proc/pmm/pid", O_RDONLY);
+	int f = open("/proc/pmm/pid", O_RDONLY), i;
 
 	if (f < 0)
 		return;
 	if (rnd() % 2)
 		lseek(f, rnd() % 10000, SEEK_SET);
-	while (read(f, buf, 1 + rnd() % sizeof(buf)) > 0)
+	for (i = 0; i < 16 && read(f, buf, 1 + rnd() % sizeof(buf)) > 0; i++)
 		;
 	close(f);
 }
@@ -151,6 +153,7 @@ int main(int argc, char **argv)
 	struct pmm_record *recs;
 	char *pages, *guard, *rbuf;
 	unsigned int cmd;
+	uint64_t t0;
 	int fd, e;
 
 	if (argc > 2)
@@ -161,6 +164,9 @@ int main(int argc, char **argv)
 	fd = pmm_open();
 	child = fork();
 	if (child == 0) {
+		/* a process to start and stop; it must not keep /dev/pmm open */
+		close(fd);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		for (;;)
 			pause();
 	}
@@ -178,6 +184,7 @@ int main(int argc, char **argv)
 	guard = pages + 4096;
 	mprotect(guard, 4096, PROT_NONE);
 
+	t0 = now_ns();
 	for (i = 0; i < n; i++) {
 		union {
 			struct pmm_record_batch b;
@@ -190,6 +197,8 @@ int main(int argc, char **argv)
 		size_t size = 0;
 		long ret;
 
+		if (i % 10000 == 0)
+			fprintf(stderr, "fuzz: %lu calls, %.1f s\n", i, (now_ns() - t0) / 1e9);
 		if (rnd() % 64 == 0) {
 			cfg_write();
 			continue;

@@ -40,8 +40,10 @@ with Device.open() as dev:
         dev.start(int(pid))
     print(f"pmd bench: {len(dev.monitored_pids())} processes monitored at 1 s")
 PY
-# let the first detector run (it imports scipy) pass before measuring
-sleep 25
+# pmd imports scipy in a thread (a minute under TCG): measure after it
+for _ in $(seq 3000); do grep -q "detector ready" "$tmp/pmd.log" && break; sleep 0.2; done
+grep "detector ready" "$tmp/pmd.log" | sed 's/^/pmd bench: /'
+sleep 5
 tck=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 r0=$(sqlite3 "$tmp/pmd.db" 'select count(*) from samples' 2>/dev/null || echo 0)

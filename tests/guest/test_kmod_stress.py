@@ -51,7 +51,7 @@ def test_concurrent_stress(progs: Path) -> None:
 
 @pytest.mark.usefixtures("pmm")
 def test_fuzz(progs: Path) -> None:
-    n = "500000" if FULL else "50000"
+    n = "500000" if FULL else "60000"
     m = mark("fuzz")
     for who in ("root", "nobody"):
         argv = [str(progs / "fuzz"), n, str(len(who))]

@@ -167,6 +167,10 @@ int main(int argc, char **argv)
 		/* a process to start and stop; it must not keep /dev/pmm open */
 		close(fd);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (nobody && (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+			       setresuid(65534, 65534, 65534)))
+			_exit(1);
+		prctl(PR_SET_DUMPABLE, 1);	/* nobody may monitor it */
 		for (;;)
 			pause();
 	}
@@ -197,7 +201,7 @@ int main(int argc, char **argv)
 		size_t size = 0;
 		long ret;
 
-		if (i % 10000 == 0)
+		if (i % 20000 == 0)
 			fprintf(stderr, "fuzz: %lu calls, %.1f s\n", i, (now_ns() - t0) / 1e9);
 		if (rnd() % 64 == 0) {
 			cfg_write();

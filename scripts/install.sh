@@ -6,6 +6,7 @@
 #   PMM_GROUP group allowed to use /dev/pmm (default: root only)
 #   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
 #   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
+#   PMM_KO    the module file to install (default kmod/pmm.ko)
 #
 # Layout: DESTDIR/lib/modules/KVER/extra/pmm.ko (or DKMS), PREFIX/lib/libpmmhook.so,
 # PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
@@ -42,7 +43,8 @@ if [ "$action" = uninstall ]; then
 	exit 0
 fi
 
-for f in kmod/pmm.ko hooklib/libpmmhook.so hooklib/pmm_hooks.h; do
+ko=${PMM_KO:-kmod/pmm.ko}
+for f in "$ko" hooklib/libpmmhook.so hooklib/pmm_hooks.h; do
 	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
 done
 installed=()
@@ -59,7 +61,7 @@ if [ -z "$destdir" ] && [ "${PMM_DKMS:-1}" != 0 ] && command -v dkms >/dev/null;
 	dkms install -m pmm -v "$version" -k "$kver"
 	installed+=("dkms:$version")
 else
-	put 0644 kmod/pmm.ko "/lib/modules/$kver/extra/pmm.ko"
+	put 0644 "$ko" "/lib/modules/$kver/extra/pmm.ko"
 	if [ -n "$destdir" ]; then
 		depmod -b "$destdir" "$kver"
 	else

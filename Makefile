@@ -29,6 +29,7 @@ userspace:
 
 test: setup
 	$(MAKE) all
+	$(MAKE) check
 	$(MAKE) test-host
 	$(MAKE) test-vm
 

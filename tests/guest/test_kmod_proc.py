@@ -195,11 +195,11 @@ def test_pid_many_blocks(dev: Dev) -> None:
     for chunk in (4096, 1 << 20):
         seen = 0
         ptrs = set()
+        parts = []
         with open("/proc/pmm/pid", "rb", buffering=0) as f:
-            data = b""
             while buf := f.read(chunk):
-                data += buf
-        for line in data.decode().splitlines()[1:]:
+                parts.append(buf)
+        for line in b"".join(parts).decode().splitlines()[1:]:
             ptr = int(line.split(" Pointer: ")[1].split()[0], 16)
             size = int(line.split(" Sz: ")[1].split("B")[0])
             assert size == 1 + (ptr - 0x100000000) // 16 % 1000

@@ -4,10 +4,13 @@ ring is bounded, SCAN 0 stops it; and its generic-netlink events."""
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
+import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -114,7 +117,7 @@ def test_interval_takes_effect(dev: Dev) -> None:
 
 
 def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
-    from pyroute2.netlink import genlmsg, nla
+    from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, genlmsg, nla
     from pyroute2.netlink.generic import GenericNetlinkSocket
 
     class PmmMsg(genlmsg):  # type: ignore[misc]
@@ -161,16 +164,32 @@ def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
             )
 
     sock = GenericNetlinkSocket()
+    got: dict[int, list[PmmMsg]] = {}
+
+    def drain(until: Callable[[], bool], timeout: float) -> None:
+        """Reads the socket's datagrams without pyroute2's reader."""
+        raw = sock.asyncore.socket
+        end = time.monotonic() + timeout
+        while not until() and time.monotonic() < end:
+            if not select.select([raw], [], [], 0.2)[0]:
+                continue
+            data = raw.recv(1 << 16, socket.MSG_DONTWAIT)
+            off = 0
+            while off + 16 <= len(data):
+                length, mtype = struct.unpack_from("=IH", data, off)
+                chunk = data[off : off + length]
+                off += (length + 3) & ~3
+                if mtype == sock.prid:
+                    m = PmmMsg(chunk)
+                    m.decode()
+                    got.setdefault(m["cmd"], []).append(m)
+
     try:
         sock.bind(uapi.GENL_NAME, PmmMsg)
         sock.add_membership(uapi.GENL_MCGRP_EVENTS)
         dev.start(grower.pid)
         dev.set_config(interval_ms=20)
-        got: dict[int, list[PmmMsg]] = {}
-        end = time.monotonic() + 15
-        while time.monotonic() < end and len(got.get(uapi.Cmd.SITES, [])) < 1:
-            for m in sock.get():
-                got.setdefault(m["cmd"], []).append(m)
+        drain(lambda: uapi.Cmd.SITES in got, 20)
         started = got[uapi.Cmd.STARTED][0]
         assert started.get_attr("PMM_A_PID") == grower.pid
         assert started.get_attr("PMM_A_COMM") == "grower"
@@ -182,6 +201,7 @@ def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
         kept = {s.time_ns: s for s in dev.samples(grower.pid)}
         for m in samples:
             s = kept[m.get_attr("PMM_A_TIME")]
+            assert m.get_attr("PMM_A_START_TIME") == info.start_time_ns
             assert m.get_attr("PMM_A_VM") == s.vm
             assert m.get_attr("PMM_A_RSS") == s.rss
             assert m.get_attr("PMM_A_RSS_ANON") == s.rss_anon
@@ -189,16 +209,26 @@ def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
             assert m.get_attr("PMM_A_RSS_SHMEM") == s.rss_shmem
             assert (m.get_attr("PMM_A_LIVE_BYTES"), m.get_attr("PMM_A_LIVE_BLOCKS")) == (0, 0)
         assert got[uapi.Cmd.SITES][0].get_attr("PMM_A_PID") == grower.pid
+        # the dump of monitored processes
+        req = PmmMsg()
+        req["cmd"] = uapi.Cmd.GET_PIDS
+        req["version"] = uapi.GENL_VERSION
+        dump = list(sock.nlm_request(req, msg_type=sock.prid,
+                                     msg_flags=NLM_F_REQUEST | NLM_F_DUMP))
+        pids = [m for m in dump if m["cmd"] == uapi.Cmd.GET_PIDS]
+        assert [(m.get_attr("PMM_A_PID"), m.get_attr("PMM_A_COMM"), m.get_attr("PMM_A_STATE"))
+                for m in pids] == [(grower.pid, "grower", uapi.STATE_RUNNING)]
+        assert pids[0].get_attr("PMM_A_START_TIME") == info.start_time_ns
         # exit and stop events
         grower.kill()
         grower.wait()
-        end = time.monotonic() + 10
-        while time.monotonic() < end and uapi.Cmd.EXITED not in got:
-            for m in sock.get():
-                got.setdefault(m["cmd"], []).append(m)
+        drain(lambda: uapi.Cmd.EXITED in got, 10)
         exited = got[uapi.Cmd.EXITED][0]
         assert exited.get_attr("PMM_A_PID") == grower.pid
         assert exited.get_attr("PMM_A_STATE") == uapi.STATE_EXITED
         assert exited.get_attr("PMM_A_TIME") == dev.info(grower.pid).exit_time_ns
+        dev.stop(grower.pid)
+        drain(lambda: uapi.Cmd.STOPPED in got, 10)
+        assert got[uapi.Cmd.STOPPED][0].get_attr("PMM_A_PID") == grower.pid
     finally:
         sock.close()

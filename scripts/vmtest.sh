@@ -25,7 +25,14 @@ export PATH="$top/.venv/bin:$PATH"
 if [ $# -eq 0 ]; then
 	set -- tests/guest/run.sh
 fi
-cmd="cd $top && export PMM_RESULTS=$results PMM_TOP=$top PMM_KO=${PMM_KO:-$top/kmod/pmm.ko} PMM_GUEST_ARGS='${PMM_GUEST_ARGS:-}' PMM_FULL=${PMM_FULL:-0} && $*"
+# Every PMM_* variable of the caller reaches the guest (PMM_GUEST_ARGS, PMM_FULL,
+# PMM_FUZZ_N, ...), quoted so that values with spaces survive.
+export PMM_RESULTS=$results PMM_TOP=$top PMM_KO=${PMM_KO:-$top/kmod/pmm.ko} PMM_FULL=${PMM_FULL:-0}
+exports=""
+for var in $(compgen -e | grep '^PMM_'); do
+	exports+="export $var=$(printf '%q' "${!var}"); "
+done
+cmd="cd $top && ${exports}$*"
 
 # KVM where it works (a user's laptop); TCG where QEMU aborts on it (here).
 accel=(--disable-kvm)

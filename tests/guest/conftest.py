@@ -66,6 +66,20 @@ def as_nobody(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, text=True, capture_output=True, **kw)  # type: ignore[call-overload,no-any-return]
 
 
+def spawn_sleeper(seconds: int = 60) -> subprocess.Popen[bytes]:
+    """`sleep SECONDS`, returned once it has exec'd: Popen returns after fork,
+    and until exec the child's comm is still the test's."""
+    p = subprocess.Popen(["sleep", str(seconds)])
+    for _ in range(500):
+        try:
+            if Path(f"/proc/{p.pid}/comm").read_text() == "sleep\n":
+                break
+        except OSError:
+            break
+        time.sleep(0.01)
+    return p
+
+
 @pytest.fixture(scope="session", autouse=True)
 def in_guest() -> None:
     if not Path("/sys/module").exists() or os.geteuid() != 0:

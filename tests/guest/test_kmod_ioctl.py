@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import spawn_sleeper
 from ioctl_opt import IO, IOWR
 from kmod_dev import Dev, as_nobody_fn, cfg_lines, rec
 
@@ -176,7 +177,7 @@ def test_start_stop(dev: Dev) -> None:
 
 def test_start_other_and_max_pids(dev: Dev) -> None:
     dev.set_config(max_pids=2)
-    kids = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    kids = [spawn_sleeper() for _ in range(3)]
     try:
         dev.start(kids[0].pid)
         dev.start(kids[1].pid)

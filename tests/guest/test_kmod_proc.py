@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import FULL, as_nobody
+from conftest import FULL, as_nobody, spawn_sleeper
 from kmod_dev import (
     DEFAULT_CFG,
     RECORD_DTYPE,
@@ -156,7 +156,7 @@ def test_pid_lines(dev: Dev) -> None:
 
 
 def test_pid_summary_and_several(dev: Dev) -> None:
-    kid = subprocess.Popen(["sleep", "60"])
+    kid = spawn_sleeper()
     try:
         dev.start(kid.pid)
         dev.start()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOP
+from conftest import TOP, spawn_sleeper
 from typer.testing import CliRunner
 
 from pmctl import cli, procfs
@@ -48,7 +48,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture()
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    p = subprocess.Popen(["sleep", "60"])
+    p = spawn_sleeper()
     yield p
     p.kill()
     p.wait()

@@ -8,9 +8,9 @@
 #   scripts/test-debug.sh --selftest   selftest only (no pmm.ko needed)
 #   scripts/test-debug.sh --suite      suite only
 #
-# Environment: PMM_FULL (default 1: the stress and fuzz at full size; 0 for
-# the quick sizes), PMM_GUEST_ARGS (pytest selection), VM_MEMORY (default
-# 3G: KASAN's shadow takes 1/8), PMM_DEBUG_TIMEOUT (seconds for the VM run,
+# Environment: PMM_FULL (default 0: the quick stress/fuzz sizes, what fits
+# .ci/run's budget; PMM_FULL=1 for the full sizes), PMM_GUEST_ARGS (pytest
+# selection), VM_MEMORY (default 3G: KASAN's shadow takes 1/8), PMM_DEBUG_TIMEOUT (seconds for the VM run,
 # default 1800), RESULTS (default build/vm-debug).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,9 +77,9 @@ t_build=$(date +%s)
 rm -rf "$results"
 mkdir -p "$results"
 echo "test-debug: kernel $release ($tree), modules in $out, results in $results"
-echo "test-debug: phases: $phases; PMM_FULL=${PMM_FULL:-1}"
+echo "test-debug: phases: $phases; PMM_FULL=${PMM_FULL:-0}"
 set +e
-PMM_KO=$ko PMM_FULL=${PMM_FULL:-1} RESULTS=$results VM_MEMORY=${VM_MEMORY:-3G} \
+PMM_KO=$ko PMM_FULL=${PMM_FULL:-0} RESULTS=$results VM_MEMORY=${VM_MEMORY:-3G} \
 	timeout -k 30 "${PMM_DEBUG_TIMEOUT:-1800}" \
 	scripts/vmtest.sh --kernel "$tree/arch/x86/boot/bzImage" -- \
 	env PMM_BADMOD="$badko" PMM_DEBUG_PHASES="'$phases'" tests/debug/guest.sh \

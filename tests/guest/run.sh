@@ -10,7 +10,7 @@ results=${PMM_RESULTS:-/tmp}
 	--junitxml="$results/guest.xml" tests/guest ${PMM_GUEST_ARGS:-}
 rc=$?
 dmesg >"$results/dmesg.txt"
-if grep -E "BUG|WARNING|Oops|general protection|KASAN|UBSAN|circular locking|inconsistent lock state|sleeping function called from invalid context" \
+if grep -wE "BUG|WARNING|Oops|general protection|KASAN|UBSAN|circular locking|inconsistent lock state|sleeping function called from invalid context" \
 	"$results/dmesg.txt" >"$results/dmesg-bad.txt"; then
 	echo "guest: the kernel log has errors:"
 	cat "$results/dmesg-bad.txt"

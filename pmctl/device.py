@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import fcntl
 import os
@@ -59,60 +60,34 @@ def pid_exists(pid: int) -> bool:
     return pid > 0 and Path(f"/proc/{pid}").exists()
 
 
+C = TypeVar("C", bound=ctypes.Structure)
+T = TypeVar("T")
+
+
 def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+def _copy_fields(cls: type[T], c: ctypes.Structure) -> T:
+    """The dataclass cls from c's fields of the same names (char arrays as str):
+    the model classes name their fields as the uapi structs do."""
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        v = getattr(c, f.name)
+        values[f.name] = _cstr(v) if isinstance(v, bytes) else v
+    return cls(**values)
+
+
 def config_from_c(c: uapi.Config) -> ConfigInfo:
-    return ConfigInfo(
-        interval_ms=c.interval_ms,
-        scan=c.scan,
-        start_pid=c.start_pid,
-        stop_pid=c.stop_pid,
-        max_pids=c.max_pids,
-        max_blocks_per_pid=c.max_blocks_per_pid,
-        max_sites_per_pid=c.max_sites_per_pid,
-        max_samples_per_pid=c.max_samples_per_pid,
-        abi_version=c.abi_version,
-        monitored_pids=c.monitored_pids,
-        records_accepted=c.records_accepted,
-        records_dropped=c.records_dropped,
-        unmatched_frees=c.unmatched_frees,
-        kmem_bytes=c.kmem_bytes,
-    )
+    return _copy_fields(ConfigInfo, c)
 
 
 def pid_info_from_c(p: uapi.PidInfo) -> PidInfo:
-    return PidInfo(
-        pid=p.pid,
-        ppid=p.ppid,
-        state=p.state,
-        comm=_cstr(bytes(p.comm)),
-        start_time_ns=p.start_time_ns,
-        monitor_start_ns=p.monitor_start_ns,
-        exit_time_ns=p.exit_time_ns,
-        live_blocks=p.live_blocks,
-        live_bytes=p.live_bytes,
-        records=p.records,
-        dropped_records=p.dropped_records,
-        unmatched_frees=p.unmatched_frees,
-        pending_frees=p.pending_frees,
-        samples=p.samples,
-        vm_bytes=p.vm_bytes,
-        rss_bytes=p.rss_bytes,
-    )
+    return _copy_fields(PidInfo, p)
 
 
 def block_from_c(b: uapi.Block) -> Block:
-    return Block(
-        ptr=b.ptr,
-        prev_ptr=b.prev_ptr,
-        size=b.size,
-        time_ns=b.time_ns,
-        site=b.site,
-        weight=b.weight,
-        op=b.op,
-    )
+    return _copy_fields(Block, b)
 
 
 def site_from_c(s: uapi.SiteStats) -> Site:
@@ -141,23 +116,12 @@ def stats_from_c(s: uapi.Stats) -> StatsInfo:
     return StatsInfo(
         pid=s.pid,
         buckets=tuple(
-            Bucket(
-                malloc_count=b.malloc_count,
-                calloc_count=b.calloc_count,
-                realloc_count=b.realloc_count,
-                free_count=b.free_count,
-                alloc_bytes=b.alloc_bytes,
-                free_bytes=b.free_bytes,
-            )
+            _copy_fields(Bucket, b)
             for b in s.buckets
         ),
         failed_allocs=s.failed_allocs,
         unmatched_frees=s.unmatched_frees,
     )
-
-
-C = TypeVar("C", bound=ctypes.Structure)
-T = TypeVar("T")
 
 
 class Device:

@@ -117,51 +117,10 @@ def test_interval_takes_effect(dev: Dev) -> None:
 
 
 def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
-    from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, genlmsg, nla
+    from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
     from pyroute2.netlink.generic import GenericNetlinkSocket
 
-    class PmmMsg(genlmsg):  # type: ignore[misc]
-        nla_map = (
-            ("PMM_A_UNSPEC", "none"),
-            ("PMM_A_PID", "uint32"),
-            ("PMM_A_START_TIME", "uint64"),
-            ("PMM_A_TIME", "uint64"),
-            ("PMM_A_VM", "uint64"),
-            ("PMM_A_RSS", "uint64"),
-            ("PMM_A_RSS_ANON", "uint64"),
-            ("PMM_A_RSS_FILE", "uint64"),
-            ("PMM_A_RSS_SHMEM", "uint64"),
-            ("PMM_A_COMM", "asciiz"),
-            ("PMM_A_LIVE_BYTES", "uint64"),
-            ("PMM_A_LIVE_BLOCKS", "uint64"),
-            ("PMM_A_DROPPED", "uint64"),
-            ("PMM_A_STATE", "uint32"),
-            ("PMM_A_PPID", "uint32"),
-            ("PMM_A_SITE", "site"),
-            ("PMM_A_SITE_ID", "uint32"),
-            ("PMM_A_PAD", "none"),
-        )
-
-        class site(nla):  # noqa: N801 - pyroute2's naming
-            nla_map = (
-                ("PMM_A_UNSPEC", "none"),
-                ("PMM_A_PID", "uint32"),
-                ("PMM_A_START_TIME", "uint64"),
-                ("PMM_A_TIME", "uint64"),
-                ("PMM_A_VM", "uint64"),
-                ("PMM_A_RSS", "uint64"),
-                ("PMM_A_RSS_ANON", "uint64"),
-                ("PMM_A_RSS_FILE", "uint64"),
-                ("PMM_A_RSS_SHMEM", "uint64"),
-                ("PMM_A_COMM", "asciiz"),
-                ("PMM_A_LIVE_BYTES", "uint64"),
-                ("PMM_A_LIVE_BLOCKS", "uint64"),
-                ("PMM_A_DROPPED", "uint64"),
-                ("PMM_A_STATE", "uint32"),
-                ("PMM_A_PPID", "uint32"),
-                ("PMM_A_SITE", "none"),
-                ("PMM_A_SITE_ID", "uint32"),
-            )
+    from pmd.genl import PmmMsg
 
     sock = GenericNetlinkSocket()
     got: dict[int, list[PmmMsg]] = {}

@@ -17,13 +17,20 @@ The method (DESIGN.md decision 12: statistics, not thresholds):
    `min_growth_fraction` of the floor level, and must stand out of the floor's
    own scatter around the fitted line (`noise_factor` x the normal-consistent
    MAD of the residuals). A step or a warm-up fits a line badly: its
-   residuals are large and this test fails.
+   residuals are large and this test fails. It must also reach
+   `spread_factor` x the median gap between each bucket's two smallest
+   samples: when a sawtooth is far faster than the sampling, samples land on
+   random phases, a bucket's minimum misses the floor by up to the whole
+   amplitude, and that gap shows it.
 4. Growth continues. The later part of the window (its last `late_fraction`
    of time) is bucketed again on its own and gets its own Theil-Sen slope,
    which must be positive and at least `late_ratio` of the overall slope; a
    process whose growth stopped (plateau after warm-up, a single step) is not
    leaking. For LEAK that slope must also be significant at
    `late_confidence` (default 80 %, two-sided).
+5. The floor does not fall back. No bucket minimum may lie more than
+   `fallback_fraction` of the growth (and `noise_factor` x the scatter)
+   below the fitted line: a leak's floor never comes back down.
 
 Verdicts: LEAK (all of the above), GROWING (large growth that continues but
 is not yet significant, in the whole window or in its later part), STABLE,
@@ -55,7 +62,9 @@ class Verdict(enum.StrEnum):
 class Params:
     """The detector's parameters; the defaults are what pmd and pmctl use."""
 
-    min_samples: int = 20
+    # samples_per_bucket x min_buckets: fewer leave a bucket too few samples
+    # to find its floor (an aliased sawtooth then passed for a leak at 20)
+    min_samples: int = 30
     samples_per_bucket: int = 5
     min_buckets: int = 6
     max_buckets: int = 30
@@ -63,6 +72,12 @@ class Params:
     min_growth_bytes: float = 64 * 1024
     min_growth_fraction: float = 0.005
     noise_factor: float = 3.0
+    # growth must also exceed this many times the median gap between each
+    # bucket's two smallest samples (how uncertain a bucket's minimum is)
+    spread_factor: float = 3.0
+    # not a leak when a bucket's minimum lies this fraction of the window's
+    # growth below the fitted floor: the process came back down
+    fallback_fraction: float = 0.5
     late_fraction: float = 0.5
     late_ratio: float = 0.5
     late_confidence: float = 0.8
@@ -181,10 +196,11 @@ def _drop_spacing(t: FloatArray, v: FloatArray, sigmas: float) -> float:
     return float(np.median(np.diff(t[drops + 1])))
 
 
-def bucket_minima(
-    t: FloatArray, v: FloatArray, params: Params = Params()
-) -> tuple[FloatArray, FloatArray]:
-    """(times, values) of the minimum of each non-empty equal-time bucket."""
+def _buckets(
+    t: FloatArray, v: FloatArray, params: Params
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Each non-empty equal-time bucket's smallest sample (indices into t)
+    and the gap from it to the bucket's second smallest (NaN when alone)."""
     span = float(t[-1] - t[0])
     n = t.size
     k = max(params.min_buckets, min(params.max_buckets, n // params.samples_per_bucket))
@@ -195,13 +211,26 @@ def bucket_minima(
     for kk in range(k, max(k, min(params.max_buckets, n // 2)) + 1):
         # bucket index per sample; the last sample belongs to the last bucket
         idx = np.minimum(((t - t[0]) / span * kk).astype(np.int64), kk - 1)
-        # the minimum of each bucket: sort by (bucket, value), take each run's head
+        # sort by (bucket, value): each run's head is its minimum
         order = np.lexsort((v, idx))
         first = np.ones(n, dtype=bool)
         first[1:] = idx[order][1:] != idx[order][:-1]
-        pick = order[first]
-        if pick.size >= params.min_buckets:
+        heads = np.flatnonzero(first)
+        if heads.size >= params.min_buckets:
             break
+    pick = order[heads]
+    gap = np.full(heads.size, np.nan)
+    # the run's second element, when the run has one
+    has_second = np.append(heads[1:], n) - heads >= 2
+    gap[has_second] = v[order[heads[has_second] + 1]] - v[pick[has_second]]
+    return pick, gap
+
+
+def bucket_minima(
+    t: FloatArray, v: FloatArray, params: Params = Params()
+) -> tuple[FloatArray, FloatArray]:
+    """(times, values) of the minimum of each non-empty equal-time bucket."""
+    pick, _ = _buckets(t, v, params)
     return t[pick], v[pick]
 
 
@@ -225,7 +254,8 @@ def detect(
     if span <= 0.0:
         return Trend(Verdict.NOT_ENOUGH_DATA, "all samples at the same time", n,
                      confidence=params.confidence)
-    bt, bv = bucket_minima(t, v, params)
+    pick, gaps = _buckets(t, v, params)
+    bt, bv = t[pick], v[pick]
     if bt.size < params.min_buckets:
         return Trend(Verdict.NOT_ENOUGH_DATA,
                      f"samples fill {bt.size} time buckets, need {params.min_buckets}", n,
@@ -237,8 +267,13 @@ def detect(
     noise = _robust_sigma(resid)
     level = float(np.median(bv))
     growth = slope * span
+    # how far a bucket's minimum may sit above the true floor: when samples
+    # land on random phases of a sawtooth faster than the sampling, the two
+    # smallest of a bucket lie far apart and the minima wander by as much
+    known = gaps[~np.isnan(gaps)]
+    spread = float(np.median(known)) if known.size else 0.0
     min_growth = max(params.min_growth_bytes, params.min_growth_fraction * abs(level),
-                     params.noise_factor * noise)
+                     params.noise_factor * noise, params.spread_factor * spread)
     # the later part gets its own, finer buckets: half the window must not
     # mean half as many points
     cut = t[-1] - params.late_fraction * span
@@ -260,6 +295,9 @@ def detect(
     significant = low > 0.0
     large = growth >= min_growth
     continues = late_slope > 0.0 and late_slope >= params.late_ratio * slope
+    # a leak's floor never comes back down; an aliased sawtooth's does
+    dip = float(-resid.min())
+    fell_back = dip > max(params.fallback_fraction * growth, params.noise_factor * noise)
     late_significant = late_low > 0.0
     pct = round(params.confidence * 100)
     if slope <= 0.0 or not large:
@@ -267,6 +305,9 @@ def detect(
                      f"({_kib(growth)} < {_kib(min_growth)})", **common)
     if not continues:
         return Trend(Verdict.STABLE, "growth stopped: the later part of the window is flat",
+                     **common)
+    if fell_back:
+        return Trend(Verdict.STABLE, f"the floor fell back {_kib(dip)} below its fitted line",
                      **common)
     if significant and late_significant:
         return Trend(Verdict.LEAK, f"the floor grows steadily ({pct}% CI above 0, in the "

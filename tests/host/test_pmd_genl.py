@@ -135,7 +135,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
             d.handle_event(sites[-1])
     d.flush_now()
     assert [ln for ln in caplog.messages if ln.startswith(f"pid {pid}")] == [
-        f"pid {pid} (?): LEAK after 20 samples (rss +2400.0 KiB/min): the floor grows "
+        f"pid {pid} (?): LEAK after 30 samples (rss +2400.0 KiB/min): the floor grows "
         "steadily (95% CI above 0, in the whole window and in its later part)"]
     alerts = st.alerts(pid)
     assert len(alerts) == 1
@@ -160,12 +160,12 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
 
 def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> None:
     st = Store.open(tmp_path / "pmm.db")
-    d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=20))
+    d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=30))
     d.detector_ready.set()
     pid, start = 4_000_002, 7_000_000_000
-    for i in range(20):
+    for i in range(30):
         t = 10_000_000_000 + i * 100_000_000
-        if i == 10:  # the module sends SITES every 10 samples
+        if i == 10:  # one SITES event (the module sends one every 10 samples)
             d.handle_event(Event(cmd=uapi.Cmd.SITES, pid=pid, start_time=start, time=t,
                                  sites=(SiteLive(8, 900, 3), SiteLive(5, 40960, 10))))
         d.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start, time=t,

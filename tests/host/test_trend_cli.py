@@ -184,7 +184,7 @@ def test_watch_a_leaking_process_subprocess(tmp_path: Path) -> None:
 def test_watch_sleeping_process_is_stable() -> None:
     child = subprocess.Popen(["sleep", "30"])
     try:
-        code, out = _run(str(child.pid), "--watch", "2.5", "--interval", "0.1", "--json")
+        code, out = _run(str(child.pid), "--watch", "3.5", "--interval", "0.1", "--json")
     finally:
         child.kill()
         child.wait()

@@ -85,3 +85,16 @@ def page_flat(seed: int, n: int = 60, dt: float = 0.1) -> tuple[F, F]:
     r = np.random.default_rng(seed)
     t = _t(n, dt) + r.uniform(0, 0.01, n)
     return t, (512 + r.integers(0, 3, n)).astype(np.float64) * 4096
+
+
+def aliased_sawtooth(seed: int, n: int = 60, dt: float = 0.1,
+                     floor_rate: float = 0.0) -> tuple[F, F]:
+    """What the VM saw of examples/sawtooth -m 4 -c 1024 -s 5: 1 MiB steps up
+    to 4 MiB and back, a period (20-50 ms) far shorter than the 100 ms
+    sampling, so each sample lands on a random phase. floor_rate > 0: the
+    floor rises too (bytes/s)."""
+    r = np.random.default_rng(seed)
+    t = np.cumsum(dt + r.uniform(-0.1 * dt, 0.1 * dt, n))
+    phase = (t / r.uniform(0.02, 0.05)) % 1.0
+    pages = np.floor((4 * MIB + floor_rate * t + np.floor(phase * 5) * MIB) / 4096)
+    return t, (pages + r.integers(0, 3, n)) * 4096

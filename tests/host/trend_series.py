@@ -87,12 +87,28 @@ def page_flat(seed: int, n: int = 60, dt: float = 0.1) -> tuple[F, F]:
     return t, (512 + r.integers(0, 3, n)).astype(np.float64) * 4096
 
 
+
+def example_sawtooth(seed: int, n: int = 60, dt: float = 0.1, steps: int = 4,
+                     chunk: float = MIB, step_s: float = 0.005, jitter: float = 0.01,
+                     floor_rate: float = 0.0) -> tuple[F, F]:
+    """What the VM's sampler sees of examples/sawtooth -c chunk -s step_s: one
+    chunk more every step_s up to `steps`, all freed, one step_s at the base.
+    The period varies by 15 % (malloc and memset time); sample times jitter
+    by up to `jitter` s (0.002: KVM, 0.01: TCG). floor_rate > 0: the floor
+    rises too (bytes/s). In rss pages."""
+    r = np.random.default_rng(seed)
+    t = np.arange(n) * dt + r.uniform(0, jitter, n)
+    period = (steps + 1) * step_s * r.uniform(1.0, 1.15)
+    phase = (t / period + r.uniform()) % 1.0
+    level = np.floor(phase * (steps + 1)) * chunk
+    pages = np.floor((4 * MIB + floor_rate * t + level) / 4096)
+    return t, (pages + r.integers(0, 3, n)) * 4096
+
+
 def aliased_sawtooth(seed: int, n: int = 60, dt: float = 0.1,
                      floor_rate: float = 0.0) -> tuple[F, F]:
-    """What the VM saw of examples/sawtooth -m 4 -c 1024 -s 5: 1 MiB steps up
-    to 4 MiB and back, a period (20-50 ms) far shorter than the 100 ms
-    sampling, so each sample lands on a random phase. floor_rate > 0: the
-    floor rises too (bytes/s)."""
+    """A 1 MiB-step sawtooth of period 20-50 ms sampled every 100 ms with a
+    drifting sampler: each sample lands on a random phase."""
     r = np.random.default_rng(seed)
     t = np.cumsum(dt + r.uniform(-0.1 * dt, 0.1 * dt, n))
     phase = (t / r.uniform(0.02, 0.05)) % 1.0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,9 +250,13 @@ def test_hook_depth_frames(dev: Device) -> None:
 def test_hook_not_permitted_passes_through(dev: Device) -> None:
     """/dev/pmm is root-only: an unprivileged preloaded program runs as if
     bare, with exactly one line on stderr (none with PMM_QUIET=1)."""
-    prog = str(TOP / "hooklib" / "bench" / "bin" / "semantics")
+    # nobody must be able to read both: the checkout may be under /root (0700)
+    here = Path(tempfile.mkdtemp(prefix="pmm-nobody-"))
+    here.chmod(0o755)
+    prog = str(shutil.copy(TOP / "hooklib" / "bench" / "bin" / "semantics", here))
+    hook = str(shutil.copy(HOOK, here))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-    env.update(LD_PRELOAD=str(HOOK), PMM_START="1")
+    env.update(LD_PRELOAD=hook, PMM_START="1")
     r = as_nobody([prog], env=env, timeout=60)
     assert r.returncode == 0 and r.stdout.endswith("PASS: 0 failure(s)\n")
     assert r.stderr.splitlines() == [
@@ -259,3 +265,4 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
     env["PMM_QUIET"] = "1"
     r = as_nobody([prog], env=env, timeout=60)
     assert r.returncode == 0 and r.stderr == ""
+    shutil.rmtree(here)

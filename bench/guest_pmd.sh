@@ -40,7 +40,7 @@ with Device.open() as dev:
         dev.start(int(pid))
     print(f"pmd bench: {len(dev.monitored_pids())} processes monitored at 1 s")
 PY
-# pmd imports scipy in a thread (a minute under TCG): measure after it
+# pmd warms the detector up in a thread: measure after it
 for _ in $(seq 3000); do grep -q "detector ready" "$tmp/pmd.log" && break; sleep 0.2; done
 grep "detector ready" "$tmp/pmd.log" | sed 's/^/pmd bench: /'
 sleep 5

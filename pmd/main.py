@@ -110,8 +110,9 @@ class Daemon:
         self.write_failures = 0
         self.stop_signal = 0
         self.listener: Listener | None = None
-        # scipy.stats takes long to import (seconds; minutes on a slow
-        # file system): a thread imports it while the loop records samples
+        # the detector's first run loads what it needs (numpy's linear
+        # algebra; slow on a slow file system): a thread runs it while the
+        # loop records samples
         self.detector_ready = threading.Event()
         now = time.monotonic()
         self.next_sample = now
@@ -224,7 +225,7 @@ class Daemon:
         t = time.monotonic()
         detect(range(30), [float(i) for i in range(30)], self.opts.params)
         self.detector_ready.set()
-        log.info("detector ready (%.1f s to load scipy.stats)", time.monotonic() - t)
+        log.info("detector ready (%.1f s to warm up)", time.monotonic() - t)
 
     def handle_event(self, ev: Event | MalformedEvent) -> None:
         if isinstance(ev, MalformedEvent):

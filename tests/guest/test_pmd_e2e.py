@@ -3,8 +3,8 @@ gets LEAK within 60 samples at 100 ms (with its leaking site), a sawtooth
 that does not leak gets STABLE, and pmd survives a module unload/reload.
 
 HOME is read-only in the guest: every database lives under /tmp. Python
-imports are very slow in the guest (9p under TCG: numpy and scipy take
-minutes cold), so this module imports neither: the verdicts come from pmd
+imports are very slow in the guest (9p under TCG: numpy takes a long
+time cold), so this module does not import it: the verdicts come from pmd
 (one Python process) and from one `pmctl trend` run, with long timeouts."""
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         assert pmd.wait_log("connected to genl family pmm", 600), pmd.text()
-        # pmd imports scipy in a thread; LEAK "within 60 samples" is about
-        # the data, so start the programs once the detector can run
+        # pmd warms the detector up in a thread; LEAK "within 60 samples" is
+        # about the data, so start the programs once the detector can run
         assert pmd.wait_log("detector ready", 900), pmd.text()
         # the leak, hooked: it monitors itself from its first allocation (PMM_START=1)
         env = dict(os.environ, LD_PRELOAD=str(HOOKLIB), PMM_START="1")

@@ -121,7 +121,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
 def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
-    d.detector_ready.set()  # run() would import scipy in a thread first
+    d.detector_ready.set()  # run() would warm the detector up in a thread first
     caplog.set_level(logging.INFO, logger="pmd")
     pid, start = 4_000_001, 5_000_000_000
     sites = []

@@ -3,6 +3,10 @@ the right verdict for several seeds, leaks get their rate right."""
 
 from __future__ import annotations
 
+import math
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import trend_series as S
@@ -14,6 +18,7 @@ from pmctl.trend import (
     detect,
     seconds_until_exhausted,
     site_growth,
+    theil_sen,
 )
 
 SEEDS = range(8)
@@ -255,3 +260,29 @@ def test_robust_sigma_is_scipys_normal_mad() -> None:
     x = np.random.default_rng(5).normal(3.0, 2.0, 1001)
     assert _robust_sigma(x) == pytest.approx(stats.median_abs_deviation(x, scale="normal"),
                                              rel=1e-12)
+
+
+def test_theil_sen_is_scipys() -> None:
+    # the same estimator and interval as scipy.stats.theilslopes, ties included
+    from scipy import stats
+
+    r = np.random.default_rng(7)
+    for n in (2, 3, 6, 17, 30, 101):
+        for conf in (0.8, 0.95, 0.99):
+            x = np.sort(r.uniform(0, 100, n))
+            y = 3.0 * x + r.normal(0, 20, n)
+            for xs, ys in ((x, y), (np.floor(x / 10), np.floor(y / 50))):  # with ties
+                want = stats.theilslopes(ys, xs, alpha=conf)
+                got = theil_sen(xs, ys, conf)
+                assert got == pytest.approx((want.slope, want.intercept, want.low_slope,
+                                             want.high_slope), nan_ok=True), (n, conf)
+    assert all(math.isnan(v) for v in theil_sen(np.ones(4), np.arange(4.0)))
+
+
+def test_trend_does_not_import_scipy() -> None:
+    # scipy costs half a second to import here and minutes on the VM's 9p
+    code = ("import sys, pmctl.trend as T; T.detect(range(40), [float(i) for i in range(40)]); "
+            "T.site_growth([(1, 0.0, 1, 1), (1, 1.0, 2, 1), (1, 2.0, 4, 1)]); "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "False\n"

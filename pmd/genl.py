@@ -2,9 +2,11 @@
 
 - `PmmMsg` is the pyroute2 message class of family "pmm" (attributes as in
   kmod/uapi/pmm.h, mirrored by pmctl.uapi.Attr).
-- `decode(msg)` turns one parsed message into an `Event`, checking every
-  attribute's type; anything wrong raises `MalformedEvent` (pmd logs it and
-  goes on). `decode_datagram(data, family_id)` parses a whole datagram.
+- `decode(msg)` turns one pyroute2-parsed message into an `Event`, checking
+  every attribute's type; anything wrong raises `MalformedEvent` (pmd logs
+  it and goes on). `decode_datagram(data, family_id)` parses a whole
+  datagram with `parse_message`, the same checks in one pass over the bytes
+  (pyroute2's generic decoder was 3/4 of pmd's cost per sample event).
 - `Listener` resolves the family, joins the "events" group and reads
   datagrams without blocking from a select loop. It also listens to nlctrl's
   "notify" group: when the module is unloaded (CTRL_CMD_DELFAMILY) it drops
@@ -203,6 +205,69 @@ def check_attrs(buf: bytes, start: int, end: int, nested: bool = False) -> None:
         off += (n + 3) & ~3
 
 
+_U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+_GENLHDR = struct.Struct("=BBH")
+_SITE_KEYS = {uapi.Attr.SITE_ID: "site", uapi.Attr.LIVE_BYTES: "live_bytes",
+              uapi.Attr.LIVE_BLOCKS: "live_blocks"}
+# attribute number -> (Event field, struct) for the flat integer attributes
+_FLAT = {a: (a.name.lower(), _U32 if _NLA_TYPES[a] == "uint32" else _U64)
+         for a in _NLA_TYPES if _NLA_TYPES[a] in ("uint32", "uint64") and a != uapi.Attr.SITE_ID}
+
+
+def _site(buf: bytes, off: int, end: int) -> SiteLive:
+    got: dict[str, int] = {}
+    while off < end:
+        n, t = _NLA.unpack_from(buf, off)
+        t &= 0x3FFF
+        key = _SITE_KEYS.get(t)
+        if key is not None:
+            got[key] = (_U32 if t == uapi.Attr.SITE_ID else _U64).unpack_from(buf, off + 4)[0]
+        off += (n + 3) & ~3
+    for key in ("site", "live_bytes"):
+        if key not in got:
+            raise MalformedEvent(f"attribute PMM_A_{key.upper() if key != 'site' else 'SITE_ID'}"
+                                 " is not an integer: None")
+    return SiteLive(got["site"], got["live_bytes"], got.get("live_blocks", 0))
+
+
+def parse_message(buf: bytes) -> Event:
+    """One message of family "pmm" (netlink header included) to an Event, in
+    one pass over its attributes: what `check_attrs` and `decode` over
+    pyroute2's PmmMsg give (a host test holds the two to the same results),
+    at a fraction of the cost (pmd decodes every sample event)."""
+    start = _NLMSGHDR.size + _GENLHDR.size
+    if len(buf) < start:
+        raise MalformedEvent(f"message of {len(buf)} bytes has no genl header")
+    cmd = _GENLHDR.unpack_from(buf, _NLMSGHDR.size)[0]
+    check_attrs(buf, start, len(buf))
+    if cmd not in _REQUIRED:
+        raise MalformedEvent(f"unknown command {cmd!r}")
+    values: dict[str, Any] = {}
+    sites: list[SiteLive] = []
+    off, end = start, len(buf)
+    while off < end:
+        n, t = _NLA.unpack_from(buf, off)
+        t &= 0x3FFF
+        flat = _FLAT.get(t)
+        if flat is not None:
+            values[flat[0]] = flat[1].unpack_from(buf, off + 4)[0]
+        elif t == uapi.Attr.COMM:
+            values["comm"] = buf[off + 4 : off + n - 1].split(b"\0", 1)[0].decode(
+                "utf-8", "replace")
+        elif t == uapi.Attr.SITE:
+            sites.append(_site(buf, off + 4, off + n))
+        off += (n + 3) & ~3
+    if "pid" not in values or values["pid"] <= 0:
+        raise MalformedEvent(f"command {cmd}: no valid PMM_A_PID")
+    missing = [k for k in _REQUIRED[cmd] if k not in values]
+    if missing:
+        raise MalformedEvent(
+            f"command {cmd} (pid {values['pid']}): missing "
+            + ", ".join("PMM_A_" + m.upper() for m in missing))
+    return Event(cmd=cmd, sites=tuple(sites), **values)
+
+
 def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]:
     """Every message of one datagram: Events, and MalformedEvent for the bad
     ones (a truncated datagram ends the walk with one MalformedEvent)."""
@@ -217,10 +282,7 @@ def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]
         off += (length + 3) & ~3
         if mtype == family_id:
             try:
-                check_attrs(chunk, _NLMSGHDR.size + 4, len(chunk))
-                m = PmmMsg(chunk)
-                m.decode()
-                out.append(decode(m))
+                out.append(parse_message(chunk))
             except MalformedEvent as e:
                 out.append(e)
             except Exception as e:  # noqa: BLE001 - pyroute2 raises many kinds on bad input

@@ -299,9 +299,11 @@ def detect(
     # the later part gets its own, finer buckets: half the window must not
     # mean half as many points
     cut = t[-1] - params.late_fraction * span
-    late = t >= cut
-    lt, lv = bucket_minima(t[late], v[late], params) if late.sum() >= 4 and \
-        float(t[late][-1] - t[late][0]) > 0 else (bt[bt >= cut], bv[bt >= cut])
+    tl, vl = t[t >= cut], v[t >= cut]
+    if tl.size >= 4 and tl[-1] > tl[0]:
+        lt, lv = bucket_minima(tl, vl, params)
+    else:
+        lt, lv = bt[bt >= cut], bv[bt >= cut]
     if lt.size < 3:
         m = max(3, int(math.ceil(bt.size * params.late_fraction)))
         lt, lv = bt[-m:], bv[-m:]

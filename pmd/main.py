@@ -345,7 +345,7 @@ class Daemon:
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         sel.register(rsock, selectors.EVENT_READ, "signal")
-        threading.Thread(target=self._warm_up, name="pmd-import", daemon=True).start()
+        threading.Thread(target=self._warm_up, name="pmd-warm-up", daemon=True).start()
         listener = None
         registered: set[int] = set()
         if self.opts.genl:

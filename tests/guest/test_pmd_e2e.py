@@ -10,6 +10,7 @@ time cold), so this module does not import it: the verdicts come from pmd
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -18,10 +19,10 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+import kmod_dev
 import pytest
 from conftest import TOP, load_module, unload_module
 
@@ -33,13 +34,8 @@ HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 PY = sys.executable
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 60.0, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
+# every condition here opens /dev/pmm or reads pmd's log: poll at 10 Hz
+wait_for = functools.partial(kmod_dev.wait_for, step=0.1)
 
 
 class Pmd:

@@ -41,17 +41,28 @@
 /* Live blocks of one kind that may share an address. */
 #define PMM_MAX_SAME_ADDR	16
 
+/*
+ * The block table: open addressing with linear probing, at most half full
+ * while it can grow, and never fuller than 7/8 (PMM_BLOCK_MAX_BITS).
+ */
 #define PMM_BLOCK_MIN_BITS	6
-#define PMM_BLOCK_MAX_BITS	24
+#define PMM_BLOCK_MAX_BITS	25
 
-/* One live block, in its process's hash table keyed by ptr. */
+/* Direct-mapped cache of site entries in front of the xarray. */
+#define PMM_SITE_CACHE		64
+
+/*
+ * One slot of a process's block table, keyed by ptr; op 0 (PMM_OP_NONE)
+ * marks an empty slot, since any address (even 0 after a trim) may be used.
+ * Entries are moved when the table grows or a neighbour is removed: hold no
+ * pointer across a change.
+ */
 struct pmm_block_ent {
-	struct hlist_node node;
 	u64 ptr;
 	u64 prev_ptr;
 	u64 size;
 	u64 time_ns;
-	u32 site;
+	struct pmm_site_stats *site;	/* never freed before the process */
 	u32 weight;
 	u16 op;
 };
@@ -88,13 +99,15 @@ struct pmm_proc {
 	struct mutex lock;		/* protects all below */
 	u32 state;			/* PMM_STATE_* */
 	u64 exit_time_ns;
-	struct hlist_head *blocks;	/* 1 << block_bits buckets */
+	struct pmm_block_ent *blocks;	/* 1 << block_bits slots */
 	u32 block_bits;
+	u64 block_grow_at;		/* nblocks that makes it grow */
 	u64 nblocks;
 	struct hlist_head pending[1 << PMM_PENDING_BITS];
 	struct list_head pending_fifo;
 	u32 npending;
 	struct xarray sites;		/* site id -> struct pmm_site_stats */
+	struct pmm_site_stats *site_cache[PMM_SITE_CACHE];
 	u32 nsites;
 	struct pmm_sample *ring;	/* ring_size entries, NULL before the first */
 	u32 ring_size;
@@ -143,11 +156,7 @@ int pmm_check_record(const struct pmm_record *r);
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
 void pmm_expire_pending(struct pmm_proc *p, bool all);
 void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info);
-struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx);
-struct pmm_block_ent *pmm_block_next(struct pmm_proc *p,
-				     struct pmm_block_ent *b, u32 *bucket,
-				     u32 *idx);
-struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
+struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot);
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s);
 bool pmm_may_access(struct task_struct *task);
 bool pmm_may_access_proc(struct pmm_proc *p);

@@ -155,8 +155,7 @@ struct pmm_pid_iter {
 	u64 next_id;		/* start order id after p */
 	u32 nr;			/* "[nr]" of p */
 	enum pmm_iter_phase phase;
-	u32 bucket;
-	u32 idx;
+	u64 slot;		/* of b in the block table */
 	struct pmm_block_ent *b;
 	loff_t pos;
 	u64 real_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
@@ -205,10 +204,9 @@ static bool it_settle(struct pmm_pid_iter *it)
 			if (it_summary(it->p))
 				return true;
 			it->phase = PMM_IT_BLOCK;
-			it->bucket = 0;
-			it->idx = 0;
+			it->slot = 0;
 		}
-		it->b = pmm_block_at(it->p, &it->bucket, &it->idx);
+		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
 		mutex_unlock(&it->p->lock);
@@ -226,12 +224,12 @@ static bool it_advance(struct pmm_pid_iter *it)
 		break;
 	case PMM_IT_SUMMARY:
 		it->phase = PMM_IT_BLOCK;
-		it->bucket = 0;
-		it->idx = 0;
+		it->slot = 0;
 		break;
 	case PMM_IT_BLOCK:
 		/* it->b is valid: the lock is held since ->start */
-		it->b = pmm_block_next(it->p, it->b, &it->bucket, &it->idx);
+		it->slot++;
+		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
 		mutex_unlock(&it->p->lock);
@@ -321,11 +319,11 @@ static void pmm_show_block(struct seq_file *m, struct pmm_pid_iter *it)
 		   tm.tm_hour, tm.tm_min, tm.tm_sec, b->size);
 	if (b->op == PMM_OP_REALLOC || b->op == PMM_OP_MREMAP)
 		seq_printf(m, "Prev Pointer: 0x%llx ", b->prev_ptr);
-	s = pmm_site_lookup(it->p, b->site);
-	if (s && s->desc.depth)
+	s = b->site;
+	if (s->desc.depth)
 		caller = s->desc.frames[0];
 	seq_printf(m, "Pointer: 0x%llx Caller: 0x%llx", b->ptr, caller);
-	if (s && (s->desc.flags & PMM_SITE_F_SOURCE))
+	if (s->desc.flags & PMM_SITE_F_SOURCE)
 		seq_printf(m, " %s() %u %s", s->desc.func, s->desc.line,
 			   s->desc.file);
 	seq_putc(m, '\n');

@@ -44,33 +44,20 @@
 
 /* Monitored processes by tgid; RCU readers, writers under pmm_lock. */
 static DEFINE_HASHTABLE(pmm_hash, 8);
-static struct kmem_cache *pmm_block_cache;
 static struct kmem_cache *pmm_site_cache;
 
 int pmm_table_init(void)
 {
-	pmm_block_cache = kmem_cache_create("pmm_block",
-					    sizeof(struct pmm_block_ent), 0,
-					    SLAB_ACCOUNT, NULL);
-	if (!pmm_block_cache)
-		return -ENOMEM;
 	pmm_site_cache = kmem_cache_create("pmm_site",
 					   sizeof(struct pmm_site_stats), 0,
 					   SLAB_ACCOUNT, NULL);
-	if (!pmm_site_cache)
-		goto out_destroy_block_cache;
-	return 0;
-
-out_destroy_block_cache:
-	kmem_cache_destroy(pmm_block_cache);
-	return -ENOMEM;
+	return pmm_site_cache ? 0 : -ENOMEM;
 }
 
 void pmm_table_exit(void)
 {
 	rcu_barrier();		/* kfree_rcu of the last processes */
 	kmem_cache_destroy(pmm_site_cache);
-	kmem_cache_destroy(pmm_block_cache);
 }
 
 static void kmem_add(long bytes)
@@ -133,20 +120,18 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 {
 	const struct cred *tc;
 	struct pmm_proc *p;
-	u32 i;
 
 	p = kzalloc(sizeof(*p), GFP_KERNEL);
 	if (!p)
 		return NULL;
 	p->block_bits = PMM_BLOCK_MIN_BITS;
-	p->blocks = kvmalloc_array(1U << p->block_bits, sizeof(*p->blocks),
-				   GFP_KERNEL);
+	p->block_grow_at = 1U << (PMM_BLOCK_MIN_BITS - 1);
+	p->blocks = kvcalloc(1U << p->block_bits, sizeof(*p->blocks),
+			     GFP_KERNEL_ACCOUNT);
 	if (!p->blocks) {
 		kfree(p);
 		return NULL;
 	}
-	for (i = 0; i < (1U << p->block_bits); i++)
-		INIT_HLIST_HEAD(&p->blocks[i]);
 	kmem_add(sizeof(*p) + (sizeof(*p->blocks) << p->block_bits));
 	refcount_set(&p->ref, 1);
 	mutex_init(&p->lock);
@@ -173,21 +158,9 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 
 static void pmm_proc_free_tables(struct pmm_proc *p)
 {
-	struct pmm_block_ent *b;
 	struct pmm_site_stats *s;
-	struct hlist_node *tmp;
 	unsigned long id;
-	u32 i;
 
-	for (i = 0; i < (1U << p->block_bits); i++) {
-		hlist_for_each_entry_safe(b, tmp, &p->blocks[i], node) {
-			hlist_del(&b->node);
-			kmem_cache_free(pmm_block_cache, b);
-		}
-		if (!(i & 1023))
-			cond_resched();
-	}
-	kmem_add(-(long)(p->nblocks * sizeof(*b)));
 	kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
 	kvfree(p->blocks);
 	pmm_expire_pending(p, true);
@@ -275,17 +248,16 @@ static bool op_is_map(u16 op)
 	return op == PMM_OP_MMAP || op == PMM_OP_MREMAP;
 }
 
+/* Buckets <= 16, 256, 1K, 4K, 16K, 64K bytes and larger, by bit length. */
 static unsigned int size_bucket(u64 size)
 {
-	static const u64 limits[PMM_SIZE_BUCKETS - 1] = {
-		16, 256, 1024, 4096, 16384, 65536
+	static const u8 by_bits[65] = {
+		0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
+		[17 ... 64] = PMM_SIZE_BUCKETS - 1
 	};
-	unsigned int i;
 
-	for (i = 0; i < ARRAY_SIZE(limits); i++)
-		if (size <= limits[i])
-			return i;
-	return PMM_SIZE_BUCKETS - 1;
+	BUILD_BUG_ON(PMM_SIZE_BUCKETS != 7);
+	return size ? by_bits[fls64(size - 1)] : 0;
 }
 
 static void pmm_drop(struct pmm_proc *p)
@@ -300,20 +272,20 @@ static void pmm_unmatched(struct pmm_proc *p)
 	atomic64_inc(&pmm_unmatched_frees);
 }
 
-struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id)
-{
-	lockdep_assert_held(&p->lock);
-	return xa_load(&p->sites, id);
-}
-
 /* The site entry for id, created (undescribed) when new; NULL at the limit. */
 static struct pmm_site_stats *site_get(struct pmm_proc *p, u32 id)
 {
-	struct pmm_site_stats *s;
+	struct pmm_site_stats **slot = &p->site_cache[id % PMM_SITE_CACHE];
+	struct pmm_site_stats *s = *slot;
 
-	s = xa_load(&p->sites, id);
-	if (s)
+	/* most records come from a few sites: skip the xarray walk */
+	if (likely(s && s->desc.site == id))
 		return s;
+	s = xa_load(&p->sites, id);
+	if (s) {
+		*slot = s;
+		return s;
+	}
 	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites))
 		return NULL;
 	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
@@ -326,6 +298,7 @@ static struct pmm_site_stats *site_get(struct pmm_proc *p, u32 id)
 	}
 	p->nsites++;
 	kmem_add(sizeof(*s));
+	*slot = s;
 	return s;
 }
 
@@ -349,48 +322,89 @@ int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
 	return 0;
 }
 
-static struct hlist_head *block_bucket(struct pmm_proc *p, u64 ptr)
+static u32 block_mask(struct pmm_proc *p)
 {
-	return &p->blocks[hash_64(ptr, p->block_bits)];
+	return (1U << p->block_bits) - 1;
 }
 
-/* Doubles the bucket array when the load passes 1; keeps it on failure. */
+static u32 block_home(u64 ptr, u32 bits)
+{
+	return hash_64(ptr, bits);
+}
+
+static bool slot_used(const struct pmm_block_ent *e)
+{
+	return e->op != PMM_OP_NONE;
+}
+
+/* An empty slot for ptr; the table always has one (see block_room). */
+static struct pmm_block_ent *block_slot_for(struct pmm_block_ent *tab,
+					    u32 bits, u64 ptr)
+{
+	u32 mask = (1U << bits) - 1, i = block_home(ptr, bits);
+
+	while (slot_used(&tab[i]))
+		i = (i + 1) & mask;
+	return &tab[i];
+}
+
+/*
+ * Doubles the table. When that fails it stays as it is, and the next try
+ * waits until 1/16 of the table more is used.
+ */
 static void blocks_grow(struct pmm_proc *p)
 {
 	u32 bits = p->block_bits + 1, i;
-	struct hlist_head *nb;
-	struct pmm_block_ent *b;
-	struct hlist_node *tmp;
+	struct pmm_block_ent *nt = NULL;
 
-	if (bits > PMM_BLOCK_MAX_BITS)
+	if (bits <= PMM_BLOCK_MAX_BITS)
+		nt = kvcalloc(1U << bits, sizeof(*nt),
+			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!nt) {
+		p->block_grow_at = p->nblocks + (1U << (p->block_bits - 4));
 		return;
-	nb = kvmalloc_array(1U << bits, sizeof(*nb),
-			    GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
-	if (!nb)
-		return;
-	for (i = 0; i < (1U << bits); i++)
-		INIT_HLIST_HEAD(&nb[i]);
-	for (i = 0; i < (1U << p->block_bits); i++) {
-		hlist_for_each_entry_safe(b, tmp, &p->blocks[i], node) {
-			hlist_del(&b->node);
-			hlist_add_head(&b->node, &nb[hash_64(b->ptr, bits)]);
-		}
+	}
+	for (i = 0; i <= block_mask(p); i++) {
+		if (slot_used(&p->blocks[i]))
+			*block_slot_for(nt, bits, p->blocks[i].ptr) =
+				p->blocks[i];
+		if (!(i & 4095))
+			cond_resched();
 	}
 	kvfree(p->blocks);
-	kmem_add(sizeof(*nb) << p->block_bits);
-	p->blocks = nb;
+	kmem_add(sizeof(*nt) << p->block_bits);
+	p->blocks = nt;
 	p->block_bits = bits;
+	p->block_grow_at = 1U << (bits - 1);
 }
 
-/* How many live blocks of that kind sit at ptr. */
-static u32 block_count_at(struct pmm_proc *p, u64 ptr, bool map)
+/*
+ * Whether one more block fits: the table grows past half full and refuses
+ * past 7/8, so that a probe always ends at an empty slot.
+ */
+static bool block_room(struct pmm_proc *p)
 {
-	struct pmm_block_ent *b;
-	u32 n = 0;
+	if (p->nblocks >= p->block_grow_at)
+		blocks_grow(p);
+	return (p->nblocks + 1) * 8 <= (7ULL << p->block_bits);
+}
 
-	hlist_for_each_entry(b, block_bucket(p, ptr), node)
-		if (b->ptr == ptr && op_is_map(b->op) == map)
+/*
+ * How many live blocks of that kind sit at ptr; *free is the empty slot a
+ * new block at ptr goes to.
+ */
+static u32 block_count_at(struct pmm_proc *p, u64 ptr, bool map,
+			  struct pmm_block_ent **free)
+{
+	u32 mask = block_mask(p), i = block_home(ptr, p->block_bits), n = 0;
+	struct pmm_block_ent *e;
+
+	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
+		if (e->ptr == ptr && op_is_map(e->op) == map)
 			n++;
+		i = (i + 1) & mask;
+	}
+	*free = e;
 	return n;
 }
 
@@ -398,15 +412,39 @@ static u32 block_count_at(struct pmm_proc *p, u64 ptr, bool map)
 static struct pmm_block_ent *block_find(struct pmm_proc *p, u64 ptr, u64 t,
 					bool map)
 {
-	struct pmm_block_ent *b, *best = NULL;
+	u32 mask = block_mask(p), i = block_home(ptr, p->block_bits);
+	struct pmm_block_ent *e, *best = NULL;
 
-	hlist_for_each_entry(b, block_bucket(p, ptr), node) {
-		if (b->ptr != ptr || op_is_map(b->op) != map || b->time_ns > t)
+	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
+		i = (i + 1) & mask;
+		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t)
 			continue;
-		if (!best || b->time_ns > best->time_ns)
-			best = b;
+		if (!best || e->time_ns > best->time_ns)
+			best = e;
 	}
 	return best;
+}
+
+/*
+ * Empties slot e and shifts later entries of its cluster back, so that no
+ * probe meets a hole before its entry (no tombstones).
+ */
+static void block_unlink(struct pmm_proc *p, struct pmm_block_ent *e)
+{
+	u32 mask = block_mask(p), hole = e - p->blocks, i = hole, home;
+
+	for (;;) {
+		i = (i + 1) & mask;
+		if (!slot_used(&p->blocks[i]))
+			break;
+		home = block_home(p->blocks[i].ptr, p->block_bits);
+		/* the entry at i may move to the hole if its home is not in (hole, i] */
+		if (((i - home) & mask) >= ((i - hole) & mask)) {
+			p->blocks[hole] = p->blocks[i];
+			hole = i;
+		}
+	}
+	p->blocks[hole].op = PMM_OP_NONE;
 }
 
 static void count_alloc(struct pmm_proc *p, struct pmm_site_stats *s,
@@ -446,16 +484,12 @@ static void live_sub(struct pmm_proc *p, struct pmm_site_stats *s, u64 bytes)
 		s->live_bytes -= bytes;
 }
 
-static void block_remove(struct pmm_proc *p, struct pmm_block_ent *b,
-			 struct pmm_site_stats *s)
+static void block_remove(struct pmm_proc *p, struct pmm_block_ent *b)
 {
-	live_sub(p, s, b->size * b->weight);
-	if (s)
-		s->live_blocks -= b->weight;
-	hlist_del(&b->node);
-	kmem_cache_free(pmm_block_cache, b);
+	live_sub(p, b->site, b->size * b->weight);
+	b->site->live_blocks -= b->weight;
+	block_unlink(p, b);
 	p->nblocks--;
-	kmem_add(-(long)sizeof(*b));
 }
 
 static void pending_del(struct pmm_proc *p, struct pmm_pending *pe)
@@ -526,51 +560,46 @@ static void do_alloc(struct pmm_proc *p, u16 op, u64 ptr, u64 prev, u64 size,
 		     u64 t, u32 site, u32 w)
 {
 	struct pmm_block_ent *b = NULL;
+	struct pmm_pending *pe = NULL;
 	struct pmm_site_stats *s;
-	struct pmm_pending *pe;
 	bool need_block;
 	u64 len;
 
-	pe = pending_find(p, ptr, t, op_is_map(op));
+	if (p->npending)
+		pe = pending_find(p, ptr, t, op_is_map(op));
 	/* a block remains unless a pending free cancels all of it */
 	need_block = !pe || (pe->op == PMM_OP_MUNMAP && pe->len < size);
 	if (need_block && (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
-			   block_count_at(p, ptr, op_is_map(op)) >= PMM_MAX_SAME_ADDR))
+			   !block_room(p) ||
+			   block_count_at(p, ptr, op_is_map(op), &b) >=
+			   PMM_MAX_SAME_ADDR))
 		goto drop;
 	s = site_get(p, site);
 	if (!s)
 		goto drop;
-	if (need_block) {
-		b = kmem_cache_alloc(pmm_block_cache, GFP_KERNEL);
-		if (!b)
-			goto drop;
-	}
 	count_alloc(p, s, op, size, w);
 	if (pe) {
 		/* its free arrived first: the pair cancels */
 		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
 		count_free(p, s, pe->op, size, len, w);
 		pending_del(p, pe);
-		if (!b)
+		if (!need_block)
 			return;
 		ptr += len;
 		size -= len;
+		b = block_slot_for(p->blocks, p->block_bits, ptr);
 	}
 	b->ptr = ptr;
 	b->prev_ptr = prev;
 	b->size = size;
 	b->time_ns = t;
-	b->site = site;
+	b->site = s;
 	b->weight = w;
 	b->op = op;
-	hlist_add_head(&b->node, block_bucket(p, ptr));
 	p->nblocks++;
-	kmem_add(sizeof(*b));
 	p->live_bytes += size * w;
 	s->live_bytes += size * w;
 	s->live_blocks += w;
-	if (p->nblocks > (1ULL << p->block_bits))
-		blocks_grow(p);
 	return;
 drop:
 	pmm_drop(p);
@@ -580,24 +609,24 @@ drop:
 static bool free_now(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
 {
 	bool map = fop == PMM_OP_MUNMAP;
-	struct pmm_site_stats *s;
-	struct pmm_block_ent *b;
+	struct pmm_block_ent *b, moved;
 
 	b = block_find(p, ptr, t, map);
 	if (!b)
 		return false;
-	s = xa_load(&p->sites, b->site);
 	if (map && len < b->size) {
-		count_free(p, s, fop, b->size, len, b->weight);
-		live_sub(p, s, len * b->weight);
-		hlist_del(&b->node);
-		b->ptr += len;
-		b->size -= len;
-		hlist_add_head(&b->node, block_bucket(p, b->ptr));
+		/* trimmed from the start: it moves to its new address */
+		count_free(p, b->site, fop, b->size, len, b->weight);
+		live_sub(p, b->site, len * b->weight);
+		moved = *b;
+		block_unlink(p, b);
+		moved.ptr += len;
+		moved.size -= len;
+		*block_slot_for(p->blocks, p->block_bits, moved.ptr) = moved;
 		return true;
 	}
-	count_free(p, s, fop, b->size, b->size, b->weight);
-	block_remove(p, b, s);
+	count_free(p, b->site, fop, b->size, b->size, b->weight);
+	block_remove(p, b);
 	return true;
 }
 
@@ -710,40 +739,16 @@ void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info)
 }
 
 /*
- * The block at (bucket, idx) of the table as it is now, or the next one
- * after it; updates the position. NULL past the end.
+ * The first block at or after *slot in table order, updating *slot; NULL
+ * past the end. The caller moves on with ++*slot.
  */
-struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u32 *bucket, u32 *idx)
+struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot)
 {
-	struct pmm_block_ent *b;
-	u32 i;
-
 	lockdep_assert_held(&p->lock);
-	while (*bucket < (1U << p->block_bits)) {
-		i = 0;
-		hlist_for_each_entry(b, &p->blocks[*bucket], node) {
-			if (i++ == *idx)
-				return b;
-		}
-		(*bucket)++;
-		*idx = 0;
-	}
+	for (; *slot <= block_mask(p); (*slot)++)
+		if (slot_used(&p->blocks[*slot]))
+			return &p->blocks[*slot];
 	return NULL;
-}
-
-/* The block after b in table order, updating the position. */
-struct pmm_block_ent *pmm_block_next(struct pmm_proc *p,
-				     struct pmm_block_ent *b, u32 *bucket,
-				     u32 *idx)
-{
-	lockdep_assert_held(&p->lock);
-	if (b->node.next) {
-		(*idx)++;
-		return hlist_entry(b->node.next, struct pmm_block_ent, node);
-	}
-	(*bucket)++;
-	*idx = 0;
-	return pmm_block_at(p, bucket, idx);
 }
 
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)

@@ -5,6 +5,7 @@ reuse, realloc chains, mappings, weights, limits."""
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,3 +278,67 @@ def test_same_address_cap(dev: Dev) -> None:
     (b,) = dev.blocks()
     assert (b.ptr, b.op, b.size) == (0x4000, Op.MMAP, 4096)
     assert dev.info().pending_frees == 0
+
+
+def test_table_matches_model(dev: Dev) -> None:
+    """The block table (open addressing, grown by doubling, emptied by
+    shifting entries back) against a model: 30000 random records in time
+    order over addresses that collide, share an address (up to 16 live
+    blocks), and move (mappings trimmed from the start). Every block,
+    per-site figure and size bucket must match."""
+    rng = random.Random(4)
+    dev.register(1, [0x1])
+    dev.register(2, [0x2])
+    live: dict[int, list[tuple[int, int, int, int]]] = {}  # ptr -> [(size, op, site, t)]
+    site_live = {1: 0, 2: 0}
+    buckets = [0] * uapi.SIZE_BUCKETS  # alloc_bytes per size bucket
+    records: list[uapi.Record] = []
+    t = 10_000_000_000
+
+    def bucket(size: int) -> int:
+        lims = uapi.SIZE_BUCKET_LIMITS
+        return next(i for i, lim in enumerate(lims) if lim is None or size <= lim)
+
+    for _ in range(30000):
+        t += 1
+        ptrs = [p for p, bs in live.items() if bs]
+        roll = rng.random()
+        if roll < 0.55 or not ptrs:
+            # heap addresses from a small pool (collisions, reuse), some past 16 live
+            ptr = 0x10000 + 16 * rng.randrange(6000)
+            op = rng.choice([Op.MALLOC, Op.CALLOC, Op.MMAP])
+            if op == Op.MMAP:
+                size = 4096 * rng.randrange(1, 5)
+            else:
+                size = rng.choice([1, 16, 17, 256, 257, 4096, 65537])
+            site = rng.choice([1, 2])
+            records.append(rec(op, ptr, size, t, site=site))
+            same = [b for b in live.get(ptr, []) if (b[1] == Op.MMAP) == (op == Op.MMAP)]
+            if len(same) >= 16:
+                continue  # dropped
+            live.setdefault(ptr, []).append((size, op, site, t))
+            site_live[site] += size
+            buckets[bucket(size)] += size
+        else:
+            ptr = rng.choice(ptrs)
+            newest = max(live[ptr], key=lambda b: b[3])
+            size, op, site, bt = newest
+            if op == Op.MMAP and size > 4096 and rng.random() < 0.5:
+                records.append(rec(Op.MUNMAP, ptr, 4096, t))  # trim: moves to ptr + 4096
+                live[ptr].remove(newest)
+                live.setdefault(ptr + 4096, []).append((size - 4096, op, site, bt))
+                site_live[site] -= 4096
+                continue
+            records.append(rec(Op.MUNMAP if op == Op.MMAP else Op.FREE, ptr,
+                               size if op == Op.MMAP else 0, t))
+            live[ptr].remove(newest)
+            site_live[site] -= size
+    assert dev.send(records) == len(records)
+    want = sorted((p, size, op, site, bt) for p, bs in live.items() for size, op, site, bt in bs)
+    got = sorted((b.ptr, b.size, b.op, b.site, b.time_ns) for b in dev.blocks())
+    assert got == want
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes) == (len(want), sum(b[1] for b in want))
+    assert (info.pending_frees, info.unmatched_frees) == (0, 0)
+    assert {s: v.live_bytes for s, v in dev.sites().items()} == site_live
+    assert [b.alloc_bytes for b in dev.stats().buckets] == buckets

@@ -66,6 +66,7 @@
 #define POLL_EVERY	16			/* hook calls between clock reads */
 #define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
 #define MAX_ERRORS	8			/* consecutive refusals before giving up */
+#define SITE_CACHE	16			/* per-thread return address -> site id */
 
 /* ---- real functions ---------------------------------------------------- */
 
@@ -117,6 +118,11 @@ struct tstate {
 	int64_t sample_left;	/* bytes to the next sample point */
 	uint64_t rng;		/* xorshift64* state, 0: unseeded */
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
+	unsigned int site_gen;	/* epoch of site_cache */
+	struct {		/* recent return addresses and their site ids */
+		void *ra;
+		uint32_t id;
+	} site_cache[SITE_CACHE];
 };
 
 static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
@@ -189,6 +195,8 @@ static void say(const char *what, int err, const char *then)
 	unsigned int e = (unsigned int)err;
 	ssize_t w;
 
+	int saved = errno;
+
 	if (g_quiet || __atomic_exchange_n(&g_said, 1, __ATOMIC_RELAXED))
 		return;
 	num[--k] = '\0';
@@ -209,15 +217,28 @@ static void say(const char *what, int err, const char *then)
 	line[n++] = '\n';
 	w = write(STDERR_FILENO, line, n);
 	(void)w;
+	errno = saved;
 }
 
 /* ---- clocks ----------------------------------------------------------- */
+
+/* The vDSO's own entry, found at init: libc's wrapper costs two more jumps. */
+static int (*g_clock_gettime)(clockid_t, struct timespec *) = clock_gettime;
+
+static void find_vdso_clock(void)
+{
+	void *vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	void *f = vdso ? dlsym(vdso, "__vdso_clock_gettime") : NULL;
+
+	if (f)
+		g_clock_gettime = (int (*)(clockid_t, struct timespec *))f;
+}
 
 static inline uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(id, &ts);	/* vDSO: no system call */
+	g_clock_gettime(id, &ts);	/* vDSO: no system call */
 	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
@@ -252,7 +273,7 @@ static inline uint64_t coarse_ns(void)
 static int g_slow_clock;
 static uint64_t g_lclock;
 
-__attribute__((noinline)) static uint64_t logical_ns(void)
+static inline uint64_t logical_ns(void)
 {
 	uint64_t c = coarse_ns();
 	uint64_t t = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
@@ -364,22 +385,28 @@ static int start_self(void)
 
 #define TBUF_BYTES (((TBUF_RECORDS * sizeof(struct pmm_record)) + 4095) & ~4095UL)
 
+/* Every hook keeps errno: this is the only place on the record path that
+ * may change it, other than pmm_dev_ioctl and say, which restore it. */
 static int tbuf_get(struct tstate *t)
 {
+	int saved = errno;
 	void *p;
 
 	if (t->exiting)
 		return 0;
 	p = real.mmap(NULL, TBUF_BYTES, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
+	if (p == MAP_FAILED) {
+		errno = saved;
 		return 0;
+	}
 	t->buf = p;
 	t->n = 0;
 	if (!t->keyed) {
 		t->keyed = 1;
 		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
 	}
+	errno = saved;
 	return 1;
 }
 
@@ -418,7 +445,8 @@ static void send_one(const struct pmm_record *r)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
 }
 
-static void record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
+static inline __attribute__((always_inline)) void
+record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		   uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
@@ -609,10 +637,31 @@ struct src {
 	int line;
 };
 
-static inline uint32_t site_of(const struct src *s)
+/*
+ * A site id. For one-frame sites a per-thread cache of return addresses
+ * skips the process-wide table; it is emptied when the epoch changes, so a
+ * new epoch still registers each site once.
+ */
+static inline uint32_t site_of(struct tstate *t, const struct src *s)
 {
-	return s->file ? pmm_site_source(s->ra, s->file, s->func, s->line)
-		       : pmm_site_addr(s->ra, s->frame);
+	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
+	unsigned int i = ((uintptr_t)s->ra >> 2) % SITE_CACHE;
+	uint32_t id;
+
+	if (s->file)
+		return pmm_site_source(s->ra, s->file, s->func, s->line);
+	if (g_depth > 1)
+		return pmm_site_addr(s->ra, s->frame);
+	if (unlikely(t->site_gen != e)) {
+		memset(t->site_cache, 0, sizeof(t->site_cache));
+		t->site_gen = e;
+	}
+	if (likely(t->site_cache[i].ra == s->ra && t->site_cache[i].id))
+		return t->site_cache[i].id;
+	id = pmm_site_addr(s->ra, s->frame);
+	t->site_cache[i].ra = s->ra;
+	t->site_cache[i].id = id;
+	return id;
 }
 
 __attribute__((noinline)) static void sampled_poll(struct tstate *t)
@@ -634,7 +683,8 @@ static inline void sampled_tick(struct tstate *t)
 
 /* After an allocation returned p (NULL: failed). mset: also track p as a
  * recorded anonymous mapping. */
-static void note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
+static inline __attribute__((always_inline)) void
+note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 		       const struct src *s, struct aset *mset)
 {
 	uint32_t weight = 1;
@@ -649,11 +699,12 @@ static void note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 	} else if (mset && p && !set_add(mset, p)) {
 		return;
 	}
-	record(t, op, p, NULL, size, site_of(s), weight, stamp());
+	record(t, op, p, NULL, size, site_of(t, s), weight, stamp());
 }
 
 /* Before p is freed. */
-static void note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *mset)
+static inline __attribute__((always_inline)) void
+note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *mset)
 {
 	if (!p)
 		return;
@@ -720,6 +771,7 @@ static void pmm_init(void)
 	if (!real.mmap64)
 		real.mmap64 = real.mmap;
 	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
+	find_vdso_clock();
 
 	g_quiet = env_num("PMM_QUIET", 0) > 0;
 	g_follow_fork = env_num("PMM_FOLLOW_FORK", 0) > 0;
@@ -919,7 +971,6 @@ PMM_EXPORT void *malloc(size_t n)
 static void do_free(void *p)
 {
 	struct tstate *t;
-	int saved;
 
 	if (in_arena(p))
 		return;
@@ -929,9 +980,7 @@ static void do_free(void *p)
 		real.free(p);
 		return;
 	}
-	saved = errno;
 	note_free(t, PMM_OP_FREE, p, 0, NULL);
-	errno = saved;
 	real.free(p);
 	t->guard--;
 }
@@ -1038,7 +1087,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 			if (!g_sample || was)
 				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
 		} else if (!g_sample) {		/* failed, p intact */
-			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(s), 1, stamp());
+			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, stamp());
 		} else if (was) {
 			set_add(&g_sampled, p);
 		}
@@ -1046,9 +1095,9 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		return q;
 	}
 	if (!g_sample) {
-		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(s), 1, stamp());
+		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, stamp());
 	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
-		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(s), weight,
+		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight,
 		       stamp());
 	} else {
 		if (was)
@@ -1286,7 +1335,7 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		if (p == MAP_FAILED)
 			set_add(&g_mapped, old);
 		else if (set_add(&g_mapped, p))
-			record(t, PMM_OP_MREMAP, p, old, len, site_of(&s), 1, stamp());
+			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, stamp());
 		else
 			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, stamp());
 	}

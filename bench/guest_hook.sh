@@ -3,18 +3,18 @@
 # boots the VM and loads the module; run by hand: insmod kmod/pmm.ko first).
 #
 # For the microbenchmark (free + malloc of 16..527 bytes over a window of
-# 4096 live blocks; 1 and 2 threads) and a real program (sqlite3: 5000
+# 4096 live blocks; 1 and 2 threads) and a real program (sqlite3: 10000
 # inserts, an index, queries), prints wall time and machine-wide cpu time
 # (from /proc/stat: user+nice+system+irq+softirq+steal of all cpus, so the
 # module's own work in ioctls and at exit counts) and their ratios to the
 # bare run, for: bare; hooked, not monitored; monitored exact (PMM_START=1);
 # monitored sampled (PMM_SAMPLE=524288); heaptrack (reference).
 #
-#   bench/guest_hook.sh [ITERATIONS]   (default 300000 per microbenchmark run)
+#   bench/guest_hook.sh [ITERATIONS]   (default 1000000 per microbenchmark run)
 set -u
 cd "$(dirname "$0")/.."
 top=$(pwd)
-iters=${1:-300000}
+iters=${1:-1000000}
 hook=$top/hooklib/libpmmhook.so
 mb=$top/hooklib/bench/bin/malloc_bench
 tmp=$(mktemp -d /tmp/guest_hook.XXXXXX)
@@ -32,7 +32,7 @@ done
 {
 	echo "create table t(id integer primary key, name text, v real, blob text);"
 	echo "begin;"
-	for ((i = 0; i < 5000; i++)); do
+	for ((i = 0; i < 10000; i++)); do
 		echo "insert into t(name, v, blob) values ('name-$i', $i.5, hex(randomblob($((i % 200 + 10)))));"
 	done
 	echo "commit;"
@@ -114,4 +114,4 @@ bench() {	# NAME CMD...
 echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus, best of $reps; heaptrack once)"
 bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
 bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
-bench "sqlite3 5k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit
+bench "sqlite3 10k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit

@@ -8,6 +8,15 @@
  *                          first); then A exits. Nothing is left live.
  *   threads exit N SIZE    a thread allocates N blocks of SIZE (kept) and
  *                          exits; main then makes no allocation at all.
+ *   threads pingpong N SIZE
+ *                          request/response: thread A allocates a request
+ *                          and hands it to B, which frees it and answers
+ *                          with a block of the same size (glibc gives B the
+ *                          request's address back), which A frees; N times.
+ *                          B exits after A, so A's records (N <= 255: all
+ *                          in one buffer) reach the kernel before B's.
+ *                          Then a thread allocates and at once frees N x 10
+ *                          blocks of SIZE. All threads exit; nothing is live.
  *
  * Prints "threads: ready" when done and waits until stdin reaches EOF.
  */
@@ -49,18 +58,98 @@ static void *free_all(void *arg __attribute__((unused)))
 	return NULL;
 }
 
+/* pingpong: the one block in flight and whose turn it is (0: A, 1: B) */
+static void *in_flight;
+static int turn;
+
+static void *take(int me)
+{
+	void *p;
+
+	pthread_mutex_lock(&lock);
+	while (turn != me)
+		pthread_cond_wait(&cond, &lock);
+	p = in_flight;
+	pthread_mutex_unlock(&lock);
+	return p;
+}
+
+static void give(void *p, int to)
+{
+	pthread_mutex_lock(&lock);
+	in_flight = p;
+	turn = to;
+	pthread_cond_broadcast(&cond);
+	pthread_mutex_unlock(&lock);
+}
+
+static void *ping(void *arg __attribute__((unused)))
+{
+	for (long i = 0; i < n; i++) {
+		char *req = malloc(size);
+
+		memset(req, 'q', size);
+		give(req, 1);
+		free(take(0));	/* the response */
+	}
+	return NULL;
+}
+
+static void *pong(void *arg __attribute__((unused)))
+{
+	for (long i = 0; i < n; i++) {
+		char *resp;
+
+		free(take(1));	/* the request */
+		resp = malloc(size);
+		memset(resp, 'r', size);
+		give(resp, 0);
+	}
+	/* exit (and flush) only after A did: A's records reach the kernel first */
+	take(2);
+	return NULL;
+}
+
+static void *churn(void *arg __attribute__((unused)))
+{
+	for (long i = 0; i < n * 10; i++) {
+		char *p = malloc(size);
+
+		memset(p, 'c', size);
+		/* the block is "used": the compiler may not drop the pair */
+		__asm__ volatile("" : : "r"(p) : "memory");
+		free(p);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t a, b;
 
-	if (argc != 4 || (strcmp(argv[1], "cross") && strcmp(argv[1], "exit"))) {
-		fprintf(stderr, "usage: threads cross|exit N SIZE\n");
+	if (argc != 4 || (strcmp(argv[1], "cross") && strcmp(argv[1], "exit") &&
+			  strcmp(argv[1], "pingpong"))) {
+		fprintf(stderr, "usage: threads cross|exit|pingpong N SIZE\n");
 		return 2;
 	}
 	n = atol(argv[2]);
 	size = (size_t)atol(argv[3]);
 	if (n < 1 || size < 1)
 		return 2;
+	if (!strcmp(argv[1], "pingpong")) {
+		pthread_create(&a, NULL, ping, NULL);
+		pthread_create(&b, NULL, pong, NULL);
+		pthread_join(a, NULL);
+		give(NULL, 2);
+		pthread_join(b, NULL);
+		pthread_create(&a, NULL, churn, NULL);
+		pthread_join(a, NULL);
+		printf("threads: ready\n");
+		fflush(stdout);
+		while (getchar() != EOF)
+			;
+		return 0;
+	}
 	blocks = calloc((size_t)n, sizeof(void *));
 	if (!strcmp(argv[1], "cross")) {
 		pthread_create(&a, NULL, alloc_and_wait, (void *)1);

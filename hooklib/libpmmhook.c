@@ -383,7 +383,120 @@ static int start_self(void)
 
 /* ---- per-thread buffers --------------------------------------------------- */
 
-#define TBUF_BYTES (((TBUF_RECORDS * sizeof(struct pmm_record)) + 4095) & ~4095UL)
+/*
+ * The last recorded heap allocation at each address (direct-mapped by
+ * address, one relaxed 64-bit store per allocation): the address's high
+ * bits and the low PMM_ALLOC_TAG_BITS bits of the allocation's time_ns.
+ * Two uses:
+ *  - tags: a FREE (and a REALLOC's free of its old block) carries the tag of
+ *    the allocation it frees, so the kernel pairs it with exactly that block
+ *    even when another thread freed and reused the address meanwhile and
+ *    its records are still in flight (request/response ping-pong between
+ *    threads does this all the time). A collision leaves the free untagged:
+ *    the kernel then takes the newest older block, as before.
+ *  - short-lived blocks: a free whose allocation still sits in the same
+ *    thread's unsent buffer, and is still the last allocation at that
+ *    address, cancels against it: the allocation is flagged PMM_REC_F_FREED
+ *    and the free is not sent, so the kernel counts both with no table work
+ *    (most blocks of most programs die young). A per-thread index of the
+ *    buffered allocations, after the records in the buffer's mapping, finds
+ *    the record.
+ */
+#define RECENT_BITS	14
+#define RECENT_SLOTS	(1U << RECENT_BITS)
+#define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
+#define TIDX_BITS	10	/* per-thread index: 2 slots per buffered record */
+#define TIDX_SLOTS	(1U << TIDX_BITS)
+#define TBUF_BYTES	(((TBUF_RECORDS * sizeof(struct pmm_record)) + \
+			  (TIDX_SLOTS * sizeof(uint16_t)) + 4095) & ~4095UL)
+
+_Static_assert(TIDX_SLOTS >= 2 * TBUF_RECORDS, "the index stays at most half full");
+_Static_assert(TBUF_RECORDS < 65535, "a buffer slot fits the index's entries");
+
+static uint64_t g_recent[RECENT_SLOTS];
+
+static inline uint64_t *recent_slot(uint64_t ptr)
+{
+	return &g_recent[(ptr >> 4) & (RECENT_SLOTS - 1)];
+}
+
+/* The entry for ptr allocated at time t (never 0 for a valid ptr). */
+static inline uint64_t recent_entry(uint64_t ptr, uint64_t t)
+{
+	return (ptr >> (4 + RECENT_BITS)) << PMM_ALLOC_TAG_BITS | (t & TAG_MASK);
+}
+
+/* The tag of the last recorded allocation at ptr, or -1 if not known. */
+static inline int64_t recent_tag(uint64_t ptr)
+{
+	uint64_t e = __atomic_load_n(recent_slot(ptr), __ATOMIC_RELAXED);
+
+	if (!e || e >> PMM_ALLOC_TAG_BITS != ptr >> (4 + RECENT_BITS))
+		return -1;
+	return (int64_t)(e & TAG_MASK);
+}
+
+static inline int op_is_heap_alloc(uint16_t op)
+{
+	return op != PMM_OP_FREE && op != PMM_OP_MUNMAP && op != PMM_OP_MMAP &&
+	       op != PMM_OP_MREMAP;
+}
+
+static inline uint16_t *tidx(struct tstate *t)
+{
+	return (uint16_t *)(t->buf + TBUF_RECORDS);
+}
+
+static inline unsigned int tidx_home(uint64_t ptr)
+{
+	return (unsigned int)((ptr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - TIDX_BITS));
+}
+
+/* Buffer slot i holds an allocation at ptr: the index points ptr there. */
+static inline void tidx_add(struct tstate *t, uint64_t ptr, unsigned int i)
+{
+	uint16_t *ix = tidx(t);
+	unsigned int h = tidx_home(ptr);
+
+	while (ix[h] && t->buf[ix[h] - 1].ptr != ptr)
+		h = (h + 1) & (TIDX_SLOTS - 1);
+	ix[h] = (uint16_t)(i + 1);
+}
+
+/* The buffered allocation at ptr, or NULL. */
+static inline struct pmm_record *tidx_find(struct tstate *t, uint64_t ptr)
+{
+	uint16_t *ix = tidx(t);
+	unsigned int h = tidx_home(ptr);
+
+	for (; ix[h]; h = (h + 1) & (TIDX_SLOTS - 1))
+		if (t->buf[ix[h] - 1].ptr == ptr)
+			return &t->buf[ix[h] - 1];
+	return NULL;
+}
+
+/* Empties the thread's buffer and its index. */
+static void tbuf_reset(struct tstate *t)
+{
+	if (t->buf && t->n)
+		memset(tidx(t), 0, TIDX_SLOTS * sizeof(uint16_t));
+	t->n = 0;
+}
+
+/* A free of ptr whose allocation has tag: 1 if it cancelled against it. */
+static inline int cancel_buffered(struct tstate *t, uint64_t ptr, int64_t tag)
+{
+	struct pmm_record *r;
+
+	if (tag < 0 || !t->n)
+		return 0;
+	r = tidx_find(t, ptr);
+	if (!r || (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
+	    (int64_t)(r->time_ns & TAG_MASK) != tag)
+		return 0;
+	r->flags |= PMM_REC_F_FREED;
+	return 1;
+}
 
 /* Every hook keeps errno: this is the only place on the record path that
  * may change it, other than pmm_dev_ioctl and say, which restore it. */
@@ -420,7 +533,7 @@ static void flush(struct tstate *t)
 	memset(&b, 0, sizeof(b));
 	b.records = (uintptr_t)t->buf;
 	b.count = t->n;
-	t->n = 0;
+	tbuf_reset(t);
 	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&g_hot, __ATOMIC_RELAXED) < HOT_MON)
 		return;	/* from before a stop or a fork: dropped */
@@ -451,11 +564,24 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
 	struct pmm_record one, *r;
+	uint16_t flags = 0;
+	int64_t tag = -1;
 
 	if (unlikely(t->gen != e)) {
 		t->gen = e;
-		t->n = 0;
+		tbuf_reset(t);
 	}
+	if (op == PMM_OP_FREE) {
+		tag = recent_tag((uintptr_t)ptr);
+		if (cancel_buffered(t, (uintptr_t)ptr, tag))
+			return;
+	} else if (op == PMM_OP_REALLOC && prev) {
+		tag = recent_tag((uintptr_t)prev);	/* before ptr's entry replaces it */
+	}
+	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
+		flags = PMM_REC_F_FAILED;
+	if (tag >= 0)
+		flags |= PMM_REC_F_TAGGED;
 	if (unlikely(!t->buf) && !tbuf_get(t))
 		r = &one;
 	else
@@ -467,8 +593,14 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	r->site = site;
 	r->weight = weight;
 	r->op = op;
-	r->flags = ptr || op == PMM_OP_FREE || op == PMM_OP_MUNMAP ? 0 : PMM_REC_F_FAILED;
-	r->reserved = 0;
+	r->flags = flags;
+	r->alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
+	if (ptr && op_is_heap_alloc(op)) {
+		__atomic_store_n(recent_slot((uintptr_t)ptr), recent_entry((uintptr_t)ptr, now),
+				 __ATOMIC_RELAXED);
+		if (r != &one)
+			tidx_add(t, (uintptr_t)ptr, t->n);
+	}
 	if (r == &one) {
 		send_one(r);
 		return;
@@ -849,7 +981,7 @@ static void at_fork_child(void)
 {
 	struct tstate *t = &t_st;
 
-	t->n = 0;	/* the parent's records: the parent sends them */
+	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;

@@ -38,8 +38,14 @@
 #define PMM_SITES_EVERY		10
 #define PMM_SITES_TOP		64
 
-/* Live blocks of one kind that may share an address. */
-#define PMM_MAX_SAME_ADDR	16
+/*
+ * Live blocks of one kind that may share an address. Several are normal
+ * while records of other threads are in flight: in a request/response
+ * ping-pong one thread's batch can hold an allocation at the same address
+ * for every other record (256 in the hook's buffer of 512) before the other
+ * thread's frees arrive. A cluster this long costs its own process probes.
+ */
+#define PMM_MAX_SAME_ADDR	1024
 
 /*
  * The block table: open addressing with linear probing, at most half full
@@ -75,6 +81,7 @@ struct pmm_pending {
 	u64 len;		/* MUNMAP: length; FREE: 0 */
 	u64 time_ns;
 	unsigned long expires;	/* jiffies */
+	u32 tag;		/* PMM_REC_F_TAGGED's alloc_tag, or U32_MAX */
 	u16 op;			/* PMM_OP_FREE or PMM_OP_MUNMAP */
 };
 

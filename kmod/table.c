@@ -8,7 +8,10 @@
  * so:
  *  - a FREE at ptr pairs with the newest live heap block at ptr whose
  *    time_ns <= the free's time_ns (several blocks may share an address
- *    while records of other threads are in flight: all are kept);
+ *    while records of other threads are in flight: all are kept); a
+ *    TAGGED free only with one whose time_ns has its tag in the low bits,
+ *    which keeps pairs right when another thread freed and reused the
+ *    address meanwhile and its records are still in flight;
  *  - a FREE that finds none waits in a bounded pending list (PMM_PENDING_MAX
  *    per process, PMM_PENDING_AGE_MS); an allocation that arrives later at
  *    that address with time_ns <= the free's pairs with the earliest such
@@ -17,12 +20,15 @@
  *  - REALLOC is a free of prev_ptr and a new block at ptr, both at the
  *    record's time; MREMAP likewise for mappings;
  *  - at most PMM_MAX_SAME_ADDR blocks may share an address (more cannot be
- *    in flight at once in a real process); a further one is dropped, which
- *    also keeps every hash chain short;
+ *    in flight at once from the hook); a further one is dropped, which
+ *    also bounds the probes of the block table;
  *  - MUNMAP(ptr, len) pairs with a MMAP/MREMAP block that starts at ptr: a
  *    length >= the block's size removes it, a shorter one trims it from the
  *    start. An unmap that does not start at a block waits, then counts as
- *    unmatched.
+ *    unmatched;
+ *  - an allocation flagged PMM_REC_F_FREED was freed by its own thread
+ *    before the batch left: it is counted as allocated and freed at its
+ *    site and never enters the table (its free is not sent).
  * Counters: per site and in the size buckets every figure is weighted (a
  * record of weight w counts w events of w x size bytes). The per-process
  * live_bytes is weighted too; nblocks ("Log count") counts table entries.
@@ -408,16 +414,29 @@ static u32 block_count_at(struct pmm_proc *p, u64 ptr, bool map,
 	return n;
 }
 
-/* The newest live block at ptr of that kind with time_ns <= t. */
+/*
+ * A free's tag: the low bits of its block's allocation time, or NO_TAG when
+ * the sender did not know them (then the newest older block is taken).
+ */
+#define NO_TAG	U32_MAX
+
+static bool tag_fits(u64 alloc_time, u32 tag)
+{
+	return tag == NO_TAG ||
+	       (alloc_time & ((1U << PMM_ALLOC_TAG_BITS) - 1)) == tag;
+}
+
+/* The newest live block at ptr of that kind with time_ns <= t and tag. */
 static struct pmm_block_ent *block_find(struct pmm_proc *p, u64 ptr, u64 t,
-					bool map)
+					bool map, u32 tag)
 {
 	u32 mask = block_mask(p), i = block_home(ptr, p->block_bits);
 	struct pmm_block_ent *e, *best = NULL;
 
 	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
 		i = (i + 1) & mask;
-		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t)
+		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t ||
+		    !tag_fits(e->time_ns, tag))
 			continue;
 		if (!best || e->time_ns > best->time_ns)
 			best = e;
@@ -513,7 +532,8 @@ void pmm_expire_pending(struct pmm_proc *p, bool all)
 	}
 }
 
-static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op)
+static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op,
+			u32 tag)
 {
 	struct pmm_pending *pe;
 
@@ -531,6 +551,7 @@ static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op)
 	pe->ptr = ptr;
 	pe->len = len;
 	pe->time_ns = t;
+	pe->tag = tag;
 	pe->op = op;
 	pe->expires = jiffies + msecs_to_jiffies(PMM_PENDING_AGE_MS);
 	hash_add(p->pending, &pe->node, ptr);
@@ -539,7 +560,10 @@ static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op)
 	kmem_add(sizeof(*pe));
 }
 
-/* The earliest pending free at ptr of that kind with time_ns >= t. */
+/*
+ * The earliest pending free at ptr of that kind with time_ns >= t whose tag
+ * fits an allocation at t.
+ */
 static struct pmm_pending *pending_find(struct pmm_proc *p, u64 ptr, u64 t,
 					bool map)
 {
@@ -548,7 +572,8 @@ static struct pmm_pending *pending_find(struct pmm_proc *p, u64 ptr, u64 t,
 	hash_for_each_possible(p->pending, pe, node, ptr) {
 		bool pmap = pe->op == PMM_OP_MUNMAP;
 
-		if (pe->ptr != ptr || pmap != map || pe->time_ns < t)
+		if (pe->ptr != ptr || pmap != map || pe->time_ns < t ||
+		    !tag_fits(t, pe->tag))
 			continue;
 		if (!best || pe->time_ns < best->time_ns)
 			best = pe;
@@ -606,12 +631,13 @@ drop:
 }
 
 /* Frees len bytes (U64_MAX: all) at ptr now; false if no block is there. */
-static bool free_now(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
+static bool free_now(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop,
+		     u32 tag)
 {
 	bool map = fop == PMM_OP_MUNMAP;
 	struct pmm_block_ent *b, moved;
 
-	b = block_find(p, ptr, t, map);
+	b = block_find(p, ptr, t, map, tag);
 	if (!b)
 		return false;
 	if (map && len < b->size) {
@@ -630,12 +656,30 @@ static bool free_now(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
 	return true;
 }
 
-static void do_free(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop)
+static void do_free(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 fop,
+		    u32 tag)
 {
 	if (!ptr)
 		return;		/* free(NULL) */
-	if (!free_now(p, ptr, len, t, fop))
-		pending_add(p, ptr, len, t, fop);
+	if (!free_now(p, ptr, len, t, fop, tag))
+		pending_add(p, ptr, len, t, fop, tag);
+}
+
+/*
+ * An allocation its thread freed again before sending (PMM_REC_F_FREED): the
+ * site counts both, no block is made, and no pending free can be its pair
+ * (only its own thread freed it, and that free never left the thread).
+ */
+static void alloc_and_free(struct pmm_proc *p, const struct pmm_record *r)
+{
+	struct pmm_site_stats *s = site_get(p, r->site);
+
+	if (!s) {
+		pmm_drop(p);
+		return;
+	}
+	count_alloc(p, s, r->op, r->size, r->weight);
+	count_free(p, s, PMM_OP_FREE, r->size, r->size, r->weight);
 }
 
 int pmm_check_record(const struct pmm_record *r)
@@ -645,9 +689,21 @@ int pmm_check_record(const struct pmm_record *r)
 
 	if (r->op == PMM_OP_NONE || r->op >= PMM_OP_NR)
 		return -EINVAL;
-	if ((r->flags & ~PMM_REC_F_ALL) || r->reserved || !r->weight)
+	if ((r->flags & ~PMM_REC_F_ALL) || !r->weight)
 		return -EINVAL;
+	if (r->flags & PMM_REC_F_TAGGED) {
+		if (!(r->op == PMM_OP_FREE ||
+		      (r->op == PMM_OP_REALLOC && r->prev_ptr)) ||
+		    r->alloc_tag >> PMM_ALLOC_TAG_BITS)
+			return -EINVAL;
+	} else if (r->alloc_tag) {
+		return -EINVAL;
+	}
 	if (frees && (r->flags & PMM_REC_F_FAILED))
+		return -EINVAL;
+	if ((r->flags & PMM_REC_F_FREED) &&
+	    (frees || op_is_map(r->op) || !r->ptr ||
+	     (r->flags & PMM_REC_F_FAILED)))
 		return -EINVAL;
 	if (!moves && r->prev_ptr)
 		return -EINVAL;
@@ -665,21 +721,22 @@ int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
 {
 	bool failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
 	u16 fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
+	u32 tag = r->flags & PMM_REC_F_TAGGED ? r->alloc_tag : NO_TAG;
 	bool found = false;
 
 	lockdep_assert_held(&p->lock);
 	p->records++;
 	switch (r->op) {
 	case PMM_OP_FREE:
-		do_free(p, r->ptr, 0, r->time_ns, PMM_OP_FREE);
+		do_free(p, r->ptr, 0, r->time_ns, PMM_OP_FREE, tag);
 		break;
 	case PMM_OP_MUNMAP:
-		do_free(p, r->ptr, r->size, r->time_ns, PMM_OP_MUNMAP);
+		do_free(p, r->ptr, r->size, r->time_ns, PMM_OP_MUNMAP, NO_TAG);
 		break;
 	case PMM_OP_REALLOC:
 	case PMM_OP_MREMAP:
 		if (failed && !(r->flags & PMM_REC_F_FAILED) && !r->size) {
-			do_free(p, r->prev_ptr, U64_MAX, r->time_ns, fop);
+			do_free(p, r->prev_ptr, U64_MAX, r->time_ns, fop, tag);
 			break;
 		}
 		if (failed) {
@@ -693,19 +750,26 @@ int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
 		 */
 		if (r->prev_ptr)
 			found = free_now(p, r->prev_ptr, U64_MAX, r->time_ns,
-					 fop);
-		do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size, r->time_ns,
-			 r->site, r->weight);
+					 fop, tag);
+		if (r->flags & PMM_REC_F_FREED)
+			alloc_and_free(p, r);
+		else
+			do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size,
+				 r->time_ns, r->site, r->weight);
 		if (r->prev_ptr && !found)
-			pending_add(p, r->prev_ptr, U64_MAX, r->time_ns, fop);
+			pending_add(p, r->prev_ptr, U64_MAX, r->time_ns, fop,
+				    tag);
 		break;
 	default:
 		if (failed) {
 			p->stats.failed_allocs += r->weight;
 			break;
 		}
-		do_alloc(p, r->op, r->ptr, 0, r->size, r->time_ns, r->site,
-			 r->weight);
+		if (r->flags & PMM_REC_F_FREED)
+			alloc_and_free(p, r);
+		else
+			do_alloc(p, r->op, r->ptr, 0, r->size, r->time_ns,
+				 r->site, r->weight);
 		break;
 	}
 	return 0;

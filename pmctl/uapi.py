@@ -43,7 +43,10 @@ class Op(IntEnum):
 OP_NR = 13
 
 REC_F_FAILED = 1 << 0
-REC_F_ALL = REC_F_FAILED
+REC_F_FREED = 1 << 1
+REC_F_TAGGED = 1 << 2
+REC_F_ALL = REC_F_FAILED | REC_F_FREED | REC_F_TAGGED
+ALLOC_TAG_BITS = 24
 
 SITE_F_SOURCE = 1 << 0
 SITE_F_ALL = SITE_F_SOURCE
@@ -88,7 +91,7 @@ class Record(ctypes.Structure):
         ("weight", u32),
         ("op", u16),
         ("flags", u16),
-        ("reserved", u32),
+        ("alloc_tag", u32),
     ]
 
 

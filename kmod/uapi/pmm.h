@@ -48,7 +48,24 @@ enum pmm_op {
 
 /* pmm_record.flags */
 #define PMM_REC_F_FAILED	(1U << 0)	/* allocation returned NULL; ptr is 0 */
-#define PMM_REC_F_ALL		(PMM_REC_F_FAILED)
+/*
+ * A heap allocation that was freed again before the sender's batch left:
+ * counts the allocation and its free at the site, and leaves no block (the
+ * hook cancels a free against its allocation in its own unsent buffer, so
+ * short-lived blocks cost the kernel one record and no table work).
+ * Not with FREE, MUNMAP, MMAP, MREMAP or FAILED.
+ */
+#define PMM_REC_F_FREED		(1U << 1)
+/*
+ * FREE, or REALLOC with prev_ptr: alloc_tag holds the low PMM_ALLOC_TAG_BITS
+ * bits of the freed block's allocation time_ns, and the free pairs only with
+ * a block whose time matches. Without it the free takes the newest block at
+ * that address older than itself, which is wrong when another thread freed
+ * and reused the address in between and its records are still in flight.
+ */
+#define PMM_REC_F_TAGGED	(1U << 2)
+#define PMM_REC_F_ALL		(PMM_REC_F_FAILED | PMM_REC_F_FREED | PMM_REC_F_TAGGED)
+#define PMM_ALLOC_TAG_BITS	24
 
 /*
  * One allocation event. 48 bytes.
@@ -66,7 +83,7 @@ struct pmm_record {
 	__u32 weight;		/* 1: exact; sampling weight when sampled (>= 1) */
 	__u16 op;		/* enum pmm_op */
 	__u16 flags;		/* PMM_REC_F_* */
-	__u32 reserved;		/* must be 0 */
+	__u32 alloc_tag;	/* PMM_REC_F_TAGGED: see there; else 0 */
 };
 
 /*

@@ -30,7 +30,7 @@ DEFAULT_CFG = [
 # struct pmm_record as a numpy dtype, to build large batches fast
 RECORD_DTYPE = [
     ("ptr", "<u8"), ("prev_ptr", "<u8"), ("size", "<u8"), ("time_ns", "<u8"), ("site", "<u4"),
-    ("weight", "<u4"), ("op", "<u2"), ("flags", "<u2"), ("reserved", "<u4"),
+    ("weight", "<u4"), ("op", "<u2"), ("flags", "<u2"), ("alloc_tag", "<u4"),
 ]
 
 
@@ -43,7 +43,7 @@ def rec(
     prev: int = 0,
     weight: int = 1,
     flags: int = 0,
-    reserved: int = 0,
+    alloc_tag: int = 0,
 ) -> uapi.Record:
     return uapi.Record(
         ptr=ptr,
@@ -54,7 +54,7 @@ def rec(
         weight=weight,
         op=op,
         flags=flags,
-        reserved=reserved,
+        alloc_tag=alloc_tag,
     )
 
 

@@ -159,6 +159,32 @@ def test_hook_cross_thread_frees_pair(dev: Device) -> None:
     prog.finish()
 
 
+def test_hook_pingpong_pairs_and_short_lived_cancel(dev: Device) -> None:
+    """Request/response ping-pong: B frees A's request and gets its address
+    back for the response, which A frees; A's records (its allocation and
+    its free of that address) reach the kernel before B's. Tagged frees pair
+    each with its own allocation: nothing live, unmatched or pending (an
+    untagged free would take A's block and leave B's live). A free whose
+    allocation is still in its thread's buffer cancels against it only if no
+    other thread reused the address (never here); the churn thread's 2500
+    malloc/free pairs reach the kernel as 2500 records, not 5000."""
+    n, size = 250, 72
+    prog = Prog([str(EX / "threads"), "pingpong", str(n), str(size)], PMM_START="1")
+    prog.line("threads: ready")
+    every = dev.sites(prog.pid)
+    sites = [s for s in every
+             if s.alloc_count[1] >= n and s.alloc_bytes == s.alloc_count[1] * size]
+    by_count = sorted((s.alloc_count[1], s.live_bytes, s.free_bytes) for s in sites)
+    assert by_count == [(n, 0, n * size), (n, 0, n * size), (10 * n, 0, 10 * n * size)], [
+        (list(s.alloc_count), s.alloc_bytes, s.live_bytes, s.free_bytes) for s in every]
+    info = dev.pid_info(prog.pid)
+    assert info is not None
+    assert (info.unmatched_frees, info.pending_frees) == (0, 0)
+    # ping-pong: 4 records a round trip (no cancel is possible); churn: 1 a pair
+    assert 4 * n + 10 * n <= info.records < 4 * n + 10 * n + 100, info.records
+    prog.finish()
+
+
 def test_hook_thread_exit_flushes(dev: Device) -> None:
     """A thread allocates 100 x 64 bytes and exits; main then allocates
     nothing: the thread's records arrived at its exit."""

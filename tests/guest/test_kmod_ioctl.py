@@ -219,8 +219,19 @@ def test_record_log_refusals(dev: Dev) -> None:
     bad_records = [
         rec(Op.NONE, 0x9000, 1),
         rec(uapi.OP_NR, 0x9000, 1),
-        rec(Op.MALLOC, 0x9000, 1, flags=2),
-        rec(Op.MALLOC, 0x9000, 1, reserved=1),
+        rec(Op.MALLOC, 0x9000, 1, flags=4),
+        rec(Op.FREE, 0x9000, flags=uapi.REC_F_FREED),
+        rec(Op.MUNMAP, 0x9000, 4096, flags=uapi.REC_F_FREED),
+        rec(Op.MMAP, 0x9000, 4096, flags=uapi.REC_F_FREED),
+        rec(Op.MREMAP, 0x9000, 4096, prev=0x8000, flags=uapi.REC_F_FREED),
+        rec(Op.MALLOC, 0, 1, flags=uapi.REC_F_FREED),
+        rec(Op.MALLOC, 0x9000, 1, flags=uapi.REC_F_FREED | uapi.REC_F_FAILED),
+        rec(Op.MALLOC, 0x9000, 1, alloc_tag=1),
+        rec(Op.FREE, 0x9000, alloc_tag=1),
+        rec(Op.MALLOC, 0x9000, 1, flags=uapi.REC_F_TAGGED),
+        rec(Op.REALLOC, 0x9000, 1, flags=uapi.REC_F_TAGGED),
+        rec(Op.MUNMAP, 0x9000, 4096, flags=uapi.REC_F_TAGGED),
+        rec(Op.FREE, 0x9000, flags=uapi.REC_F_TAGGED, alloc_tag=1 << uapi.ALLOC_TAG_BITS),
         rec(Op.MALLOC, 0x9000, 1, weight=0),
         rec(Op.FREE, 0x9000, flags=uapi.REC_F_FAILED),
         rec(Op.MALLOC, 0x9000, 1, prev=0x8000),
@@ -234,8 +245,9 @@ def test_record_log_refusals(dev: Dev) -> None:
         assert b.accepted == 2, i
     info = dev.info()
     # the two records before each bad one were applied, nothing after
-    assert (info.records, info.live_blocks, info.live_bytes) == (16, 16, 8 * 11)
-    assert dev.config().records_accepted == 16
+    k = len(bad_records)
+    assert (info.records, info.live_blocks, info.live_bytes) == (2 * k, 2 * k, k * 11)
+    assert dev.config().records_accepted == 2 * k
 
 
 def test_record_log_chunks_and_accepted(dev: Dev) -> None:

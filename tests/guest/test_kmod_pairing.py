@@ -72,6 +72,74 @@ def test_known_sequence(dev: Dev) -> None:
                       (0xE000, 0, 64, Op.ALIGNED_ALLOC, 1, t + 6)]
 
 
+def test_freed_in_batch(dev: Dev) -> None:
+    """PMM_REC_F_FREED: an allocation its thread freed before sending counts
+    as allocated and freed at its site and leaves no block; a REALLOC so
+    flagged still frees its old block; a pending free at that address is not
+    its pair."""
+    t = 3_000_000_000
+    dev.send([
+        rec(Op.MALLOC, 0xA000, 100, t + 1, site=1, flags=uapi.REC_F_FREED),
+        rec(Op.CALLOC, 0xA000, 30, t + 2, site=1, flags=uapi.REC_F_FREED),
+        rec(Op.MALLOC, 0xB000, 50, t + 3, site=2),
+        rec(Op.REALLOC, 0xC000, 70, t + 4, site=2, prev=0xB000, flags=uapi.REC_F_FREED),
+        rec(Op.FREE, 0xD000, 0, t + 9),  # pending: it frees an older block
+        rec(Op.MALLOC, 0xD000, 5, t + 5, site=3, weight=4, flags=uapi.REC_F_FREED),
+    ])
+    sites = dev.sites()
+    assert counts(sites[1]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 130,
+                                "free_bytes": 130, "malloc": 1, "calloc": 1, "free": 2}
+    assert counts(sites[2]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 120,
+                                "free_bytes": 120, "malloc": 1, "realloc": 1, "free": 2}
+    assert counts(sites[3]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 20,
+                                "free_bytes": 20, "malloc": 4, "free": 4}
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.records) == (0, 0, 6)
+    assert (info.pending_frees, info.unmatched_frees) == (1, 0)
+    st = dev.stats()
+    assert [(b.malloc_count, b.calloc_count, b.realloc_count, b.free_count)
+            for b in st.buckets][:3] == [(4, 0, 0, 4), (2, 1, 1, 4), (0, 0, 0, 0)]
+
+
+def test_tagged_frees_pair_across_reuse(dev: Dev) -> None:
+    """Thread A: malloc X @1 ... free X @4; thread B in between: free X @2,
+    malloc X @3 (ping-pong). A's records arrive first. Untagged, A's free
+    takes A's block and B's stays live with B's free pending; tagged (the
+    low bits of the freed block's allocation time), every pair is right,
+    whatever the order of arrival."""
+    mask = (1 << uapi.ALLOC_TAG_BITS) - 1
+    tagged = uapi.REC_F_TAGGED
+    for base, x in ((11_000_000_000, 0x9100), (12_000_000_000 + mask + 5, 0x9200)):
+        t1, t2, t3, t4 = base + 1, base + 2, base + 3, base + 4
+        a = [rec(Op.MALLOC, x, 10, t1, site=1),
+             rec(Op.FREE, x, 0, t4, flags=tagged, alloc_tag=t3 & mask)]
+        b = [rec(Op.FREE, x, 0, t2, flags=tagged, alloc_tag=t1 & mask),
+             rec(Op.MALLOC, x, 20, t3, site=2)]
+        for batch in (a, b) if x == 0x9100 else (b, a):
+            dev.send(batch)
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (0, 0, 0)
+    sites = dev.sites()
+    assert (sites[1].free_bytes, sites[2].free_bytes) == (20, 40)
+    # the same without tags, A first: the known mispairing
+    t = 13_000_000_000
+    dev.send([rec(Op.MALLOC, 0x9300, 10, t + 1, site=1), rec(Op.FREE, 0x9300, 0, t + 4)])
+    dev.send([rec(Op.FREE, 0x9300, 0, t + 2), rec(Op.MALLOC, 0x9300, 20, t + 3, site=2)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (1, 20, 1)
+    # a REALLOC's free of its old block is tagged the same way
+    t = 14_000_000_000
+    dev.send([rec(Op.MALLOC, 0x9400, 8, t + 1, site=3),
+              rec(Op.REALLOC, 0x9500, 16, t + 4, site=3, prev=0x9400, flags=tagged,
+                  alloc_tag=(t + 3) & mask)])
+    assert dev.info().pending_frees == 2
+    dev.send([rec(Op.FREE, 0x9400, 0, t + 2, flags=tagged, alloc_tag=(t + 1) & mask),
+              rec(Op.MALLOC, 0x9400, 4, t + 3, site=3)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (2, 36, 1)
+    assert dev.sites()[3].live_bytes == 16
+
+
 def test_free_before_alloc_one_thread(dev: Dev) -> None:
     t = 5_000_000_000
     # the free (t+10) arrives before its allocation (t+5)
@@ -268,13 +336,16 @@ def test_stop_frees_everything(dev: Dev) -> None:
 
 
 def test_same_address_cap(dev: Dev) -> None:
-    """At most 16 live blocks of a kind share an address; the 17th is dropped.
-    A mapping at the same address is of the other kind and still fits."""
-    dev.send([rec(Op.MALLOC, 0x4000, 8, 100 + i) for i in range(17)])
-    dev.send([rec(Op.MMAP, 0x4000, 4096, 200)])
+    """At most 1024 live blocks of a kind share an address; the 1025th is
+    dropped. A mapping at the same address is of the other kind and still
+    fits."""
+    cap = 1024
+    dev.send([rec(Op.MALLOC, 0x4000, 8, 100 + i) for i in range(cap + 1)])
+    dev.send([rec(Op.MMAP, 0x4000, 4096, 5000)])
     info = dev.info()
-    assert (info.live_blocks, info.live_bytes, info.dropped_records) == (17, 16 * 8 + 4096, 1)
-    dev.send([rec(Op.FREE, 0x4000, 0, 1000) for _ in range(16)])
+    assert (info.live_blocks, info.live_bytes, info.dropped_records) == (
+        cap + 1, cap * 8 + 4096, 1)
+    dev.send([rec(Op.FREE, 0x4000, 0, 10000) for _ in range(cap)])
     (b,) = dev.blocks()
     assert (b.ptr, b.op, b.size) == (0x4000, Op.MMAP, 4096)
     assert dev.info().pending_frees == 0
@@ -283,7 +354,7 @@ def test_same_address_cap(dev: Dev) -> None:
 def test_table_matches_model(dev: Dev) -> None:
     """The block table (open addressing, grown by doubling, emptied by
     shifting entries back) against a model: 30000 random records in time
-    order over addresses that collide, share an address (up to 16 live
+    order over addresses that collide, share an address (several live
     blocks), and move (mappings trimmed from the start). Every block,
     per-site figure and size bucket must match."""
     rng = random.Random(4)
@@ -304,7 +375,7 @@ def test_table_matches_model(dev: Dev) -> None:
         ptrs = [p for p, bs in live.items() if bs]
         roll = rng.random()
         if roll < 0.55 or not ptrs:
-            # heap addresses from a small pool (collisions, reuse), some past 16 live
+            # heap addresses from a small pool (collisions, reuse, several live)
             ptr = 0x10000 + 16 * rng.randrange(6000)
             op = rng.choice([Op.MALLOC, Op.CALLOC, Op.MMAP])
             if op == Op.MMAP:
@@ -314,7 +385,7 @@ def test_table_matches_model(dev: Dev) -> None:
             site = rng.choice([1, 2])
             records.append(rec(op, ptr, size, t, site=site))
             same = [b for b in live.get(ptr, []) if (b[1] == Op.MMAP) == (op == Op.MMAP)]
-            if len(same) >= 16:
+            if len(same) >= 1024:
                 continue  # dropped
             live.setdefault(ptr, []).append((size, op, site, t))
             site_live[site] += size

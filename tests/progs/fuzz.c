@@ -75,7 +75,7 @@ static void fill_records(struct pmm_record *r, uint32_t n)
 		r[i].site = rnd() % 8 ? rnd() % 16 : (uint32_t)rnd();
 		r[i].weight = rnd() % 8 ? 1 + rnd() % 4 : (uint32_t)rnd();
 		r[i].flags = rnd() % 8 ? (rnd() % 10 == 0) : (uint16_t)rnd();
-		r[i].reserved = rnd() % 16 ? 0 : (uint32_t)rnd();
+		r[i].alloc_tag = rnd() % 16 ? 0 : (uint32_t)rnd();
 	}
 }
 

@@ -438,6 +438,8 @@ static struct pmm_block_ent *block_find(struct pmm_proc *p, u64 ptr, u64 t,
 		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t ||
 		    !tag_fits(e->time_ns, tag))
 			continue;
+		if (tag != NO_TAG)
+			return e;	/* the tag names one block: stop here */
 		if (!best || e->time_ns > best->time_ns)
 			best = e;
 	}

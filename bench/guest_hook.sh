@@ -78,7 +78,7 @@ run() {
 have_heaptrack=1
 command -v heaptrack >/dev/null || have_heaptrack=0
 
-reps=${GUEST_HOOK_REPS:-3}
+reps=${GUEST_HOOK_REPS:-5}
 
 # The VM's cpus are shared with the host's other work: every configuration
 # runs $reps times, interleaved, and the least cpu (and wall) time counts.

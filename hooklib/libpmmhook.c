@@ -1055,7 +1055,7 @@ static inline struct tstate *enter(void)
 
 #define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
 
-static void *do_malloc(size_t n, const struct src *s)
+static inline __attribute__((always_inline)) void *do_malloc(size_t n, const struct src *s)
 {
 	struct tstate *t;
 	void *p;

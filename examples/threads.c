@@ -144,14 +144,8 @@ int main(int argc, char **argv)
 		pthread_join(b, NULL);
 		pthread_create(&a, NULL, churn, NULL);
 		pthread_join(a, NULL);
-		printf("threads: ready\n");
-		fflush(stdout);
-		while (getchar() != EOF)
-			;
-		return 0;
-	}
-	blocks = calloc((size_t)n, sizeof(void *));
-	if (!strcmp(argv[1], "cross")) {
+	} else if (!strcmp(argv[1], "cross")) {
+		blocks = calloc((size_t)n, sizeof(void *));
 		pthread_create(&a, NULL, alloc_and_wait, (void *)1);
 		pthread_create(&b, NULL, free_all, NULL);
 		pthread_join(b, NULL);	/* B exited: its frees are flushed */
@@ -161,6 +155,7 @@ int main(int argc, char **argv)
 		pthread_mutex_unlock(&lock);
 		pthread_join(a, NULL);
 	} else {
+		blocks = calloc((size_t)n, sizeof(void *));
 		pthread_create(&a, NULL, alloc_and_wait, NULL);
 		pthread_join(a, NULL);
 	}

@@ -578,6 +578,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	} else if (op == PMM_OP_REALLOC && prev) {
 		tag = recent_tag((uintptr_t)prev);	/* before ptr's entry replaces it */
 	}
+	if (!now)
+		now = stamp();	/* a free's, after the cancel check: none if cancelled */
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
@@ -847,7 +849,7 @@ note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *ms
 			return;
 		}
 	}
-	record(t, op, p, NULL, size, 0, 1, stamp());
+	record(t, op, p, NULL, size, 0, 1, 0);	/* stamped in record(), unless cancelled */
 }
 
 /* ---- init ----------------------------------------------------------------- */

@@ -136,6 +136,7 @@ int main(int argc, char **argv)
 	size = (size_t)atol(argv[3]);
 	if (n < 1 || size < 1)
 		return 2;
+	blocks = calloc((size_t)n, sizeof(void *));
 	if (!strcmp(argv[1], "pingpong")) {
 		pthread_create(&a, NULL, ping, NULL);
 		pthread_create(&b, NULL, pong, NULL);
@@ -145,7 +146,6 @@ int main(int argc, char **argv)
 		pthread_create(&a, NULL, churn, NULL);
 		pthread_join(a, NULL);
 	} else if (!strcmp(argv[1], "cross")) {
-		blocks = calloc((size_t)n, sizeof(void *));
 		pthread_create(&a, NULL, alloc_and_wait, (void *)1);
 		pthread_create(&b, NULL, free_all, NULL);
 		pthread_join(b, NULL);	/* B exited: its frees are flushed */
@@ -155,7 +155,6 @@ int main(int argc, char **argv)
 		pthread_mutex_unlock(&lock);
 		pthread_join(a, NULL);
 	} else {
-		blocks = calloc((size_t)n, sizeof(void *));
 		pthread_create(&a, NULL, alloc_and_wait, NULL);
 		pthread_join(a, NULL);
 	}

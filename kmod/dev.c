@@ -32,8 +32,6 @@
 #include <linux/sched/task.h>
 #include "pmm_int.h"
 
-/* Records copied from user space per lock hold. */
-#define PMM_CHUNK	16
 /* Bytes of read-back entries staged per lock hold. */
 #define PMM_READ_STAGE	8192
 
@@ -151,9 +149,9 @@ int pmm_stop_pid(pid_t nr)
 	pmm_nprocs--;
 	pmm_cfg.last_stop = nr;
 	mutex_unlock(&pmm_lock);
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	p->stopped = true;
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	pmm_genl_proc_event(PMM_CMD_STOPPED, p);
 	pmm_proc_put(p);
 	return 0;
@@ -183,13 +181,32 @@ fault:
 	return -EFAULT;
 }
 
+/* Applies n checked records now, or queues them if another thread holds the lock. */
+static int pmm_log_chunk(struct pmm_proc *p, const struct pmm_record *r, u32 n)
+{
+	if (READ_ONCE(p->stopped))
+		return -PMM_ENOTMONITORED_ERRNO;
+	if (!pmm_proc_trylock(p)) {
+		if (pmm_proc_queue(p, r, n))
+			return 0;
+		pmm_proc_lock(p);
+	}
+	if (p->stopped) {
+		pmm_proc_unlock(p);
+		return -PMM_ENOTMONITORED_ERRNO;
+	}
+	pmm_apply_records(p, r, n);
+	pmm_proc_unlock(p);
+	return 0;
+}
+
 static long pmm_ioc_record_log(struct pmm_record_batch __user *ub)
 {
 	struct pmm_record buf[PMM_CHUNK];
 	const struct pmm_record __user *ur;
 	struct pmm_record_batch b;
 	struct pmm_proc *p;
-	u32 done = 0, n, i, j;
+	u32 done = 0, n, i;
 	long ret = 0;
 
 	if (copy_from_user(&b, ub, sizeof(b)))
@@ -211,16 +228,9 @@ static long pmm_ioc_record_log(struct pmm_record_batch __user *ub)
 		for (i = 0; i < n; i++)
 			if (pmm_check_record(&buf[i]))
 				break;
-		mutex_lock(&p->lock);
-		if (p->stopped) {
-			mutex_unlock(&p->lock);
-			ret = -PMM_ENOTMONITORED_ERRNO;
+		ret = pmm_log_chunk(p, buf, i);
+		if (ret)
 			break;
-		}
-		for (j = 0; j < i; j++)
-			pmm_apply_record(p, &buf[j]);
-		pmm_expire_pending(p, false);
-		mutex_unlock(&p->lock);
 		done += i;
 		if (i < n) {
 			ret = -EINVAL;
@@ -257,9 +267,9 @@ static long pmm_ioc_register_site(struct pmm_site __user *us)
 	p = pmm_proc_get_current();
 	if (!p)
 		goto out_free;
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	ret = p->stopped ? -PMM_ENOTMONITORED_ERRNO : pmm_register_site(p, s);
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	pmm_proc_put(p);
 out_free:
 	kfree(s);
@@ -270,7 +280,7 @@ static bool pmm_cfg_counters_zero(const struct pmm_config *c)
 {
 	return !c->reserved && !c->monitored_pids && !c->records_accepted &&
 	       !c->records_dropped && !c->unmatched_frees && !c->kmem_bytes &&
-	       !c->reserved2[0] && !c->reserved2[1] && !c->reserved2[2];
+	       !c->records_queued && !c->reserved2[0] && !c->reserved2[1];
 }
 
 static bool pmm_in_range(u32 v, u32 lo, u32 hi)
@@ -417,6 +427,7 @@ static long pmm_ioc_get_config(struct pmm_config __user *uc)
 	c.records_dropped = atomic64_read(&pmm_records_dropped);
 	c.unmatched_frees = atomic64_read(&pmm_unmatched_frees);
 	c.kmem_bytes = atomic64_read(&pmm_kmem_bytes);
+	c.records_queued = atomic64_read(&pmm_records_queued);
 	if (copy_to_user(uc, &c, sizeof(c)))
 		return -EFAULT;
 	return 0;
@@ -476,9 +487,9 @@ static u32 fill_pids(struct pmm_proc *unused, u64 *cursor, void *buf,
 			*done = false;
 			continue;
 		}
-		mutex_lock(&p->lock);
+		pmm_proc_lock(p);
 		pmm_fill_pid_info(p, &out[n++]);
-		mutex_unlock(&p->lock);
+		pmm_proc_unlock(p);
 		*cursor = p->id + 1;
 	}
 	mutex_unlock(&pmm_lock);
@@ -492,7 +503,7 @@ static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 	struct pmm_block_ent *b;
 	u32 n = 0;
 
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	*total = p->nblocks;
 	b = pmm_block_at(p, cursor);
 	for (; b && n < max; ++*cursor, b = pmm_block_at(p, cursor)) {
@@ -507,7 +518,7 @@ static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 		n++;
 	}
 	*done = !b;
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	return n;
 }
 
@@ -519,7 +530,7 @@ static u32 fill_sites(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 	u32 n = 0;
 
 	*done = true;
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	*total = p->nsites;
 	if (*cursor <= U32_MAX) {
 		xa_for_each_start(&p->sites, id, s, (unsigned long)*cursor) {
@@ -531,7 +542,7 @@ static u32 fill_sites(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 			*cursor = (u64)id + 1;
 		}
 	}
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	return n;
 }
 
@@ -542,7 +553,7 @@ static u32 fill_samples(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 	u64 oldest;
 	u32 n = 0;
 
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	*total = min_t(u64, p->nsamples, p->ring_size);
 	oldest = p->nsamples - *total;
 	if (*cursor < oldest)
@@ -552,7 +563,7 @@ static u32 fill_samples(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 		(*cursor)++;
 	}
 	*done = *cursor >= p->nsamples;
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	return n;
 }
 
@@ -634,9 +645,9 @@ static long pmm_ioc_get_stats(struct pmm_stats __user *us)
 		err = -ENOMEM;
 		goto out_put;
 	}
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	*st = p->stats;
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	st->pid = p->tgid;
 	st->reserved = 0;
 	if (copy_to_user(us, st, sizeof(*st)))

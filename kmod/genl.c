@@ -121,9 +121,9 @@ void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p)
 	skb = pmm_genl_new(cmd, NLMSG_DEFAULT_SIZE, &hdr);
 	if (!skb)
 		return;
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	t = cmd == PMM_CMD_EXITED ? p->exit_time_ns : ktime_get_boottime_ns();
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	if (put_id(skb, p) || put_u64(skb, PMM_A_TIME, t) ||
 	    nla_put_string(skb, PMM_A_COMM, p->comm))
 		goto out_free;
@@ -203,7 +203,7 @@ static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 	unsigned long id;
 	u32 n = 0, i, min;
 
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	xa_for_each(&p->sites, id, s) {
 		if (!s->live_blocks)
 			continue;
@@ -221,7 +221,7 @@ static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 		top[i].blocks = s->live_blocks;
 		top[i].id = id;
 	}
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	sort(top, n, sizeof(*top), top_cmp, NULL);
 	return n;
 }
@@ -279,9 +279,9 @@ static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
 	list_for_each_entry(p, &pmm_procs, node) {
 		if (p->id < cb->args[0])
 			continue;
-		mutex_lock(&p->lock);
+		pmm_proc_lock(p);
 		pmm_fill_pid_info(p, &info);
-		mutex_unlock(&p->lock);
+		pmm_proc_unlock(p);
 		hdr = genlmsg_put(skb, NETLINK_CB(cb->skb).portid,
 				  cb->nlh->nlmsg_seq, &pmm_genl_family,
 				  NLM_F_MULTI, PMM_CMD_GET_PIDS);

@@ -26,6 +26,7 @@ atomic64_t pmm_records_accepted = ATOMIC64_INIT(0);
 atomic64_t pmm_records_dropped = ATOMIC64_INIT(0);
 atomic64_t pmm_unmatched_frees = ATOMIC64_INIT(0);
 atomic64_t pmm_kmem_bytes = ATOMIC64_INIT(0);
+atomic64_t pmm_records_queued = ATOMIC64_INIT(0);
 
 static void pmm_free_all(void)
 {

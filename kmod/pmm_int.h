@@ -8,7 +8,16 @@
  *   pmm_proc.lock (mutex) everything of one process below the line marked
  *                         "protected by lock" in struct pmm_proc.
  * The record path takes only the per-process mutex: it finds its process
- * in pmm_hash under RCU and takes a reference.
+ * in pmm_hash under RCU and takes a reference. Take pmm_proc.lock with
+ * pmm_proc_lock() and release it with pmm_proc_unlock() (see the inbox).
+ *
+ * The inbox. A thread whose records find the process's mutex taken does not
+ * wait for it: it queues them on the lock-free inbox and returns, and the
+ * holder applies them before it lets go (pmm_proc_unlock), as does whoever
+ * takes the lock next (pmm_proc_lock). Every reader takes the lock, so it
+ * sees every batch whose ioctl returned; one thread's records keep their
+ * order. A waiting thread would otherwise spin on the mutex for as long as
+ * the other applies its batch (10% of the cpu with 2 threads, measured).
  */
 #ifndef _PMM_INT_H
 #define _PMM_INT_H
@@ -19,6 +28,7 @@
 #include <linux/refcount.h>
 #include <linux/rcupdate.h>
 #include <linux/xarray.h>
+#include <linux/llist.h>
 #include <linux/cred.h>
 #include <linux/sched.h>
 #include "uapi/pmm.h"
@@ -33,6 +43,18 @@
 #define PMM_PENDING_MAX		4096
 #define PMM_PENDING_AGE_MS	5000
 #define PMM_PENDING_BITS	8
+
+/* Queued records per process past which a sender waits for the lock. */
+#define PMM_INBOX_MAX		8192
+/* Records a sender copies, checks and applies (or queues) at a time. */
+#define PMM_CHUNK		16
+
+/* Records queued on the inbox (struct pmm_proc.inbox). */
+struct pmm_queued {
+	struct llist_node node;
+	u32 count;
+	struct pmm_record rec[PMM_CHUNK];
+};
 
 /* A SITES event every this many samples, with at most this many sites. */
 #define PMM_SITES_EVERY		10
@@ -103,6 +125,9 @@ struct pmm_proc {
 	bool dumpable;
 	bool stopped;			/* set under pmm_lock and lock */
 
+	struct llist_head inbox;	/* struct pmm_queued, newest first */
+	atomic_t inbox_records;
+
 	struct mutex lock;		/* protects all below */
 	u32 state;			/* PMM_STATE_* */
 	u64 exit_time_ns;
@@ -147,6 +172,7 @@ extern atomic64_t pmm_records_accepted;
 extern atomic64_t pmm_records_dropped;
 extern atomic64_t pmm_unmatched_frees;
 extern atomic64_t pmm_kmem_bytes;
+extern atomic64_t pmm_records_queued;
 
 /* table.c */
 int pmm_table_init(void);
@@ -158,7 +184,11 @@ bool pmm_current_monitored(void);
 struct pmm_proc *pmm_proc_find(pid_t nr);
 void pmm_proc_publish(struct pmm_proc *p);
 void pmm_proc_unpublish(struct pmm_proc *p);
-int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r);
+void pmm_proc_lock(struct pmm_proc *p);
+bool pmm_proc_trylock(struct pmm_proc *p);
+void pmm_proc_unlock(struct pmm_proc *p);
+bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n);
+void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 int pmm_check_record(const struct pmm_record *r);
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
 void pmm_expire_pending(struct pmm_proc *p, bool all);

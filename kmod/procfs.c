@@ -185,7 +185,7 @@ static bool it_next_proc(struct pmm_pid_iter *it)
 	it->next_id = found->id + 1;
 	it->nr++;
 	it->phase = PMM_IT_HEADER;
-	mutex_lock(&found->lock);
+	pmm_proc_lock(found);
 	return true;
 }
 
@@ -209,7 +209,7 @@ static bool it_settle(struct pmm_pid_iter *it)
 		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
-		mutex_unlock(&it->p->lock);
+		pmm_proc_unlock(it->p);
 		if (!it_next_proc(it))
 			return false;
 	}
@@ -232,7 +232,7 @@ static bool it_advance(struct pmm_pid_iter *it)
 		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
-		mutex_unlock(&it->p->lock);
+		pmm_proc_unlock(it->p);
 		if (!it_next_proc(it))
 			return false;
 		break;
@@ -264,9 +264,9 @@ static void *pmm_pid_start(struct seq_file *m, loff_t *ppos)
 	}
 	if (!it->p)
 		return NULL;
-	mutex_lock(&it->p->lock);
+	pmm_proc_lock(it->p);
 	if (it->p->stopped) {
-		mutex_unlock(&it->p->lock);
+		pmm_proc_unlock(it->p);
 		if (!it_next_proc(it))
 			return NULL;
 	}
@@ -287,7 +287,7 @@ static void pmm_pid_stop(struct seq_file *m, void *v)
 	struct pmm_pid_iter *it = m->private;
 
 	if (it->p)
-		mutex_unlock(&it->p->lock);
+		pmm_proc_unlock(it->p);
 }
 
 static const char * const pmm_op_names[PMM_OP_NR] = {

@@ -82,9 +82,9 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	if (p->nsamples < old_size || old_size >= max)
 		return;
 	size = old_size ? min_t(u64, (u64)old_size * 2, max) : min(16U, max);
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	ring = kvmalloc_array(size, sizeof(*ring), GFP_KERNEL);
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	if (!ring)
 		return;
 	if (p->ring_size != old_size) {
@@ -99,9 +99,9 @@ static void pmm_ring_grow(struct pmm_proc *p)
 		atomic64_add((u64)(size - old_size) * sizeof(*ring),
 			     &pmm_kmem_bytes);
 	}
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 	kvfree(old);
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 }
 
 static void pmm_sample_one(struct pmm_proc *p)
@@ -113,13 +113,13 @@ static void pmm_sample_one(struct pmm_proc *p)
 	bool exited = false, sites = false;
 	pid_t ppid = 0;
 
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	pmm_expire_pending(p, false);
 	if (p->state == PMM_STATE_EXITED || p->stopped) {
-		mutex_unlock(&p->lock);
+		pmm_proc_unlock(p);
 		return;
 	}
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 
 	task = get_pid_task(p->pid, PIDTYPE_TGID);
 	if (!task || atomic_read(&task->signal->live) == 0) {
@@ -144,7 +144,7 @@ static void pmm_sample_one(struct pmm_proc *p)
 	}
 	s.time_ns = ktime_get_boottime_ns();
 
-	mutex_lock(&p->lock);
+	pmm_proc_lock(p);
 	if (!exited)
 		pmm_ring_grow(p);
 	if (exited) {
@@ -161,7 +161,7 @@ static void pmm_sample_one(struct pmm_proc *p)
 		dropped = p->dropped;
 		p->dropped_reported = dropped;
 	}
-	mutex_unlock(&p->lock);
+	pmm_proc_unlock(p);
 
 	if (exited) {
 		pmm_genl_proc_event(PMM_CMD_EXITED, p);

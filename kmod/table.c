@@ -51,18 +51,40 @@
 /* Monitored processes by tgid; RCU readers, writers under pmm_lock. */
 static DEFINE_HASHTABLE(pmm_hash, 8);
 static struct kmem_cache *pmm_site_cache;
+static struct kmem_cache *pmm_queued_cache;
+
+/*
+ * With a constructor the slab does not clear each new object (init_on_alloc,
+ * on in Debian's kernels): records are copied over count entries and no
+ * more are read, and clearing 784 bytes a chunk (rep stosb, which QEMU's
+ * TCG runs a byte at a time) cost as much as applying the chunk.
+ */
+static void pmm_queued_ctor(void *obj)
+{
+	struct pmm_queued *q = obj;
+
+	q->count = 0;
+}
 
 int pmm_table_init(void)
 {
 	pmm_site_cache = kmem_cache_create("pmm_site",
 					   sizeof(struct pmm_site_stats), 0,
 					   SLAB_ACCOUNT, NULL);
-	return pmm_site_cache ? 0 : -ENOMEM;
+	pmm_queued_cache = kmem_cache_create("pmm_queued",
+					     sizeof(struct pmm_queued), 0,
+					     SLAB_ACCOUNT, pmm_queued_ctor);
+	if (pmm_site_cache && pmm_queued_cache)
+		return 0;
+	kmem_cache_destroy(pmm_queued_cache);
+	kmem_cache_destroy(pmm_site_cache);
+	return -ENOMEM;
 }
 
 void pmm_table_exit(void)
 {
 	rcu_barrier();		/* kfree_rcu of the last processes */
+	kmem_cache_destroy(pmm_queued_cache);
 	kmem_cache_destroy(pmm_site_cache);
 }
 
@@ -141,6 +163,7 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 	kmem_add(sizeof(*p) + (sizeof(*p->blocks) << p->block_bits));
 	refcount_set(&p->ref, 1);
 	mutex_init(&p->lock);
+	init_llist_head(&p->inbox);
 	hash_init(p->pending);
 	INIT_LIST_HEAD(&p->pending_fifo);
 	xa_init(&p->sites);
@@ -162,11 +185,21 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 	return p;
 }
 
+static void inbox_free(struct pmm_proc *p, struct pmm_queued *q)
+{
+	atomic_sub(q->count, &p->inbox_records);
+	kmem_cache_free(pmm_queued_cache, q);
+	kmem_add(-(long)sizeof(*q));
+}
+
 static void pmm_proc_free_tables(struct pmm_proc *p)
 {
+	struct pmm_queued *q, *next;
 	struct pmm_site_stats *s;
 	unsigned long id;
 
+	llist_for_each_entry_safe(q, next, llist_del_all(&p->inbox), node)
+		inbox_free(p, q);
 	kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
 	kvfree(p->blocks);
 	pmm_expire_pending(p, true);
@@ -719,7 +752,7 @@ int pmm_check_record(const struct pmm_record *r)
  * ptr 0, is a failed allocation and changes no table; REALLOC with ptr 0,
  * no FAILED flag and size 0 is realloc(p, 0) freeing p.
  */
-int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
+static void pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
 {
 	bool failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
 	u16 fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
@@ -774,7 +807,98 @@ int pmm_apply_record(struct pmm_proc *p, const struct pmm_record *r)
 				 r->site, r->weight);
 		break;
 	}
-	return 0;
+}
+
+/* Applies n checked records of one thread, in order. */
+void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n)
+{
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		pmm_apply_record(p, &r[i]);
+	pmm_expire_pending(p, false);
+}
+
+/* Applies (or, once stopped, drops) the queued records, oldest first. */
+static void inbox_drain(struct pmm_proc *p)
+{
+	struct pmm_queued *q, *next;
+	struct llist_node *list;
+
+	lockdep_assert_held(&p->lock);
+	if (llist_empty(&p->inbox))
+		return;		/* the usual case: no atomic exchange */
+	list = llist_del_all(&p->inbox);
+	llist_for_each_entry_safe(q, next, llist_reverse_order(list), node) {
+		if (!p->stopped)
+			pmm_apply_records(p, q->rec, q->count);
+		inbox_free(p, q);
+	}
+}
+
+void pmm_proc_lock(struct pmm_proc *p)
+{
+	mutex_lock(&p->lock);
+	inbox_drain(p);
+}
+
+bool pmm_proc_trylock(struct pmm_proc *p)
+{
+	if (!mutex_trylock(&p->lock))
+		return false;
+	inbox_drain(p);
+	return true;
+}
+
+/*
+ * Releases the lock, then applies what was queued meanwhile. A sender queues
+ * before it tries the lock and a holder looks at the inbox after it let go
+ * (a full barrier each side), so one of the two always sees the other: no
+ * batch is left behind for long. The rounds are bounded so that a sender
+ * does not work for the others for ever; what is left waits for the next
+ * holder, and every reader is one.
+ */
+void pmm_proc_unlock(struct pmm_proc *p)
+{
+	int rounds = 4;
+
+	mutex_unlock(&p->lock);
+	for (;;) {
+		smp_mb();	/* the unlock before the look at the inbox */
+		if (llist_empty(&p->inbox) || !rounds-- ||
+		    !mutex_trylock(&p->lock))
+			return;
+		inbox_drain(p);
+		mutex_unlock(&p->lock);
+	}
+}
+
+/*
+ * Queues n checked records for the lock's holder; false when the inbox is
+ * full or memory is short (then the caller waits for the lock).
+ */
+bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n)
+{
+	struct pmm_queued *q;
+
+	if (WARN_ON_ONCE(n > PMM_CHUNK) ||
+	    atomic_read(&p->inbox_records) >= PMM_INBOX_MAX)
+		return false;
+	q = kmem_cache_alloc(pmm_queued_cache, GFP_KERNEL | __GFP_NOWARN);
+	if (!q)
+		return false;
+	memcpy(q->rec, r, n * sizeof(*r));
+	q->count = n;
+	atomic_add(n, &p->inbox_records);
+	atomic64_add(n, &pmm_records_queued);
+	kmem_add(sizeof(*q));
+	llist_add(&q->node, &p->inbox);	/* a full barrier */
+	/* the holder may have looked before the add: try to apply it now */
+	if (mutex_trylock(&p->lock)) {
+		inbox_drain(p);
+		pmm_proc_unlock(p);
+	}
+	return true;
 }
 
 void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info)

@@ -13,7 +13,7 @@ status  {"config": <config keys>, "pids": [{"pid", "ppid", "comm", "state",
 config  {"interval_ms", "scan", "start_pid", "stop_pid", "max_pids",
          "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
          "abi_version", "monitored_pids", "records_accepted", "records_dropped",
-         "unmatched_frees", "kmem_bytes"}
+         "unmatched_frees", "kmem_bytes", "records_queued"}
 run     on stderr at start: {"pid", "argv", "hooklib"}; stdout is the command's
 logs    {"pid", "comm", "state", "total", "blocks": [{"op", "time_ns", "age_s",
          "size", "weight", "ptr", "prev_ptr", "site", "caller", "func",
@@ -180,6 +180,7 @@ def config_dict(c: ConfigInfo) -> dict[str, int]:
         "records_dropped": c.records_dropped,
         "unmatched_frees": c.unmatched_frees,
         "kmem_bytes": c.kmem_bytes,
+        "records_queued": c.records_queued,
     }
 
 
@@ -222,6 +223,7 @@ def render_config(c: ConfigInfo) -> str:
         ["records dropped", str(c.records_dropped)],
         ["unmatched frees", str(c.unmatched_frees)],
         ["kernel memory", f"{c.kmem_bytes} ({human_bytes(c.kmem_bytes)})"],
+        ["records queued", str(c.records_queued)],
     ]
     return format_table(["setting", "value"], rows)
 

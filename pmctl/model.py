@@ -57,6 +57,7 @@ class ConfigInfo:
     records_dropped: int
     unmatched_frees: int
     kmem_bytes: int
+    records_queued: int
 
 
 @dataclass(frozen=True)

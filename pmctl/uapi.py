@@ -136,7 +136,8 @@ class Config(ctypes.Structure):
         ("records_dropped", u64),
         ("unmatched_frees", u64),
         ("kmem_bytes", u64),
-        ("reserved2", u64 * 3),
+        ("records_queued", u64),
+        ("reserved2", u64 * 2),
     ]
 
 

@@ -171,7 +171,8 @@ struct pmm_config {
 	__u64 records_dropped;
 	__u64 unmatched_frees;
 	__u64 kmem_bytes;	/* kernel memory held by pmm now */
-	__u64 reserved2[3];
+	__u64 records_queued;	/* applied by another thread (contention) */
+	__u64 reserved2[2];
 };
 
 /* pmm_pid_info.state, as /proc/pmm/pid prints it ("State: 1") */

@@ -125,10 +125,13 @@ def test_set_config_malformed(dev: Dev) -> None:
     c.reserved = 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
-    c.reserved2[2] = 1
+    c.reserved2[1] = 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
     c.records_accepted = 1  # counters are GET-only
+    bad.append(c)
+    c = Dev.config_arg(interval_ms=100)
+    c.records_queued = 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
     c.abi_version = 2

@@ -78,40 +78,51 @@ run() {
 have_heaptrack=1
 command -v heaptrack >/dev/null || have_heaptrack=0
 
-reps=${GUEST_HOOK_REPS:-5}
+reps=${GUEST_HOOK_REPS:-9}
 
-# The VM's cpus are shared with the host's other work: every configuration
-# runs $reps times, interleaved, and the least cpu (and wall) time counts.
+# The VM's cpus are shared with the host's other work, whose speed drifts by a
+# third within one boot. So each round runs every configuration once, back to
+# back, and a configuration's ratio in a round is its time over that round's
+# bare run: the figure is the median of the per-round ratios, with their range
+# (the spread of the noise). Times are medians over the rounds.
 bench() {	# NAME CMD...
 	local name=$1 cfg r w c
-	local -A bw bc
 	shift
+	: >"$tmp/rounds"
 	for ((r = 0; r < reps; r++)); do
 		for cfg in bare unmonitored exact sampled; do
 			read -r w c < <(run "$cfg" "$@")
-			if [ -z "${bc[$cfg]:-}" ] || awk -v a="$c" -v b="${bc[$cfg]}" 'BEGIN{exit !(a < b)}'; then
-				bc[$cfg]=$c
-			fi
-			if [ -z "${bw[$cfg]:-}" ] || awk -v a="$w" -v b="${bw[$cfg]}" 'BEGIN{exit !(a < b)}'; then
-				bw[$cfg]=$w
-			fi
+			echo "$r $cfg $w $c" >>"$tmp/rounds"
 		done
 	done
 	if [ $have_heaptrack = 1 ]; then
 		read -r w c < <(run heaptrack "$@")
-		bw[heaptrack]=$w
-		bc[heaptrack]=$c
+		echo "0 heaptrack $w $c" >>"$tmp/rounds"
 	fi
-	for cfg in bare unmonitored exact sampled heaptrack; do
-		[ -n "${bc[$cfg]:-}" ] || { echo "$name $cfg: not installed"; continue; }
-		awk -v n="$name" -v cfg="$cfg" -v w="${bw[$cfg]}" -v c="${bc[$cfg]}" \
-			-v bw="${bw[bare]}" -v bc="${bc[bare]}" \
-			'BEGIN { printf "%-22s %-12s wall %7.3f s  cpu %7.3f s  (ratio wall %5.2fx cpu %5.2fx)\n",
-				n, cfg, w, c, w / (bw > 0 ? bw : 1e-9), c / (bc > 0 ? bc : 1e-9) }'
-	done
+	python3 - "$name" "$tmp/rounds" <<'PY'
+import statistics, sys
+name, path = sys.argv[1], sys.argv[2]
+runs: dict[str, dict[int, tuple[float, float]]] = {}
+for line in open(path):
+    r, cfg, w, c = line.split()
+    runs.setdefault(cfg, {})[int(r)] = (float(w), float(c))
+bare = runs["bare"]
+for cfg in ("bare", "unmonitored", "exact", "sampled", "heaptrack"):
+    if cfg not in runs:
+        print(f"{name:<22} {cfg:<12} not installed")
+        continue
+    got = runs[cfg]
+    wr = [w / max(bare[r][0], 1e-3) for r, (w, c) in got.items()]
+    cr = [c / max(bare[r][1], 1e-2) for r, (w, c) in got.items()]
+    wall = statistics.median(w for w, c in got.values())
+    cpu = statistics.median(c for w, c in got.values())
+    spread = f"  range {min(cr):.2f}-{max(cr):.2f}" if len(cr) > 1 else "  (one run)"
+    print(f"{name:<22} {cfg:<12} wall {wall:7.3f} s  cpu {cpu:7.3f} s  "
+          f"(ratio wall {statistics.median(wr):5.2f}x cpu {statistics.median(cr):5.2f}x{spread})")
+PY
 }
 
-echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus, best of $reps; heaptrack once)"
+echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus; median of $reps paired rounds, cpu ratio range; heaptrack once, against round 0)"
 bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
 bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
 bench "sqlite3 10k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit

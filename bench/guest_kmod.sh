@@ -11,7 +11,7 @@ if ! grep -q '^pmm ' /proc/modules; then
 	insmod "$ko"
 	loaded=1
 fi
-echo "kmod: PMM_RECORD_LOG cost per record (kernel side only; $records records per batch size, rounded down to a multiple of 4096; malloc/free pairs)"
+echo "kmod: PMM_RECORD_LOG cost per record (kernel side only; $records records per batch size, rounded down to a multiple of 4096; malloc/free pairs, then the microbenchmark's pattern over 4096 and 256 live blocks)"
 "$top/tests/progs/bin/bench_record" "$records"
 if [ "$loaded" = 1 ]; then
 	rmmod pmm

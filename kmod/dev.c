@@ -225,9 +225,7 @@ static long pmm_ioc_record_log(struct pmm_record_batch __user *ub)
 			ret = -EFAULT;
 			break;
 		}
-		for (i = 0; i < n; i++)
-			if (pmm_check_record(&buf[i]))
-				break;
+		i = pmm_check_records(buf, n);
 		ret = pmm_log_chunk(p, buf, i);
 		if (ret)
 			break;

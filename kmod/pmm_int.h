@@ -189,7 +189,7 @@ bool pmm_proc_trylock(struct pmm_proc *p);
 void pmm_proc_unlock(struct pmm_proc *p);
 bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
-int pmm_check_record(const struct pmm_record *r);
+u32 pmm_check_records(const struct pmm_record *r, u32 n);
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
 void pmm_expire_pending(struct pmm_proc *p, bool all);
 void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info);

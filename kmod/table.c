@@ -734,6 +734,17 @@ static __always_inline void alloc_and_free(struct pmm_proc *p,
 	count_free(p, s, PMM_OP_FREE, r->size, r->size, r->weight);
 }
 
+/* The block a successful allocation record makes, or its counts if FREED. */
+static __always_inline void alloc_rec(struct pmm_proc *p,
+				      const struct pmm_record *r)
+{
+	if (r->flags & PMM_REC_F_FREED)
+		alloc_and_free(p, r);
+	else
+		do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size, r->time_ns,
+			 r->site, r->weight);
+}
+
 static __always_inline int pmm_check_record(const struct pmm_record *r)
 {
 	bool moves = r->op == PMM_OP_REALLOC || r->op == PMM_OP_MREMAP;
@@ -815,11 +826,7 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 		if (r->prev_ptr)
 			found = free_now(p, r->prev_ptr, U64_MAX, r->time_ns,
 					 fop, tag);
-		if (r->flags & PMM_REC_F_FREED)
-			alloc_and_free(p, r);
-		else
-			do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size,
-				 r->time_ns, r->site, r->weight);
+		alloc_rec(p, r);
 		if (r->prev_ptr && !found)
 			pending_add(p, r->prev_ptr, U64_MAX, r->time_ns, fop,
 				    tag);
@@ -829,11 +836,7 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 			p->stats.failed_allocs += r->weight;
 			break;
 		}
-		if (r->flags & PMM_REC_F_FREED)
-			alloc_and_free(p, r);
-		else
-			do_alloc(p, r->op, r->ptr, 0, r->size, r->time_ns,
-				 r->site, r->weight);
+		alloc_rec(p, r);
 		break;
 	}
 }

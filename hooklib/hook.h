@@ -43,6 +43,7 @@ void pmm_dev_refused(int err, const char *what);
 /* site.c: site id for a call site (non-zero, or 0 when the table is full). */
 uint32_t pmm_site_addr(void *ra, void *frame);
 uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
+void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);
 
 /* unwind.c: up to max return addresses, starting at the frame whose return
  * address is ra0 (the hook's caller). Returns the count (>= 1: ra0 itself

@@ -37,6 +37,13 @@ struct site_slot {
 
 static struct site_slot g_sites[SITE_SLOTS];
 
+/* The table's extent (pmm_init keeps huge pages off it). */
+void pmm_site_extent(uintptr_t *lo, uintptr_t *hi)
+{
+	*lo = (uintptr_t)g_sites;
+	*hi = (uintptr_t)(g_sites + SITE_SLOTS);
+}
+
 static inline uint64_t mix64(uint64_t x)
 {
 	x ^= x >> 33;

@@ -51,7 +51,7 @@ now() {
 
 # run CONFIG CMD...: prints "wall cpu" (seconds)
 run() {
-	local cfg=$1 t0 t1 b0 b1
+	local cfg=$1 t0 t1 b0 b1 pid rc
 	shift
 	local -a env=(env -u LD_PRELOAD -u PMM_START -u PMM_SAMPLE PMM_QUIET=1)
 	case "$cfg" in
@@ -64,12 +64,23 @@ run() {
 	sync
 	b0=$(busy)
 	t0=$(now)
-	"${env[@]}" "$@" >/dev/null 2>"$tmp/err" </dev/null || {
-		echo "guest_hook: $cfg $* failed:" >&2
-		cat "$tmp/err" >&2
-	}
+	"${env[@]}" "$@" >/dev/null 2>"$tmp/err" </dev/null &
+	pid=$!
+	wait $pid
+	rc=$?
 	t1=$(now)
 	b1=$(busy)
+	if [ $rc != 0 ]; then
+		echo "guest_hook: $cfg $* failed:" >&2
+		cat "$tmp/err" >&2
+	fi
+	# a monitored run leaves an exited entry: stop it, so that the next runs
+	# stay under MAX_PIDS, and say so if the run was not monitored at all
+	if [ "$cfg" = exact ] || [ "$cfg" = sampled ]; then
+		if [ -w /proc/pmm/cfg ] && ! echo "STOP_PID $pid" 2>/dev/null >/proc/pmm/cfg; then
+			echo "guest_hook: $cfg run (pid $pid) was not monitored" >&2
+		fi
+	fi
 	rm -f "$tmp"/ht*
 	awk -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" -v hz="$(getconf CLK_TCK)" \
 		'BEGIN { printf "%.3f %.3f\n", t1 - t0, (b1 - b0) / hz }'

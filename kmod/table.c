@@ -933,10 +933,8 @@ bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 	kmem_add(sizeof(*q));
 	llist_add(&q->node, &p->inbox);	/* a full barrier */
 	/* the holder may have looked before the add: try to apply it now */
-	if (mutex_trylock(&p->lock)) {
-		inbox_drain(p);
+	if (pmm_proc_trylock(p))
 		pmm_proc_unlock(p);
-	}
 	return true;
 }
 

@@ -21,7 +21,7 @@
 #define NSEC_PER_SEC	1000000000ULL
 #define NSEC_PER_MSEC	1000000ULL
 
-/* g_hot: what the hot path does. */
+/* g_fast.hot: what the hot path does. */
 enum {
 	HOT_BOOT = 0,	/* real functions not resolved yet: bootstrap arena */
 	HOT_PASS = 1,	/* straight to libc (not monitored, or disabled) */
@@ -29,7 +29,6 @@ enum {
 	HOT_SAMPLE = 3,	/* monitored, sampled (PMM_SAMPLE) */
 };
 
-extern int g_hot;
 extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
 extern int g_depth;		/* frames per site, 1..PMM_MAX_FRAMES */
 extern int g_unwind;		/* UNWIND_*: stack walker for depth > 1 */

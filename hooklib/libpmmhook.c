@@ -60,7 +60,7 @@
 
 #include "hook.h"
 
-#define TBUF_RECORDS	512			/* records per thread buffer */
+#define TBUF_RECORDS	4096			/* records per thread buffer */
 #define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
 #define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
 #define POLL_EVERY	16			/* hook calls between clock reads */
@@ -90,7 +90,27 @@ static struct {
 
 /* ---- global state ------------------------------------------------------- */
 
-int g_hot = HOT_BOOT;		/* HOT_*: read by every hook */
+/* Address sets (below): buckets of 8 slots, and a filter of one counter per
+ * 8 buckets (at most 64 entries) that a miss reads instead of a bucket. */
+#define SET_BITS	14
+#define SET_BUCKETS	(1U << SET_BITS)
+#define SET_WAYS	8
+#define SET_TAG		15ULL
+#define SET_FILTER	(SET_BUCKETS / 8)
+
+/*
+ * What the unmonitored and sampled fast paths read, in one page: a free in
+ * sampled mode reads the sampled set's filter, and a filter of its own page
+ * costs a TLB miss whenever the program's heap has pushed that page out
+ * (which QEMU's TCG, with its small direct-mapped TLB, makes dear).
+ */
+static struct {
+	int hot;			/* HOT_*: what the hooks do */
+	uint8_t sampled_filter[SET_FILTER];
+} g_fast __attribute__((aligned(4096)));
+
+_Static_assert(sizeof(g_fast) <= 4096, "g_fast fits one page");
+
 unsigned int g_epoch = 1;	/* bumped each time monitoring (re)starts */
 int g_depth = 1;
 int g_unwind = UNWIND_AUTO;
@@ -118,6 +138,7 @@ struct tstate {
 	int64_t sample_left;	/* bytes to the next sample point */
 	uint64_t rng;		/* xorshift64* state, 0: unseeded */
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
+	unsigned int tgen;	/* generation of the index's live entries */
 	unsigned int site_gen;	/* epoch of site_cache */
 	struct {		/* recent return addresses and their site ids */
 		void *ra;
@@ -335,20 +356,41 @@ int pmm_dev_ioctl(unsigned long cmd, void *arg)
 static void disable(int err, const char *what)
 {
 	g_active = 0;
-	__atomic_store_n(&g_hot, HOT_PASS, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
 	say(what, err, "; allocations pass through to libc");
 }
 
+/*
+ * Maps [p, p + len) writable now, content kept. A table that is read before
+ * it is written (a free looks a block up before any allocation stored it)
+ * first maps the shared zero page, and the first store then takes a second
+ * fault that copies it and flushes the old entry from every cpu running
+ * another thread of the process (an IPI each). Advice only: failure
+ * (before Linux 5.14) is harmless.
+ */
+static void populate(const void *p, size_t len)
+{
+	uintptr_t lo = (uintptr_t)p & ~4095UL;
+	uintptr_t hi = ((uintptr_t)p + len + 4095) & ~4095UL;
+	int saved = errno;
+
+	madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+	errno = saved;
+}
+
+static void populate_tables(void);
+
 static void start_monitoring(void)
 {
+	populate_tables();
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&g_hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_fast.hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
 }
 
 static void stop_monitoring(void)
 {
 	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
-	__atomic_store_n(&g_hot, HOT_PASS, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
 }
 
 /* The module refused an ioctl with err (positive errno). */
@@ -405,13 +447,16 @@ static int start_self(void)
 #define RECENT_BITS	14
 #define RECENT_SLOTS	(1U << RECENT_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
-#define TIDX_BITS	10	/* per-thread index: 2 slots per buffered record */
+#define TIDX_BITS	13	/* per-thread index: 2 slots per buffered record */
 #define TIDX_SLOTS	(1U << TIDX_BITS)
+#define TIDX_SLOT_BITS	12	/* an entry: generation << 12 | buffer slot */
+#define TIDX_GENS	(1U << (16 - TIDX_SLOT_BITS))	/* 0: never written */
 #define TBUF_BYTES	(((TBUF_RECORDS * sizeof(struct pmm_record)) + \
 			  (TIDX_SLOTS * sizeof(uint16_t)) + 4095) & ~4095UL)
 
 _Static_assert(TIDX_SLOTS >= 2 * TBUF_RECORDS, "the index stays at most half full");
-_Static_assert(TBUF_RECORDS < 65535, "a buffer slot fits the index's entries");
+_Static_assert(TBUF_RECORDS <= 1U << TIDX_SLOT_BITS, "a buffer slot fits an index entry");
+_Static_assert(TBUF_RECORDS <= PMM_MAX_BATCH, "a full buffer is one PMM_RECORD_LOG");
 
 static uint64_t g_recent[RECENT_SLOTS];
 
@@ -452,15 +497,25 @@ static inline unsigned int tidx_home(uint64_t ptr)
 	return (unsigned int)((ptr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - TIDX_BITS));
 }
 
+/* The record an index entry of this buffer's generation points to, or NULL
+ * for an empty slot (an entry of an earlier generation is empty). */
+static inline struct pmm_record *tidx_rec(struct tstate *t, uint16_t e)
+{
+	if (e >> TIDX_SLOT_BITS != t->tgen)
+		return NULL;
+	return &t->buf[e & ((1U << TIDX_SLOT_BITS) - 1)];
+}
+
 /* Buffer slot i holds an allocation at ptr: the index points ptr there. */
 static inline void tidx_add(struct tstate *t, uint64_t ptr, unsigned int i)
 {
 	uint16_t *ix = tidx(t);
 	unsigned int h = tidx_home(ptr);
+	struct pmm_record *r;
 
-	while (ix[h] && t->buf[ix[h] - 1].ptr != ptr)
+	while ((r = tidx_rec(t, ix[h])) && r->ptr != ptr)
 		h = (h + 1) & (TIDX_SLOTS - 1);
-	ix[h] = (uint16_t)(i + 1);
+	ix[h] = (uint16_t)(t->tgen << TIDX_SLOT_BITS | i);
 }
 
 /* The buffered allocation at ptr, or NULL. */
@@ -468,18 +523,26 @@ static inline struct pmm_record *tidx_find(struct tstate *t, uint64_t ptr)
 {
 	uint16_t *ix = tidx(t);
 	unsigned int h = tidx_home(ptr);
+	struct pmm_record *r;
 
-	for (; ix[h]; h = (h + 1) & (TIDX_SLOTS - 1))
-		if (t->buf[ix[h] - 1].ptr == ptr)
-			return &t->buf[ix[h] - 1];
+	for (; (r = tidx_rec(t, ix[h])); h = (h + 1) & (TIDX_SLOTS - 1))
+		if (r->ptr == ptr)
+			return r;
 	return NULL;
 }
 
-/* Empties the thread's buffer and its index. */
+/*
+ * Empties the thread's buffer and its index. The index is emptied by moving
+ * to the next generation, so a flush does not clear its 16 KiB (a thread
+ * that sends a few records at a time would otherwise touch all of it);
+ * only when the generations run out is it cleared.
+ */
 static void tbuf_reset(struct tstate *t)
 {
-	if (t->buf && t->n)
+	if (t->buf && t->n && ++t->tgen == TIDX_GENS) {
 		memset(tidx(t), 0, TIDX_SLOTS * sizeof(uint16_t));
+		t->tgen = 1;
+	}
 	t->n = 0;
 }
 
@@ -515,6 +578,8 @@ static int tbuf_get(struct tstate *t)
 	}
 	t->buf = p;
 	t->n = 0;
+	t->tgen = 1;	/* the new mapping is zeroed: every entry is empty */
+	populate(tidx(t), TIDX_SLOTS * sizeof(uint16_t));	/* read first */
 	if (!t->keyed) {
 		t->keyed = 1;
 		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
@@ -535,7 +600,7 @@ static void flush(struct tstate *t)
 	b.count = t->n;
 	tbuf_reset(t);
 	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
-	    __atomic_load_n(&g_hot, __ATOMIC_RELAXED) < HOT_MON)
+	    __atomic_load_n(&g_fast.hot, __ATOMIC_RELAXED) < HOT_MON)
 		return;	/* from before a stop or a fork: dropped */
 	err = pmm_dev_ioctl(PMM_RECORD_LOG, &b);
 	if (err)
@@ -637,20 +702,21 @@ static void thread_exit(void *arg)
  * a stop/start or a fork are not sent. A full bucket refuses the insert;
  * the caller then does not record the block at all.
  */
-#define SET_BITS	14
-#define SET_BUCKETS	(1U << SET_BITS)
-#define SET_WAYS	8
-#define SET_TAG		15ULL
-#define SET_FILTER	4096	/* one counter per 4 buckets: 8 KiB, stays in cache */
-
 struct aset {
 	uint64_t slot[SET_BUCKETS][SET_WAYS] __attribute__((aligned(64)));
-	/* entries per group of buckets: a miss usually reads only this */
-	uint16_t filter[SET_FILTER];
-	unsigned long count;
 };
 
 static struct aset g_sampled, g_mapped;
+static uint8_t g_mapped_filter[SET_FILTER];
+
+/* Monitoring starts: the table that every record of the mode reads first. */
+static void populate_tables(void)
+{
+	if (g_sample)
+		populate(&g_sampled, sizeof(g_sampled));
+	else
+		populate(g_recent, sizeof(g_recent));
+}
 
 static inline uint32_t set_hash(const void *p)
 {
@@ -660,6 +726,13 @@ static inline uint32_t set_hash(const void *p)
 static inline uint64_t *set_bucket(struct aset *s, const void *p)
 {
 	return s->slot[set_hash(p)];
+}
+
+static inline uint8_t *set_filter(struct aset *s, const void *p)
+{
+	uint8_t *f = s == &g_sampled ? g_fast.sampled_filter : g_mapped_filter;
+
+	return &f[set_hash(p) / (SET_BUCKETS / SET_FILTER)];
 }
 
 static int set_add(struct aset *s, const void *p)
@@ -676,8 +749,7 @@ static int set_add(struct aset *s, const void *p)
 		if (__atomic_load_n(&b[i], __ATOMIC_RELAXED) == 0 &&
 		    __atomic_compare_exchange_n(&b[i], &zero, v, 0, __ATOMIC_RELAXED,
 						__ATOMIC_RELAXED)) {
-			__atomic_add_fetch(&s->filter[set_hash(p) >> 2], 1, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(set_filter(s, p), 1, __ATOMIC_RELAXED);
 			return 1;
 		}
 	}
@@ -690,7 +762,7 @@ static int set_del(struct aset *s, const void *p)
 	uint64_t *b;
 	int i;
 
-	if (!__atomic_load_n(&s->filter[set_hash(p) >> 2], __ATOMIC_RELAXED))
+	if (!__atomic_load_n(set_filter(s, p), __ATOMIC_RELAXED))
 		return 0;
 	b = set_bucket(s, p);
 	for (i = 0; i < SET_WAYS; i++) {
@@ -698,8 +770,7 @@ static int set_del(struct aset *s, const void *p)
 
 		if (v && (v & ~SET_TAG) == (uintptr_t)p) {
 			__atomic_store_n(&b[i], 0, __ATOMIC_RELAXED);
-			__atomic_sub_fetch(&s->filter[set_hash(p) >> 2], 1, __ATOMIC_RELAXED);
-			__atomic_sub_fetch(&s->count, 1, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(set_filter(s, p), 1, __ATOMIC_RELAXED);
 			return (v & SET_TAG) == (g_epoch & SET_TAG);
 		}
 	}
@@ -976,10 +1047,10 @@ static void pmm_init(void)
 		    "; allocations pass through to libc");
 		errno = 0;
 		g_active = 0;
-		g_hot = HOT_PASS;
+		g_fast.hot = HOT_PASS;
 	} else {
 		g_active = 1;
-		g_hot = HOT_PASS;
+		g_fast.hot = HOT_PASS;
 		u = getenv("PMM_CLOCK");	/* mono|logical: for tests */
 		if (u && !strcmp(u, "logical"))
 			g_slow_clock = 1;
@@ -1012,7 +1083,7 @@ __attribute__((destructor)) static void pmm_fini(void)
 	struct tstate *t = &t_st;
 
 	t->guard++;
-	if (t->buf && g_hot >= HOT_MON)
+	if (t->buf && g_fast.hot >= HOT_MON)
 		flush(t);
 	t->guard--;
 }
@@ -1025,7 +1096,7 @@ static void at_fork_child(void)
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;
-	g_hot = HOT_PASS;
+	g_fast.hot = HOT_PASS;
 	g_next_query = coarse_ns() + QUERY_NS;
 	if (g_follow_fork) {
 		int r;
@@ -1053,7 +1124,7 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
 		return;
 	}
-	if (g_hot >= HOT_MON)
+	if (g_fast.hot >= HOT_MON)
 		return;	/* a nested call while monitored */
 	now = coarse_ns();
 	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
@@ -1100,9 +1171,9 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
 	struct tstate *t;
 	void *p;
 
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return arena_alloc(n, 16);
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		pass_tick();
 		return real.malloc(n);
 	}
@@ -1121,7 +1192,7 @@ __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra, void *fra
 
 PMM_EXPORT void *malloc(size_t n)
 {
-	int hot = g_hot;
+	int hot = g_fast.hot;
 
 	if (likely(hot == HOT_PASS)) {
 		pass_tick();
@@ -1146,9 +1217,9 @@ static void do_free(void *p)
 
 	if (in_arena(p))
 		return;
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return;	/* cannot be ours, cannot be freed yet: leak it */
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		real.free(p);
 		return;
 	}
@@ -1159,10 +1230,10 @@ static void do_free(void *p)
 
 PMM_EXPORT void free(void *p)
 {
-	int hot = g_hot;
+	int hot = g_fast.hot;
 
 	if ((likely(hot == HOT_PASS) ||
-	     (hot == HOT_SAMPLE && !__atomic_load_n(&g_sampled.filter[set_hash(p) >> 2],
+	     (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p),
 						     __ATOMIC_RELAXED))) &&
 	    !in_arena(p)) {
 		real.free(p);	/* not monitored, or surely not a sampled block */
@@ -1177,14 +1248,14 @@ static void *do_calloc(size_t n, size_t m, const struct src *s)
 	size_t bytes;
 	void *p;
 
-	if (g_hot == HOT_BOOT && booting()) {
+	if (g_fast.hot == HOT_BOOT && booting()) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
 			errno = ENOMEM;
 			return NULL;
 		}
 		return arena_alloc(bytes, 16);
 	}
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		pass_tick();
 		return real.calloc(n, m);
 	}
@@ -1205,7 +1276,7 @@ __attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra,
 
 PMM_EXPORT void *calloc(size_t n, size_t m)
 {
-	if (likely(g_hot == HOT_PASS)) {
+	if (likely(g_fast.hot == HOT_PASS)) {
 		pass_tick();
 		return real.calloc(n, m);
 	}
@@ -1287,9 +1358,9 @@ static void *do_realloc(void *p, size_t n, const struct src *s)
 
 	if (in_arena(p))
 		return arena_realloc(p, n, s);
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return p ? NULL : arena_alloc(n, 16);
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		pass_tick();
 		return real.realloc(p, n);
 	}
@@ -1307,7 +1378,7 @@ __attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra,
 
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
-	if (likely(g_hot == HOT_PASS) && !in_arena(p)) {
+	if (likely(g_fast.hot == HOT_PASS) && !in_arena(p)) {
 		pass_tick();
 		return real.realloc(p, n);
 	}
@@ -1321,14 +1392,14 @@ PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 	size_t bytes;
 	void *q;
 
-	if (in_arena(p) || (g_hot == HOT_BOOT && booting()) || !real.reallocarray) {
+	if (in_arena(p) || (g_fast.hot == HOT_BOOT && booting()) || !real.reallocarray) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
 			errno = ENOMEM;
 			return NULL;
 		}
 		return do_realloc(p, bytes, &s);
 	}
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		pass_tick();
 		return real.reallocarray(p, n, m);
 	}
@@ -1343,9 +1414,9 @@ static void *aligned_common(uint16_t op, size_t align, size_t n, const struct sr
 	struct tstate *t;
 	void *p;
 
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return arena_alloc(n, align ? align : 4096);
-	if (g_hot >= HOT_MON && (t = enter())) {
+	if (g_fast.hot >= HOT_MON && (t = enter())) {
 		switch (op) {
 		case PMM_OP_ALIGNED_ALLOC: p = real.aligned_alloc(align, n); break;
 		case PMM_OP_MEMALIGN: p = real.memalign(align, n); break;
@@ -1371,7 +1442,7 @@ PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 	struct tstate *t;
 	int r;
 
-	if (g_hot == HOT_BOOT && booting()) {
+	if (g_fast.hot == HOT_BOOT && booting()) {
 		void *p;
 
 		if (align < sizeof(void *) || (align & (align - 1)))
@@ -1382,7 +1453,7 @@ PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 		*out = p;
 		return 0;
 	}
-	if (g_hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || !(t = enter())) {
 		pass_tick();
 		return real.posix_memalign(out, align, n);
 	}
@@ -1424,7 +1495,7 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
 {
 	if (in_arena(p))
 		return arena_size(p);
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return 0;
 	return real.malloc_usable_size(p);
 }
@@ -1438,9 +1509,9 @@ static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *ad
 	void *p;
 	int saved;
 
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-	if (g_hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !(t = enter()))
 		return fn(addr, len, prot, flags, fd, off);
 	p = fn(addr, len, prot, flags, fd, off);
 	if (p != MAP_FAILED) {
@@ -1471,9 +1542,9 @@ PMM_EXPORT int munmap(void *addr, size_t len)
 	struct tstate *t;
 	int r, saved;
 
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return (int)syscall(SYS_munmap, addr, len);
-	if (g_hot < HOT_MON || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !(t = enter()))
 		return real.munmap(addr, len);
 	saved = errno;
 	note_free(t, PMM_OP_MUNMAP, addr, len, &g_mapped);
@@ -1496,9 +1567,9 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		want = va_arg(ap, void *);
 		va_end(ap);
 	}
-	if (g_hot == HOT_BOOT && booting())
+	if (g_fast.hot == HOT_BOOT && booting())
 		return (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
-	if (g_hot < HOT_MON || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !(t = enter()))
 		return real.mremap(old, old_len, len, flags, want);
 	was = set_del(&g_mapped, old);
 	p = real.mremap(old, old_len, len, flags, want);
@@ -1557,7 +1628,7 @@ PMM_EXPORT void pmm_flush(void)
 {
 	struct tstate *t = &t_st;
 
-	if (g_hot < HOT_MON || t->guard)
+	if (g_fast.hot < HOT_MON || t->guard)
 		return;
 	t->guard++;
 	flush(t);

@@ -64,10 +64,11 @@ struct pmm_queued {
  * Live blocks of one kind that may share an address. Several are normal
  * while records of other threads are in flight: in a request/response
  * ping-pong one thread's batch can hold an allocation at the same address
- * for every other record (256 in the hook's buffer of 512) before the other
- * thread's frees arrive. A cluster this long costs its own process probes.
+ * for every other record (2048 in the hook's buffer of 4096, PMM_MAX_BATCH)
+ * before the other thread's frees arrive. A cluster this long costs its own
+ * process probes.
  */
-#define PMM_MAX_SAME_ADDR	1024
+#define PMM_MAX_SAME_ADDR	PMM_MAX_BATCH
 
 /*
  * The block table: open addressing with linear probing, at most half full

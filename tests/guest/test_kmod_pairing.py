@@ -336,10 +336,10 @@ def test_stop_frees_everything(dev: Dev) -> None:
 
 
 def test_same_address_cap(dev: Dev) -> None:
-    """At most 1024 live blocks of a kind share an address; the 1025th is
-    dropped. A mapping at the same address is of the other kind and still
-    fits."""
-    cap = 1024
+    """At most MAX_BATCH (4096: a full hook buffer, whose ping-pong holds
+    2048) live blocks of a kind share an address; the next is dropped. A
+    mapping at the same address is of the other kind and still fits."""
+    cap = uapi.MAX_BATCH
     dev.send([rec(Op.MALLOC, 0x4000, 8, 100 + i) for i in range(cap + 1)])
     dev.send([rec(Op.MMAP, 0x4000, 4096, 5000)])
     info = dev.info()
@@ -385,7 +385,7 @@ def test_table_matches_model(dev: Dev) -> None:
             site = rng.choice([1, 2])
             records.append(rec(op, ptr, size, t, site=site))
             same = [b for b in live.get(ptr, []) if (b[1] == Op.MMAP) == (op == Op.MMAP)]
-            if len(same) >= 1024:
+            if len(same) >= uapi.MAX_BATCH:
                 continue  # dropped
             live.setdefault(ptr, []).append((size, op, site, t))
             site_live[site] += size

@@ -97,6 +97,40 @@ def test_insmod_rmmod_cycles() -> None:
         assert not os.path.exists("/proc/pmm")
 
 
+def test_rmmod_with_genl_listener() -> None:
+    """The module unloads while a generic-netlink socket (pmd's) is bound to its
+    family and subscribed to its events, and comes back under the same name.
+    (test_pmd_e2e covers this with the daemon; this is its kernel side, quick
+    enough for the debug kernel's run, which leaves the daemon test out.)"""
+    import select
+
+    from pyroute2.netlink.generic import GenericNetlinkSocket
+
+    from pmd.genl import PmmMsg
+
+    load_module()
+    sock = GenericNetlinkSocket()
+    try:
+        sock.bind(uapi.GENL_NAME, PmmMsg)
+        sock.add_membership(uapi.GENL_MCGRP_EVENTS)
+        with Dev() as d:
+            d.start()  # a STARTED event to the listener
+            d.send([rec(uapi.Op.MALLOC, 0x1000, 8)])
+        raw = sock.asyncore.socket
+        assert select.select([raw], [], [], 10)[0], "no event reached the listener"
+        unload_module()
+        assert not os.path.exists("/dev/pmm")
+        load_module()
+        again = GenericNetlinkSocket()
+        try:
+            again.bind(uapi.GENL_NAME, PmmMsg)  # the family is registered again
+        finally:
+            again.close()
+    finally:
+        sock.close()
+    assert module_loaded()
+
+
 def test_rmmod_refused_while_open() -> None:
     unload_module()
     load_module()

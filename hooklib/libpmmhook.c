@@ -60,7 +60,7 @@
 
 #include "hook.h"
 
-#define TBUF_RECORDS	4096			/* records per thread buffer */
+#define TBUF_RECORDS	PMM_MAX_BATCH		/* records per thread buffer: one ioctl */
 #define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
 #define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
 #define POLL_EVERY	16			/* hook calls between clock reads */
@@ -360,6 +360,17 @@ static void disable(int err, const char *what)
 	say(what, err, "; allocations pass through to libc");
 }
 
+/* madvise(advice) on the pages of [lo, hi); advice only, errno kept. */
+static void advise(uintptr_t lo, uintptr_t hi, int advice)
+{
+	int saved = errno;
+
+	lo &= ~4095UL;
+	hi = (hi + 4095) & ~4095UL;
+	madvise((void *)lo, hi - lo, advice);
+	errno = saved;
+}
+
 /*
  * Maps [p, p + len) writable now, content kept. A table that is read before
  * it is written (a free looks a block up before any allocation stored it)
@@ -370,12 +381,7 @@ static void disable(int err, const char *what)
  */
 static void populate(const void *p, size_t len)
 {
-	uintptr_t lo = (uintptr_t)p & ~4095UL;
-	uintptr_t hi = ((uintptr_t)p + len + 4095) & ~4095UL;
-	int saved = errno;
-
-	madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-	errno = saved;
+	advise((uintptr_t)p, (uintptr_t)p + len, MADV_POPULATE_WRITE);
 }
 
 static void populate_tables(void);
@@ -456,7 +462,6 @@ static int start_self(void)
 
 _Static_assert(TIDX_SLOTS >= 2 * TBUF_RECORDS, "the index stays at most half full");
 _Static_assert(TBUF_RECORDS <= 1U << TIDX_SLOT_BITS, "a buffer slot fits an index entry");
-_Static_assert(TBUF_RECORDS <= PMM_MAX_BATCH, "a full buffer is one PMM_RECORD_LOG");
 
 static uint64_t g_recent[RECENT_SLOTS];
 
@@ -966,7 +971,6 @@ static void no_huge_pages(void)
 		{ g_recent, sizeof(g_recent) },
 		{ g_arena, sizeof(g_arena) },
 	};
-	int saved = errno;
 	uintptr_t lo, hi;
 	size_t i;
 
@@ -977,10 +981,7 @@ static void no_huge_pages(void)
 		if ((uintptr_t)tables[i].p + tables[i].len > hi)
 			hi = (uintptr_t)tables[i].p + tables[i].len;
 	}
-	lo &= ~4095UL;
-	hi = (hi + 4095) & ~4095UL;
-	madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);	/* advice: failure is harmless */
-	errno = saved;
+	advise(lo, hi, MADV_NOHUGEPAGE);
 }
 
 static void pmm_init(void)

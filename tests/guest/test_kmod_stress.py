@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 from pathlib import Path
 
@@ -102,8 +103,6 @@ def test_rmmod_with_genl_listener() -> None:
     family and subscribed to its events, and comes back under the same name.
     (test_pmd_e2e covers this with the daemon; this is its kernel side, quick
     enough for the debug kernel's run, which leaves the daemon test out.)"""
-    import select
-
     from pyroute2.netlink.generic import GenericNetlinkSocket
 
     from pmd.genl import PmmMsg

@@ -690,6 +690,7 @@ static const struct file_operations pmm_fops = {
 	.owner = THIS_MODULE,
 	.unlocked_ioctl = pmm_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = pmm_clock_mmap,
 	.llseek = noop_llseek,
 };
 
@@ -702,10 +703,18 @@ static struct miscdevice pmm_misc = {
 
 int pmm_dev_init(void)
 {
-	return misc_register(&pmm_misc);
+	int ret = pmm_clock_init();
+
+	if (ret)
+		return ret;
+	ret = misc_register(&pmm_misc);
+	if (ret)
+		pmm_clock_exit();
+	return ret;
 }
 
 void pmm_dev_exit(void)
 {
 	misc_deregister(&pmm_misc);
+	pmm_clock_exit();
 }

@@ -203,6 +203,9 @@ u64 pmm_mono_to_real_ns(u64 mono);
 /* dev.c */
 int pmm_dev_init(void);
 void pmm_dev_exit(void);
+int pmm_clock_init(void);
+void pmm_clock_exit(void);
+int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma);
 int pmm_start_pid(pid_t nr);
 int pmm_stop_pid(pid_t nr);
 bool pmm_cfg_valid(u32 bit, u32 v);

@@ -249,6 +249,15 @@ READ_SAMPLES = IOWR(IOC_MAGIC, 8, Read)
 GET_STATS = IOWR(IOC_MAGIC, 9, Stats)
 QUERY_SELF = IO(IOC_MAGIC, 10)
 
+# The clock page: mmap(CLOCK_SIZE, PROT_READ, MAP_SHARED, fd, CLOCK_OFFSET).
+CLOCK_OFFSET = 0
+CLOCK_SIZE = 4096
+
+
+class Clock(ctypes.Structure):
+    _fields_ = [("mono_ns", u64)]
+
+
 # errno of RECORD_LOG / REGISTER_SITE from a process that is not monitored.
 ENOTMONITORED = 67  # ENOLINK
 
@@ -301,6 +310,7 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
     "pmm_bucket_stats": BucketStats,
     "pmm_stats": Stats,
     "pmm_read": Read,
+    "pmm_clock": Clock,
 }
 
 IOCTLS: dict[str, int] = {

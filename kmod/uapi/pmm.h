@@ -304,6 +304,22 @@ struct pmm_read {
  */
 #define PMM_ENOTMONITORED_ERRNO	ENOLINK
 
+/*
+ * The clock page: mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, fd,
+ * PMM_CLOCK_OFFSET) on /dev/pmm maps one read-only page whose mono_ns is
+ * CLOCK_MONOTONIC_COARSE, refreshed every jiffy while anything maps it. Where
+ * the clocksource cannot be read from user space (hpet, acpi_pm), the hook
+ * keeps its logical record clock from falling behind it with one load
+ * instead of a vDSO call per record. A writable or executable mapping is
+ * refused (EPERM), another offset or size too (EINVAL).
+ */
+#define PMM_CLOCK_OFFSET	0
+#define PMM_CLOCK_SIZE		4096
+
+struct pmm_clock {
+	__u64 mono_ns;		/* CLOCK_MONOTONIC_COARSE, ns */
+};
+
 /* Generic netlink: family "pmm", multicast group "events". */
 #define PMM_GENL_NAME		"pmm"
 #define PMM_GENL_VERSION	1

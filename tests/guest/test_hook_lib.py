@@ -292,3 +292,26 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
     r = as_nobody([prog], env=env, timeout=60)
     assert r.returncode == 0 and r.stderr == ""
     shutil.rmtree(here)
+
+
+@pytest.mark.parametrize("clock", ["logical", "mono"])
+def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
+    """Three blocks leaked 0.7 s apart carry CLOCK_MONOTONIC times 0.7 s apart
+    with either record clock: the logical one follows real time through the
+    module's clock page (mapped only in that mode), not only while busy."""
+    t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    prog = Prog([str(EX / "leak"), "-n", "3", "-b", "777", "-s", "700", "-w"], PMM_START="1",
+                PMM_CLOCK=clock)
+    assert prog.line("leak: done") == "leak: done 2331"
+    t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    times = sorted(b.time_ns for b in dev.blocks(prog.pid) if b.size == 777)
+    assert len(times) == 3
+    assert t0 < times[0] and times[-1] < t1
+    gaps = [times[i + 1] - times[i] for i in range(2)]
+    assert all(690_000_000 <= g <= 1_200_000_000 for g in gaps), gaps
+    with open(f"/proc/{prog.pid}/maps") as f:
+        mapped = [line for line in f if line.rstrip().endswith(" /dev/pmm")]
+    assert len(mapped) == (1 if clock == "logical" else 0)
+    if mapped:
+        assert mapped[0].split()[1] == "r--s"
+    prog.finish()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 import subprocess
 import time
@@ -457,3 +458,87 @@ def test_nobody(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
     c = dev.config()
     assert (c.interval_ms, c.max_pids, c.monitored_pids) == (10000, 64, 3)
     assert dev.info().live_blocks == 1
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+MAP_FAILED = ctypes.c_void_p(-1).value
+JIFFIES_NS = 50_000_000  # the page's lag behind CLOCK_MONOTONIC: a jiffy, plus TCG's timer slack
+
+
+def clock_map(fd: int, prot: int = mmap.PROT_READ, flags: int = mmap.MAP_SHARED,
+              size: int = uapi.CLOCK_SIZE, offset: int = uapi.CLOCK_OFFSET) -> int:
+    """The clock page's address, or -errno."""
+    addr = LIBC.mmap(None, size, prot, flags, fd, offset)
+    return -ctypes.get_errno() if addr == MAP_FAILED else int(addr)
+
+
+def clock_read(addr: int) -> int:
+    return ctypes.c_uint64.from_address(addr + uapi.Clock.mono_ns.offset).value
+
+
+def test_clock_page(dev: Dev) -> None:
+    """The clock page holds CLOCK_MONOTONIC_COARSE and is refreshed while it
+    is mapped, also once its file is closed and in a forked child after the
+    parent unmapped it."""
+    fd = os.open("/dev/pmm", os.O_RDONLY)
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    addr = clock_map(fd)
+    assert addr > 0
+    os.close(fd)
+    first = clock_read(addr)
+    assert before - JIFFIES_NS <= first <= time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    time.sleep(0.3)
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert now - JIFFIES_NS <= clock_read(addr) <= now
+    assert clock_read(addr) - first >= 250_000_000
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.read(r, 1)  # the parent has unmapped it
+        a = clock_read(addr)
+        time.sleep(0.2)
+        os._exit(0 if clock_read(addr) - a >= 150_000_000 else 1)
+    assert LIBC.munmap(addr, uapi.CLOCK_SIZE) == 0
+    os.write(w, b"x")
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    os.close(r)
+    os.close(w)
+    # mapped again after every mapping was gone: the timer starts again
+    addr = clock_map(dev.fd)
+    first = clock_read(addr)
+    time.sleep(0.2)
+    assert clock_read(addr) - first >= 150_000_000
+    assert LIBC.munmap(addr, uapi.CLOCK_SIZE) == 0
+
+
+def test_clock_page_refusals(dev: Dev) -> None:
+    """Writable or executable mappings, other offsets and sizes are refused;
+    a read-only mapping cannot be made writable or executable later."""
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    rx = mmap.PROT_READ | mmap.PROT_EXEC
+    assert clock_map(dev.fd, prot=rw) == -errno.EPERM
+    assert clock_map(dev.fd, prot=rx) == -errno.EPERM
+    assert clock_map(dev.fd, prot=rw, flags=mmap.MAP_PRIVATE) == -errno.EPERM
+    assert clock_map(dev.fd, offset=4096) == -errno.EINVAL
+    assert clock_map(dev.fd, size=2 * uapi.CLOCK_SIZE) == -errno.EINVAL
+    for flags in (mmap.MAP_SHARED, mmap.MAP_PRIVATE):
+        addr = clock_map(dev.fd, flags=flags)
+        assert addr > 0
+        for prot in (rw, rx):
+            assert LIBC.mprotect(addr, uapi.CLOCK_SIZE, prot) == -1
+            assert ctypes.get_errno() == errno.EACCES
+        assert LIBC.mprotect(addr, uapi.CLOCK_SIZE, 0) == 0  # PROT_NONE
+        assert LIBC.mprotect(addr, uapi.CLOCK_SIZE, mmap.PROT_READ) == 0
+        assert clock_read(addr) > 0
+        assert LIBC.munmap(addr, uapi.CLOCK_SIZE) == 0
+    wo = os.open("/dev/pmm", os.O_WRONLY)
+    try:
+        assert clock_map(wo) == -errno.EACCES  # a read mapping needs a readable file
+    finally:
+        os.close(wo)

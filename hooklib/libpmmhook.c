@@ -303,21 +303,31 @@ static uint64_t g_lclock;
  */
 static const struct pmm_clock *g_kclock;
 
+/*
+ * Mapped when monitoring first starts, not at init: the module's timer runs
+ * while any process maps the page, and most preloaded processes are never
+ * monitored. Kept until exit (a later start needs it again).
+ */
 static void map_kernel_clock(void)
 {
 	int saved = errno;
-	void *p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, g_fd,
-			    PMM_CLOCK_OFFSET);
+	const struct pmm_clock *none = NULL;
+	void *p;
 
-	if (p != MAP_FAILED)
-		g_kclock = p;
+	if (!g_slow_clock || __atomic_load_n(&g_kclock, __ATOMIC_RELAXED))
+		return;
+	p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, g_fd, PMM_CLOCK_OFFSET);
+	if (p != MAP_FAILED &&
+	    !__atomic_compare_exchange_n(&g_kclock, &none, p, 0, __ATOMIC_RELEASE,
+					 __ATOMIC_RELAXED))
+		real.munmap(p, PMM_CLOCK_SIZE);	/* another thread's start won */
 	errno = saved;
 }
 
 static inline uint64_t logical_ns(void)
 {
-	uint64_t c = likely(g_kclock) ? __atomic_load_n(&g_kclock->mono_ns, __ATOMIC_RELAXED)
-				      : coarse_ns();
+	const struct pmm_clock *k = __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE);
+	uint64_t c = likely(k) ? __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED) : coarse_ns();
 	uint64_t t = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
 
 	while (unlikely(t < c)) {
@@ -410,6 +420,7 @@ static void populate_tables(void);
 static void start_monitoring(void)
 {
 	populate_tables();
+	map_kernel_clock();
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_fast.hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
 }
@@ -1078,8 +1089,6 @@ static void pmm_init(void)
 			g_slow_clock = 1;
 		else if (!u || strcmp(u, "mono"))
 			check_clock();
-		if (g_slow_clock)
-			map_kernel_clock();
 		g_next_query = coarse_ns() + QUERY_NS;
 		if (env_num("PMM_START", 0) > 0) {
 			r = start_self();

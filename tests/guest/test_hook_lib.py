@@ -298,7 +298,12 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
 def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
     """Three blocks leaked 0.7 s apart carry CLOCK_MONOTONIC times 0.7 s apart
     with either record clock: the logical one follows real time through the
-    module's clock page (mapped only in that mode), not only while busy."""
+    module's clock page (mapped only in that mode, once monitored), not only
+    while busy."""
+    idle = Prog([str(EX / "leak"), "-n", "1", "-w"], PMM_CLOCK=clock)
+    assert idle.line("leak: done") == "leak: done 1000"
+    assert dev_maps(idle.pid) == []
+    idle.finish()
     t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     prog = Prog([str(EX / "leak"), "-n", "3", "-b", "777", "-s", "700", "-w"], PMM_START="1",
                 PMM_CLOCK=clock)
@@ -309,9 +314,11 @@ def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
     assert t0 < times[0] and times[-1] < t1
     gaps = [times[i + 1] - times[i] for i in range(2)]
     assert all(690_000_000 <= g <= 1_200_000_000 for g in gaps), gaps
-    with open(f"/proc/{prog.pid}/maps") as f:
-        mapped = [line for line in f if line.rstrip().endswith(" /dev/pmm")]
-    assert len(mapped) == (1 if clock == "logical" else 0)
-    if mapped:
-        assert mapped[0].split()[1] == "r--s"
+    assert dev_maps(prog.pid) == (["r--s"] if clock == "logical" else [])
     prog.finish()
+
+
+def dev_maps(pid: int) -> list[str]:
+    """The permissions of pid's mappings of /dev/pmm."""
+    with open(f"/proc/{pid}/maps") as f:
+        return [line.split()[1] for line in f if line.rstrip().endswith(" /dev/pmm")]

@@ -57,6 +57,8 @@ check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check
 	.venv/bin/ruff check pmctl pmd tests
 	.venv/bin/mypy pmctl pmd
+	.venv/bin/mypy tests/host
+	.venv/bin/mypy tests/guest tests/debug
 
 install: all
 	scripts/install.sh install

@@ -393,15 +393,15 @@ def test_table_matches_model(dev: Dev) -> None:
         else:
             ptr = rng.choice(ptrs)
             newest = max(live[ptr], key=lambda b: b[3])
-            size, op, site, bt = newest
-            if op == Op.MMAP and size > 4096 and rng.random() < 0.5:
+            size, block_op, site, bt = newest
+            if block_op == Op.MMAP and size > 4096 and rng.random() < 0.5:
                 records.append(rec(Op.MUNMAP, ptr, 4096, t))  # trim: moves to ptr + 4096
                 live[ptr].remove(newest)
-                live.setdefault(ptr + 4096, []).append((size - 4096, op, site, bt))
+                live.setdefault(ptr + 4096, []).append((size - 4096, block_op, site, bt))
                 site_live[site] -= 4096
                 continue
-            records.append(rec(Op.MUNMAP if op == Op.MMAP else Op.FREE, ptr,
-                               size if op == Op.MMAP else 0, t))
+            records.append(rec(Op.MUNMAP if block_op == Op.MMAP else Op.FREE, ptr,
+                               size if block_op == Op.MMAP else 0, t))
             live[ptr].remove(newest)
             site_live[site] -= size
     assert dev.send(records) == len(records)

@@ -154,7 +154,7 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         load_module()
         assert pmd.wait_log("reconnected to genl family pmm", 30), pmd.text()
         sleeper = subprocess.Popen(["sleep", "60"])
-        procs.append(sleeper)  # type: ignore[arg-type]
+        procs.append(sleeper)
         with Device.open() as dev:  # a fresh module: default interval (10 s) again
             dev.set_config(interval_ms=100)
             dev.start(sleeper.pid)

@@ -19,8 +19,10 @@ TOP = Path(__file__).resolve().parents[2]
 
 
 def pmd(*args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", *args],
-                            stderr=subprocess.PIPE, text=True, cwd=TOP, **kw)  # type: ignore[call-overload]
+    p: subprocess.Popen[str] = subprocess.Popen(  # type: ignore[call-overload]
+        [sys.executable, "-m", "pmd.main", "--no-genl", *args],
+        stderr=subprocess.PIPE, text=True, cwd=TOP, **kw)
+    return p
 
 
 @pytest.fixture()

@@ -65,9 +65,11 @@ def test_sample_event() -> None:
 def test_exited_and_sites_events() -> None:
     exited = msg(uapi.Cmd.EXITED, u32(A.PID, 7), u64(A.START_TIME, 5), u64(A.TIME, 9),
                  attr(A.COMM, b"leaky\0"), u32(A.STATE, 2))
-    site = lambda sid, b, k: attr(A.SITE | NLA_F_NESTED,  # noqa: E731
-                                  u32(A.SITE_ID, sid) + u64(A.LIVE_BYTES, b) +
-                                  u64(A.LIVE_BLOCKS, k))
+
+    def site(sid: int, b: int, k: int) -> bytes:
+        return attr(A.SITE | NLA_F_NESTED,
+                    u32(A.SITE_ID, sid) + u64(A.LIVE_BYTES, b) + u64(A.LIVE_BLOCKS, k))
+
     sites = msg(uapi.Cmd.SITES, u32(A.PID, 7), u64(A.START_TIME, 5), u64(A.TIME, 10),
                 site(3, 4096, 2), site(9, 100, 1))
     evs = decode_datagram(exited + sites, FAM)

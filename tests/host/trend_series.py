@@ -78,7 +78,7 @@ def page_leak(seed: int, n: int = 60, dt: float = 0.1, rate: float = 40 * KIB) -
     r = np.random.default_rng(seed)
     t = _t(n, dt) + r.uniform(0, 0.01, n)
     pages = np.floor((2 * MIB + rate * t) / 4096) + r.integers(0, 2, n)
-    return t, pages * 4096
+    return t, (pages * 4096).astype(np.float64)
 
 
 def page_flat(seed: int, n: int = 60, dt: float = 0.1) -> tuple[F, F]:
@@ -102,7 +102,7 @@ def example_sawtooth(seed: int, n: int = 60, dt: float = 0.1, steps: int = 4,
     phase = (t / period + r.uniform()) % 1.0
     level = np.floor(phase * (steps + 1)) * chunk
     pages = np.floor((4 * MIB + floor_rate * t + level) / 4096)
-    return t, (pages + r.integers(0, 3, n)) * 4096
+    return t, ((pages + r.integers(0, 3, n)) * 4096).astype(np.float64)
 
 
 def aliased_sawtooth(seed: int, n: int = 60, dt: float = 0.1,
@@ -113,4 +113,4 @@ def aliased_sawtooth(seed: int, n: int = 60, dt: float = 0.1,
     t = np.cumsum(dt + r.uniform(-0.1 * dt, 0.1 * dt, n))
     phase = (t / r.uniform(0.02, 0.05)) % 1.0
     pages = np.floor((4 * MIB + floor_rate * t + np.floor(phase * 5) * MIB) / 4096)
-    return t, (pages + r.integers(0, 3, n)) * 4096
+    return t, ((pages + r.integers(0, 3, n)) * 4096).astype(np.float64)

@@ -268,8 +268,20 @@ static inline uint64_t now_ns(void)
 	return clock_ns(CLOCK_MONOTONIC);
 }
 
+/*
+ * The module's clock page (PMM_CLOCK_OFFSET): CLOCK_MONOTONIC_COARSE, kept
+ * by the module. Reading it is one load where the vDSO's coarse clock is a
+ * call; under QEMU's TCG that call was about a tenth of exact mode's cost.
+ * NULL until mapped (map_kernel_clock), or with a module without it.
+ */
+static const struct pmm_clock *g_kclock;
+
 static inline uint64_t coarse_ns(void)
 {
+	const struct pmm_clock *k = __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE);
+
+	if (likely(k))
+		return __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED);
 	return clock_ns(CLOCK_MONOTONIC_COARSE);
 }
 
@@ -283,9 +295,8 @@ static inline uint64_t coarse_ns(void)
  * acpi_pm: the vDSO falls back to a system call, 1.7 us a read in our
  * QEMU/TCG guest, i.e. most of the hook's cost), the hook uses a logical
  * clock instead: a process-wide counter advanced by one atomic add per
- * record and never allowed to fall behind CLOCK_MONOTONIC_COARSE (from the
- * module's clock page, or the vDSO, which reads it without a system call
- * on every clocksource). The atomic
+ * record and never allowed to fall behind CLOCK_MONOTONIC_COARSE (coarse_ns:
+ * no system call on any clocksource). The atomic
  * read-modify-write orders stamps as the events are ordered between threads
  * (a free's stamp is taken before the memory is released, an allocation's
  * after it is obtained), the values are unique, and they stay within about
@@ -296,17 +307,10 @@ static int g_slow_clock;
 static uint64_t g_lclock;
 
 /*
- * The module's clock page (PMM_CLOCK_OFFSET): CLOCK_MONOTONIC_COARSE, kept
- * by the module. Reading it is one load where the vDSO's coarse clock is a
- * call; under QEMU's TCG that call was about a tenth of exact mode's cost.
- * NULL (a module without it): the vDSO.
- */
-static const struct pmm_clock *g_kclock;
-
-/*
- * Mapped when monitoring first starts, not at init: the module's timer runs
- * while any process maps the page, and most preloaded processes are never
- * monitored. Kept until exit (a later start needs it again).
+ * The clock page, for the logical clock (it reads the coarse time on every
+ * record). Mapped when monitoring first starts, not at init: the module's
+ * timer runs while any process maps the page, and most preloaded processes
+ * are never monitored. Kept until exit (a later start needs it again).
  */
 static void map_kernel_clock(void)
 {
@@ -326,8 +330,7 @@ static void map_kernel_clock(void)
 
 static inline uint64_t logical_ns(void)
 {
-	const struct pmm_clock *k = __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE);
-	uint64_t c = likely(k) ? __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED) : coarse_ns();
+	uint64_t c = coarse_ns();
 	uint64_t t = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
 
 	while (unlikely(t < c)) {

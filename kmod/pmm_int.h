@@ -200,12 +200,14 @@ bool pmm_may_access(struct task_struct *task);
 bool pmm_may_access_proc(struct pmm_proc *p);
 u64 pmm_mono_to_real_ns(u64 mono);
 
-/* dev.c */
-int pmm_dev_init(void);
-void pmm_dev_exit(void);
+/* clock.c: the clock page /dev/pmm maps */
 int pmm_clock_init(void);
 void pmm_clock_exit(void);
 int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma);
+
+/* dev.c */
+int pmm_dev_init(void);
+void pmm_dev_exit(void);
 int pmm_start_pid(pid_t nr);
 int pmm_stop_pid(pid_t nr);
 bool pmm_cfg_valid(u32 bit, u32 v);

@@ -18,6 +18,7 @@ from conftest import as_nobody
 
 from pmctl.device import Device
 from pmctl.model import Site
+from pmctl.symbolize import parse_maps
 
 TOP = Path(os.environ.get("PMM_TOP", Path(__file__).resolve().parents[2]))
 HOOK = TOP / "hooklib" / "libpmmhook.so"
@@ -320,5 +321,5 @@ def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
 
 def dev_maps(pid: int) -> list[str]:
     """The permissions of pid's mappings of /dev/pmm."""
-    with open(f"/proc/{pid}/maps") as f:
-        return [line.split()[1] for line in f if line.rstrip().endswith(" /dev/pmm")]
+    maps = parse_maps(Path(f"/proc/{pid}/maps").read_text())
+    return [m.perms for m in maps if m.path == "/dev/pmm"]

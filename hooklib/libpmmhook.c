@@ -28,7 +28,7 @@
  *   PMM_UNWIND=fp|eh   stack walker for N > 1 (default auto: fp, eh when fp
  *                      stops before 3 frames; figures in README)
  *   PMM_SAMPLE=BYTES   sampled tracking, one sample per BYTES on average
- *   PMM_CLOCK=mono|logical  force the record clock (default: see stamp())
+ *   PMM_CLOCK=mono|logical|auto  force the record clock (default: see stamp())
  *
  * Fork policy (pthread_atfork): the child starts with empty buffers and is
  * not monitored (the parent's buffered records are the parent's to send);
@@ -140,6 +140,9 @@ struct tstate {
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
 	unsigned int tgen;	/* generation of the index's live entries */
 	unsigned int site_gen;	/* epoch of site_cache */
+	unsigned int clock_stamps;	/* auto clock: logical stamps in this window */
+	unsigned int clock_shared;	/* ... that another thread's preceded */
+	uint64_t clock_last;	/* this thread's last logical stamp */
 	struct {		/* recent return addresses and their site ids */
 		void *ra;
 		uint32_t id;
@@ -288,22 +291,42 @@ static inline uint64_t coarse_ns(void)
 /*
  * A record's time_ns. The kernel needs it to order records of different
  * threads: a free must not look older than the allocation it frees, nor
- * newer than a reuse of the address by another thread. CLOCK_MONOTONIC from
- * the vDSO gives that for about 20-30 ns.
+ * newer than a reuse of the address by another thread.
  *
- * Where the kernel's clocksource cannot be read from user space (hpet,
- * acpi_pm: the vDSO falls back to a system call, 1.7 us a read in our
- * QEMU/TCG guest, i.e. most of the hook's cost), the hook uses a logical
- * clock instead: a process-wide counter advanced by one atomic add per
- * record and never allowed to fall behind CLOCK_MONOTONIC_COARSE (coarse_ns:
- * no system call on any clocksource). The atomic
- * read-modify-write orders stamps as the events are ordered between threads
- * (a free's stamp is taken before the memory is released, an allocation's
- * after it is obtained), the values are unique, and they stay within about
- * a jiffy (plus one ns per record) of CLOCK_MONOTONIC, so the kernel's
- * pairing and its HH:MM:SS display hold. Decided once per process, at init.
+ * Two clocks give that:
+ *  - CLOCK_MONOTONIC from the vDSO, where the kernel's clocksource can be
+ *    read from user space: 20-30 ns a read (27 ns on this project's host),
+ *    the largest single cost of an exact record, and threads do not contend;
+ *  - a logical clock: a process-wide counter advanced by one atomic add per
+ *    record and never allowed to fall behind CLOCK_MONOTONIC_COARSE (the
+ *    module's clock page: one load). The atomic read-modify-write orders
+ *    stamps as the events are ordered between threads (a free's stamp is
+ *    taken before the memory is released, an allocation's after it is
+ *    obtained), the values are unique, and they stay within about a jiffy
+ *    (plus one ns per record) of CLOCK_MONOTONIC, so the kernel's pairing and
+ *    its HH:MM:SS display hold. Uncontended it costs a few ns; once threads
+ *    on several cores stamp, its cache line moves between them and it costs
+ *    more than the vDSO (the 2-thread microbenchmark, natively: 4.8x against
+ *    4.5x).
+ * So, where the vDSO reads the clock (PMM_CLOCK=auto): the logical clock
+ * until threads contend for it (clock_watch), CLOCK_MONOTONIC from then on
+ * (g_precise, never reset but in a forked child). A single thread, or a main
+ * thread that waits while one worker allocates, keeps the cheap clock.
+ * Mixing is safe in that direction only: a logical stamp is never ahead of
+ * real time (it is at most the coarse time plus one ns per record since,
+ * and a record takes longer than a ns), so a CLOCK_MONOTONIC stamp taken
+ * after it is larger; and the switching thread sets g_precise before its
+ * first CLOCK_MONOTONIC stamp, so a thread that frees a block whose
+ * allocation carried one (it got the pointer after that stamp) reads
+ * g_precise set (x86's ordered stores and loads; on other architectures a
+ * process keeps CLOCK_MONOTONIC throughout).
+ * Where user space cannot read the clocksource (hpet, acpi_pm: the vDSO
+ * falls back to a system call, 1.7 us a read in our QEMU/TCG guest), the
+ * logical clock stays, whatever the threads. Decided at init; PMM_CLOCK=
+ * mono|logical|auto forces one (auto: the switch, even on a slow clock).
  */
-static int g_slow_clock;
+static int g_precise;		/* stamps are CLOCK_MONOTONIC; else logical */
+static int g_clock_switch;	/* set g_precise when threads contend (auto) */
 static uint64_t g_lclock;
 
 /*
@@ -318,7 +341,8 @@ static void map_kernel_clock(void)
 	const struct pmm_clock *none = NULL;
 	void *p;
 
-	if (!g_slow_clock || __atomic_load_n(&g_kclock, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&g_precise, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&g_kclock, __ATOMIC_RELAXED))
 		return;
 	p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, g_fd, PMM_CLOCK_OFFSET);
 	if (p != MAP_FAILED &&
@@ -328,33 +352,57 @@ static void map_kernel_clock(void)
 	errno = saved;
 }
 
-static inline uint64_t logical_ns(void)
+/*
+ * Auto clock: of a window of a thread's logical stamps, those that do not
+ * follow its previous one were preceded by another thread's: the counter's
+ * cache line moved. Past a quarter of the window, switch for good.
+ */
+#define CLOCK_WINDOW	64
+
+static inline void clock_watch(struct tstate *t, uint64_t v, int caught_up)
 {
-	uint64_t c = coarse_ns();
-	uint64_t t = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
-
-	while (unlikely(t < c)) {
-		uint64_t cur = t;
-
-		if (__atomic_compare_exchange_n(&g_lclock, &cur, c, 0, __ATOMIC_SEQ_CST,
-						__ATOMIC_SEQ_CST))
-			return c;
-		t = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
+	t->clock_shared += !caught_up && v != t->clock_last + 1;
+	t->clock_last = v;
+	if (unlikely(++t->clock_stamps == CLOCK_WINDOW)) {
+		if (t->clock_shared > CLOCK_WINDOW / 4)
+			__atomic_store_n(&g_precise, 1, __ATOMIC_SEQ_CST);
+		t->clock_stamps = 0;
+		t->clock_shared = 0;
 	}
-	return t;
 }
 
-static inline uint64_t stamp(void)
+static inline uint64_t logical_ns(struct tstate *t)
 {
-	return likely(!g_slow_clock) ? now_ns() : logical_ns();
+	uint64_t c = coarse_ns();
+	uint64_t v = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
+	int caught_up = 0;	/* v is the coarse time this thread set */
+
+	while (unlikely(v < c)) {
+		uint64_t cur = v;
+
+		if (__atomic_compare_exchange_n(&g_lclock, &cur, c, 0, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST)) {
+			v = c;
+			caught_up = 1;
+			break;
+		}
+		v = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
+	}
+	if (g_clock_switch)
+		clock_watch(t, v, caught_up);
+	return v;
+}
+
+static inline uint64_t stamp(struct tstate *t)
+{
+	return __atomic_load_n(&g_precise, __ATOMIC_ACQUIRE) ? now_ns() : logical_ns(t);
 }
 
 /*
- * Four reads of CLOCK_MONOTONIC. An uncontended logical stamp costs about
- * 20 ns, a contended one up to about 100 ns (a cache line moving between
- * cores): above 100 ns a read (a system call, no vDSO), use the logical clock.
+ * Four reads of CLOCK_MONOTONIC: 1 if a read costs more than 100 ns (a
+ * system call, no vDSO), where even a contended logical stamp is cheaper.
  */
-static void check_clock(void)
+static int clock_is_slow(void)
 {
 	uint64_t a = now_ns(), b;
 
@@ -362,7 +410,30 @@ static void check_clock(void)
 	now_ns();
 	now_ns();
 	b = now_ns();
-	g_slow_clock = (b - a) / 4 > 100;
+	return (b - a) / 4 > 100;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CLOCK_CAN_SWITCH 1
+#else
+#define CLOCK_CAN_SWITCH 0
+#endif
+
+/* PMM_CLOCK, else the clocksource's speed, picks the record clock. */
+static void choose_clock(void)
+{
+	const char *u = getenv("PMM_CLOCK");	/* mono|logical|auto: for tests */
+
+	if (u && !strcmp(u, "logical"))
+		return;
+	if (u && !strcmp(u, "mono"))
+		g_precise = 1;
+	else if ((u && !strcmp(u, "auto")) || !clock_is_slow()) {
+		if (CLOCK_CAN_SWITCH)
+			g_clock_switch = 1;
+		else
+			g_precise = 1;
+	}
 }
 
 /* ---- the device ---------------------------------------------------------- */
@@ -684,7 +755,7 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		tag = recent_tag((uintptr_t)prev);	/* before ptr's entry replaces it */
 	}
 	if (!now)
-		now = stamp();	/* a free's, after the cancel check: none if cancelled */
+		now = stamp(t);	/* a free's, after the cancel check: none if cancelled */
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
@@ -944,7 +1015,7 @@ note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 	} else if (mset && p && !set_add(mset, p)) {
 		return;
 	}
-	record(t, op, p, NULL, size, site_of(t, s), weight, stamp());
+	record(t, op, p, NULL, size, site_of(t, s), weight, stamp(t));
 }
 
 /* Before p is freed. */
@@ -1087,11 +1158,7 @@ static void pmm_init(void)
 	} else {
 		g_active = 1;
 		g_fast.hot = HOT_PASS;
-		u = getenv("PMM_CLOCK");	/* mono|logical: for tests */
-		if (u && !strcmp(u, "logical"))
-			g_slow_clock = 1;
-		else if (!u || strcmp(u, "mono"))
-			check_clock();
+		choose_clock();
 		g_next_query = coarse_ns() + QUERY_NS;
 		if (env_num("PMM_START", 0) > 0) {
 			r = start_self();
@@ -1130,6 +1197,8 @@ static void at_fork_child(void)
 
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
+	if (g_clock_switch)	/* one thread again: the logical clock */
+		g_precise = 0;
 	if (!g_active)
 		return;
 	g_fast.hot = HOT_PASS;
@@ -1352,7 +1421,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 	if (g_sample && p)
 		was = set_del(&g_sampled, p);
 	if (p && (!g_sample || was))
-		before = stamp();	/* the old block's free: before the call */
+		before = stamp(t);	/* the old block's free: before the call */
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;
@@ -1366,7 +1435,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 			if (!g_sample || was)
 				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
 		} else if (!g_sample) {		/* failed, p intact */
-			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, stamp());
+			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, stamp(t));
 		} else if (was) {
 			set_add(&g_sampled, p);
 		}
@@ -1374,10 +1443,10 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		return q;
 	}
 	if (!g_sample) {
-		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, stamp());
+		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, stamp(t));
 	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
 		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight,
-		       stamp());
+		       stamp(t));
 	} else {
 		if (was)
 			record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
@@ -1614,9 +1683,9 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		if (p == MAP_FAILED)
 			set_add(&g_mapped, old);
 		else if (set_add(&g_mapped, p))
-			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, stamp());
+			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, stamp(t));
 		else
-			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, stamp());
+			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, stamp(t));
 	}
 	errno = saved;
 	t->guard--;

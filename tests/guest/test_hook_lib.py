@@ -34,7 +34,10 @@ class Prog:
     def __init__(self, argv: list[str], **env: str) -> None:
         e = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
         e.update(LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env)
-        self.p = subprocess.Popen(argv, env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.spawn(argv, e)
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> None:
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         RUNNING.append(self.p)
         self.pid = self.p.pid
@@ -57,6 +60,34 @@ class Prog:
         assert self.p.stderr is not None
         assert self.p.stderr.read() == ""
         assert self.p.returncode == 0
+
+
+class Traced(Prog):
+    """A Prog under strace, its clock_gettime system calls logged to out;
+    the hook's environment goes to the program only. pid: the program's."""
+
+    def __init__(self, out: Path, argv: list[str], **env: str) -> None:
+        wrap = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=clock_gettime",
+                "-o", str(out)]
+        for k, v in dict(LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env).items():
+            wrap += ["-E", f"{k}={v}"]
+        self.spawn(wrap + argv, {k: v for k, v in os.environ.items() if not k.startswith("PMM_")})
+        self.pid = self.tracee(argv[0])
+
+    def tracee(self, exe: str, timeout: float = 60) -> int:
+        """strace's child once it runs exe (strace forks probes first)."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for pid in children.read_text().split():
+                try:
+                    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                if argv0 == exe.encode():
+                    return int(pid)
+            time.sleep(0.05)
+        raise AssertionError(f"strace did not start {exe}")
 
 
 @pytest.fixture()
@@ -169,21 +200,59 @@ def test_hook_pingpong_pairs_and_short_lived_cancel(dev: Device) -> None:
     allocation is still in its thread's buffer cancels against it only if no
     other thread reused the address (never here); the churn thread's 2500
     malloc/free pairs reach the kernel as 2500 records, not 5000."""
-    n, size = 250, 72
-    prog = Prog([str(EX / "threads"), "pingpong", str(n), str(size)], PMM_START="1")
+    prog = Prog([str(EX / "threads"), "pingpong", str(PINGPONG_N), "72"], PMM_START="1")
     prog.line("threads: ready")
-    every = dev.sites(prog.pid)
+    check_pingpong(dev, prog.pid, 72)
+    prog.finish()
+
+
+PINGPONG_N = 250
+
+
+def check_pingpong(dev: Device, pid: int, size: int) -> None:
+    n = PINGPONG_N
+    every = dev.sites(pid)
     sites = [s for s in every
              if s.alloc_count[1] >= n and s.alloc_bytes == s.alloc_count[1] * size]
     by_count = sorted((s.alloc_count[1], s.live_bytes, s.free_bytes) for s in sites)
     assert by_count == [(n, 0, n * size), (n, 0, n * size), (10 * n, 0, 10 * n * size)], [
         (list(s.alloc_count), s.alloc_bytes, s.live_bytes, s.free_bytes) for s in every]
-    info = dev.pid_info(prog.pid)
+    info = dev.pid_info(pid)
     assert info is not None
     assert (info.unmatched_frees, info.pending_frees) == (0, 0)
     # ping-pong: 4 records a round trip (no cancel is possible); churn: 1 a pair
     assert 4 * n + 10 * n <= info.records < 4 * n + 10 * n + 100, info.records
+
+
+@pytest.mark.parametrize("clock", ["auto", "logical"])
+def test_hook_auto_clock_switches_when_threads_contend(dev: Device, tmp_path: Path,
+                                                       clock: str) -> None:
+    """PMM_CLOCK=auto (the default where the vDSO reads the clock): stamps
+    come from the logical clock until threads contend for it, then from
+    CLOCK_MONOTONIC. The guest's hpet makes every CLOCK_MONOTONIC read a
+    system call, so strace counts them. A single thread never switches;
+    ping-pong does within its first rounds, the churn thread's 2500
+    allocations after it all read CLOCK_MONOTONIC, and every pair across
+    the switch is right. With PMM_CLOCK=logical nothing switches."""
+    leak = Traced(tmp_path / "leak.txt", [str(EX / "leak"), "-n", "5", "-w"],
+                  PMM_START="1", PMM_CLOCK=clock)
+    assert leak.line("leak: done") == "leak: done 5000"
+    leak.finish()
+    assert monotonic_reads(tmp_path / "leak.txt") == 0
+    prog = Traced(tmp_path / "pp.txt", [str(EX / "threads"), "pingpong", str(PINGPONG_N), "72"],
+                  PMM_START="1", PMM_CLOCK=clock)
+    prog.line("threads: ready")
+    check_pingpong(dev, prog.pid, 72)
     prog.finish()
+    reads = monotonic_reads(tmp_path / "pp.txt")
+    if clock == "auto":
+        assert 10 * PINGPONG_N <= reads <= 16 * PINGPONG_N, reads
+    else:
+        assert reads == 0
+
+
+def monotonic_reads(strace_out: Path) -> int:
+    return len(re.findall(r"clock_gettime\(CLOCK_MONOTONIC,", strace_out.read_text()))
 
 
 def test_hook_thread_exit_flushes(dev: Device) -> None:
@@ -295,7 +364,7 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
     shutil.rmtree(here)
 
 
-@pytest.mark.parametrize("clock", ["logical", "mono"])
+@pytest.mark.parametrize("clock", ["logical", "mono", "auto"])
 def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
     """Three blocks leaked 0.7 s apart carry CLOCK_MONOTONIC times 0.7 s apart
     with either record clock: the logical one follows real time through the
@@ -315,7 +384,7 @@ def test_hook_block_times_follow_the_clock(dev: Device, clock: str) -> None:
     assert t0 < times[0] and times[-1] < t1
     gaps = [times[i + 1] - times[i] for i in range(2)]
     assert all(690_000_000 <= g <= 1_200_000_000 for g in gaps), gaps
-    assert dev_maps(prog.pid) == (["r--s"] if clock == "logical" else [])
+    assert dev_maps(prog.pid) == (["r--s"] if clock != "mono" else [])
     prog.finish()
 
 

@@ -3,8 +3,9 @@
 # boots the VM and loads the module; run by hand: insmod kmod/pmm.ko first).
 #
 # For the microbenchmark (free + malloc of 16..527 bytes over a window of
-# 4096 live blocks; 1 and 2 threads) and a real program (sqlite3: 10000
-# inserts, an index, queries), prints wall time and machine-wide cpu time
+# 4096 live blocks; 1 and 2 threads) and two real programs (python3: JSON
+# records encoded, decoded and counted; sqlite3: 10000 inserts, an index,
+# queries), prints wall time and machine-wide cpu time
 # (from /proc/stat: user+nice+system+irq+softirq+steal of all cpus, so the
 # module's own work in ioctls and at exit counts) and their ratios to the
 # bare run, for: bare; hooked, not monitored; monitored exact (PMM_START=1);
@@ -28,18 +29,8 @@ for f in "$hook" "$mb"; do
 	[ -x "$f" ] || [ -f "$f" ] || { echo "guest_hook: $f missing: run make" >&2; exit 1; }
 done
 
-# SQL for the real program
-{
-	echo "create table t(id integer primary key, name text, v real, blob text);"
-	echo "begin;"
-	for ((i = 0; i < 10000; i++)); do
-		echo "insert into t(name, v, blob) values ('name-$i', $i.5, hex(randomblob($((i % 200 + 10)))));"
-	done
-	echo "commit;"
-	echo "create index t_name on t(name);"
-	echo "select count(*), sum(v) from t where name like 'name-1%';"
-	echo "select name, length(blob) from t order by blob limit 3;"
-} >"$tmp/bench.sql"
+. bench/workloads.sh
+write_workloads "$tmp"
 
 busy() {	# machine-wide busy jiffies
 	awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat
@@ -136,4 +127,5 @@ PY
 echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus; median of $reps paired rounds, cpu ratio range; heaptrack once, against round 0)"
 bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
 bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
+bench "python3 json 10k" /usr/bin/python3 -I "$tmp/bench.py"
 bench "sqlite3 10k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit

@@ -355,7 +355,9 @@ static void map_kernel_clock(void)
 /*
  * Auto clock: of a window of a thread's logical stamps, those that do not
  * follow its previous one were preceded by another thread's: the counter's
- * cache line moved. Past a quarter of the window, switch for good.
+ * cache line moved. Past a quarter of the window, switch for good. (A thread
+ * that stamps now and then beside a busy one also switches the process: a
+ * cost, the vDSO's, not an error.)
  */
 #define CLOCK_WINDOW	64
 

@@ -41,6 +41,31 @@ if [ -z "${VM_NO_KVM:-}" ] && [ -w /dev/kvm ]; then
 		accel=()
 	fi
 fi
-echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
-vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \
-	--rwdir "$results" --exec "$cmd"
+# A boot that never reaches the command (seen once in TCG with the debug
+# kernel: QEMU busy, no output for 30 minutes) is killed after
+# VM_BOOT_TIMEOUT seconds (default 300; a TCG boot takes 45-80 s) and tried
+# once more.
+boot_timeout=${VM_BOOT_TIMEOUT:-300}
+started=$results/.vmtest-started
+cmd="touch $started && $cmd"
+for attempt in 1 2; do
+	rm -f "$started"
+	echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
+	setsid vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \
+		--rwdir "$results" --exec "$cmd" &
+	vm=$!
+	for ((waited = 0; waited < boot_timeout; waited++)); do
+		[ -e "$started" ] || ! kill -0 "$vm" 2>/dev/null && break
+		sleep 1
+	done
+	if [ -e "$started" ] || ! kill -0 "$vm" 2>/dev/null; then
+		rc=0
+		wait "$vm" || rc=$?
+		rm -f "$started"
+		exit $rc
+	fi
+	echo "vmtest: the guest did not reach its command in $boot_timeout s (attempt $attempt): killed" >&2
+	kill -KILL -- -"$vm" 2>/dev/null || true
+	wait "$vm" 2>/dev/null || true
+done
+exit 1

@@ -75,17 +75,20 @@ class Traced(Prog):
         self.pid = self.tracee(argv[0])
 
     def tracee(self, exe: str, timeout: float = 60) -> int:
-        """strace's child once it runs exe (strace forks probes first)."""
-        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        """strace's child once it runs exe (strace forks probes first). By
+        /proc/*/stat: the debug kernel has no /proc/PID/task/TID/children."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for pid in children.read_text().split():
+            for d in Path("/proc").iterdir():
+                if not d.name.isdigit():
+                    continue
                 try:
-                    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    stat = (d / "stat").read_text()
+                    argv0 = (d / "cmdline").read_bytes().split(b"\0")[0]
                 except OSError:
                     continue
-                if argv0 == exe.encode():
-                    return int(pid)
+                if int(stat.rsplit(")", 1)[1].split()[1]) == self.p.pid and argv0 == exe.encode():
+                    return int(d.name)
             time.sleep(0.05)
         raise AssertionError(f"strace did not start {exe}")
 
@@ -231,9 +234,10 @@ def test_hook_auto_clock_switches_when_threads_contend(dev: Device, tmp_path: Pa
     come from the logical clock until threads contend for it, then from
     CLOCK_MONOTONIC. The guest's hpet makes every CLOCK_MONOTONIC read a
     system call, so strace counts them. A single thread never switches;
-    ping-pong does within its first rounds, the churn thread's 2500
-    allocations after it all read CLOCK_MONOTONIC, and every pair across
-    the switch is right. With PMM_CLOCK=logical nothing switches."""
+    ping-pong (whose threads stamp strictly in turn) switches within its
+    first rounds, the churn thread's 2500 allocations after it all read
+    CLOCK_MONOTONIC, and every pair across the switch is right. With
+    PMM_CLOCK=logical nothing switches."""
     leak = Traced(tmp_path / "leak.txt", [str(EX / "leak"), "-n", "5", "-w"],
                   PMM_START="1", PMM_CLOCK=clock)
     assert leak.line("leak: done") == "leak: done 5000"

@@ -28,13 +28,19 @@ EX = TOP / "examples" / "bin"
 RUNNING: list[subprocess.Popen[str]] = []
 
 
+PINGPONG_N = 250  # threads pingpong rounds (<= 255: A's records fit one buffer)
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without any PMM_* variable."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
+
+
 class Prog:
     """A preloaded example program that waits on stdin before exiting."""
 
     def __init__(self, argv: list[str], **env: str) -> None:
-        e = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-        e.update(LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env)
-        self.spawn(argv, e)
+        self.spawn(argv, dict(clean_env(), LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env))
 
     def spawn(self, argv: list[str], env: dict[str, str]) -> None:
         self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -71,7 +77,7 @@ class Traced(Prog):
                 "-o", str(out)]
         for k, v in dict(LD_PRELOAD=str(HOOK), PMM_QUIET="1", **env).items():
             wrap += ["-E", f"{k}={v}"]
-        self.spawn(wrap + argv, {k: v for k, v in os.environ.items() if not k.startswith("PMM_")})
+        self.spawn(wrap + argv, clean_env())
         self.pid = self.tracee(argv[0])
 
     def tracee(self, exe: str, timeout: float = 60) -> int:
@@ -207,9 +213,6 @@ def test_hook_pingpong_pairs_and_short_lived_cancel(dev: Device) -> None:
     prog.line("threads: ready")
     check_pingpong(dev, prog.pid, 72)
     prog.finish()
-
-
-PINGPONG_N = 250
 
 
 def check_pingpong(dev: Device, pid: int, size: int) -> None:
@@ -355,7 +358,7 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
     here.chmod(0o755)
     prog = str(shutil.copy(TOP / "hooklib" / "bench" / "bin" / "semantics", here))
     hook = str(shutil.copy(HOOK, here))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
+    env = clean_env()
     env.update(LD_PRELOAD=hook, PMM_START="1")
     r = as_nobody([prog], env=env, timeout=60)
     assert r.returncode == 0 and r.stdout.endswith("PASS: 0 failure(s)\n")

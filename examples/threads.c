@@ -20,13 +20,16 @@
  *   threads race N SIZE    two threads at once, N x 10 times each: allocate
  *                          a block of SIZE, swap it into a shared slot and
  *                          free what was there (often the other thread's).
- *                          Nothing is live. A reproducer: the module ends
- *                          with 1-3% of the frees unmatched and as many
- *                          blocks live (an open defect, not in the tests).
+ *                          glibc's tcache hands a freed address back to the
+ *                          thread that freed it, so the same few addresses
+ *                          pass between the threads while both threads'
+ *                          records are in flight. Nothing is live.
  *
  * Prints "threads: ready" when done and waits until stdin reaches EOF.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,14 +135,41 @@ static void *churn(void *arg __attribute__((unused)))
 /* race: the block the last thread left */
 static void *slot;
 
-static void *race(void *arg __attribute__((unused)))
+static int race_ready;
+
+static void *race(void *arg)
 {
+	cpu_set_t cpus;
+
+	/*
+	 * Both threads at once, each on its own cpu where there are two: a
+	 * barrier's wake-up, or both on one cpu, lets one thread finish first.
+	 */
+	if (!sched_getaffinity(0, sizeof(cpus), &cpus) && CPU_COUNT(&cpus) >= 2) {
+		int want = (int)(long)arg, cpu;
+
+		for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
+			if (CPU_ISSET(cpu, &cpus) && want-- == 0)
+				break;
+		CPU_ZERO(&cpus);
+		CPU_SET(cpu, &cpus);
+		pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+	}
+	__atomic_add_fetch(&race_ready, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&race_ready, __ATOMIC_ACQUIRE) < 2)
+		sched_yield();
 	for (long i = 0; i < n * 10; i++) {
 		char *p = malloc(size);
 
 		memset(p, 'r', size);
 		free(__atomic_exchange_n(&slot, p, __ATOMIC_ACQ_REL));
 	}
+	return NULL;
+}
+
+static void *free_slot(void *arg __attribute__((unused)))
+{
+	free(slot);
 	return NULL;
 }
 
@@ -167,11 +197,12 @@ int main(int argc, char **argv)
 		pthread_create(&a, NULL, churn, NULL);
 		pthread_join(a, NULL);
 	} else if (!strcmp(argv[1], "race")) {
-		pthread_create(&a, NULL, race, NULL);
-		pthread_create(&b, NULL, race, NULL);
+		pthread_create(&a, NULL, race, (void *)0);
+		pthread_create(&b, NULL, race, (void *)1);
 		pthread_join(a, NULL);
 		pthread_join(b, NULL);
-		free(slot);
+		pthread_create(&a, NULL, free_slot, NULL);	/* its exit flushes */
+		pthread_join(a, NULL);
 	} else if (!strcmp(argv[1], "cross")) {
 		pthread_create(&a, NULL, alloc_and_wait, (void *)1);
 		pthread_create(&b, NULL, free_all, NULL);

@@ -55,6 +55,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -440,6 +441,31 @@ static void choose_clock(void)
 
 /* ---- the device ---------------------------------------------------------- */
 
+#ifdef PMM_FAKE_DEV
+/*
+ * PMM_FAKE_LOG=FILE: each batch is appended to FILE as the sending thread's
+ * id and the record count (two u32) and the records, one writev (appends do
+ * not interleave), so that tests can check the records themselves.
+ */
+static void fake_log(const struct pmm_record_batch *b)
+{
+	static int fd = -1;
+	uint32_t head[2] = { (uint32_t)syscall(SYS_gettid), b->count };
+	struct iovec iov[2] = {
+		{ head, sizeof(head) },
+		{ (void *)(uintptr_t)b->records, b->count * sizeof(struct pmm_record) },
+	};
+	const char *path = getenv("PMM_FAKE_LOG");
+
+	if (!path)
+		return;
+	if (fd < 0)
+		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0 && writev(fd, iov, 2) < 0)
+		abort();	/* a test's log must be whole */
+}
+#endif
+
 int pmm_dev_ioctl(unsigned long cmd, void *arg)
 {
 	int saved = errno, r, tries = 0;
@@ -447,9 +473,10 @@ int pmm_dev_ioctl(unsigned long cmd, void *arg)
 	do {
 #ifdef PMM_FAKE_DEV
 		/* bench/profiling build: a system call's cost, no kernel work */
-		(void)arg;
 		r = (int)syscall(SYS_getppid);
 		r = cmd == PMM_QUERY_SELF ? !getenv("PMM_FAKE_UNMONITORED") : 0;
+		if (cmd == PMM_RECORD_LOG)
+			fake_log(arg);
 #else
 		r = ioctl(g_fd, cmd, arg);
 #endif
@@ -573,9 +600,20 @@ _Static_assert(TBUF_RECORDS <= 1U << TIDX_SLOT_BITS, "a buffer slot fits an inde
 
 static uint64_t g_recent[RECENT_SLOTS];
 
+/*
+ * The slot: the address's low bits (a run of neighbouring blocks spreads
+ * out) mixed with a hash of its high bits, because glibc's per-thread arenas
+ * are 64 MiB-aligned and their blocks at the same offset would otherwise
+ * share a slot, leaving the frees of exactly the blocks that threads pass to
+ * each other untagged. The entry keeps the high bits, and with the slot they
+ * give back the low ones, so a match is still exact.
+ */
 static inline uint64_t *recent_slot(uint64_t ptr)
 {
-	return &g_recent[(ptr >> 4) & (RECENT_SLOTS - 1)];
+	uint64_t high = ptr >> (4 + RECENT_BITS);
+
+	return &g_recent[((ptr >> 4) ^ (high * 0x9e3779b97f4a7c15ULL >> (64 - RECENT_BITS))) &
+			 (RECENT_SLOTS - 1)];
 }
 
 /* The entry for ptr allocated at time t (never 0 for a valid ptr). */

@@ -470,7 +470,13 @@ static bool tag_fits(u64 alloc_time, u32 tag)
 	       (alloc_time & ((1U << PMM_ALLOC_TAG_BITS) - 1)) == tag;
 }
 
-/* The newest live block at ptr of that kind with time_ns <= t and tag. */
+/*
+ * The newest live block at ptr of that kind with time_ns <= t and tag. The
+ * newest even with a tag: blocks whose times differ by a multiple of
+ * 2^PMM_ALLOC_TAG_BITS ns share it, and the free's own block, if it has
+ * arrived, is the newest older one (an allocation between them would have
+ * freed it first).
+ */
 static __always_inline struct pmm_block_ent *
 block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 {
@@ -482,8 +488,6 @@ block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t ||
 		    !tag_fits(e->time_ns, tag))
 			continue;
-		if (tag != NO_TAG)
-			return e;	/* the tag names one block: stop here */
 		if (!best || e->time_ns > best->time_ns)
 			best = e;
 	}

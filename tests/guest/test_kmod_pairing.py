@@ -140,6 +140,26 @@ def test_tagged_frees_pair_across_reuse(dev: Dev) -> None:
     assert dev.sites()[3].live_bytes == 16
 
 
+
+def test_tagged_free_takes_newest_block_sharing_its_tag(dev: Dev) -> None:
+    """Two live blocks at X allocated 2^ALLOC_TAG_BITS ns apart share a tag
+    (the first one's free is in flight). A tagged free takes the newer one,
+    its own; the older one's free, arriving last, finds it. The first match
+    in table order would take the older block and leave the newer live with
+    its free pending."""
+    mask = (1 << uapi.ALLOC_TAG_BITS) - 1
+    tagged = uapi.REC_F_TAGGED
+    x, t1 = 0x9600, 15_000_000_000
+    t2 = t1 + mask + 1
+    dev.send([rec(Op.MALLOC, x, 10, t1, site=1), rec(Op.MALLOC, x, 30, t2, site=2),
+              rec(Op.FREE, x, 0, t2 + 7, flags=tagged, alloc_tag=t2 & mask)])
+    assert (dev.info().live_blocks, dev.info().live_bytes) == (1, 10)
+    dev.send([rec(Op.FREE, x, 0, t1 + 5, flags=tagged, alloc_tag=t1 & mask)])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.pending_frees) == (0, 0, 0)
+    sites = dev.sites()
+    assert (sites[1].free_bytes, sites[2].free_bytes) == (10, 30)
+
 def test_free_before_alloc_one_thread(dev: Dev) -> None:
     t = 5_000_000_000
     # the free (t+10) arrives before its allocation (t+5)

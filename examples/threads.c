@@ -136,9 +136,12 @@ static void *churn(void *arg __attribute__((unused)))
 static void *slot;
 
 static int race_ready;
+static long race_done[2];	/* each thread's rounds */
+#define RACE_LEAD 8
 
 static void *race(void *arg)
 {
+	int me = (int)(long)arg;
 	cpu_set_t cpus;
 
 	/*
@@ -146,7 +149,7 @@ static void *race(void *arg)
 	 * barrier's wake-up, or both on one cpu, lets one thread finish first.
 	 */
 	if (!sched_getaffinity(0, sizeof(cpus), &cpus) && CPU_COUNT(&cpus) >= 2) {
-		int want = (int)(long)arg, cpu;
+		int want = me, cpu;
 
 		for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
 			if (CPU_ISSET(cpu, &cpus) && want-- == 0)
@@ -159,7 +162,14 @@ static void *race(void *arg)
 	while (__atomic_load_n(&race_ready, __ATOMIC_ACQUIRE) < 2)
 		sched_yield();
 	for (long i = 0; i < n * 10; i++) {
-		char *p = malloc(size);
+		char *p;
+
+		/* at most RACE_LEAD rounds ahead of the other: they must cross */
+		__atomic_store_n(&race_done[me], i, __ATOMIC_RELEASE);
+		while (i - __atomic_load_n(&race_done[!me], __ATOMIC_ACQUIRE) > RACE_LEAD &&
+		       __atomic_load_n(&race_done[!me], __ATOMIC_ACQUIRE) < n * 10 - 1)
+			sched_yield();
+		p = malloc(size);
 
 		memset(p, 'r', size);
 		free(__atomic_exchange_n(&slot, p, __ATOMIC_ACQ_REL));

@@ -739,6 +739,61 @@ static int tbuf_get(struct tstate *t)
 	return 1;
 }
 
+/*
+ * Most records of most programs are allocations their thread freed again
+ * before the batch left (FREED): 93% of sqlite3's, 99% of python3's in
+ * bench/workloads.sh. They only add to their site's counts, so those of one
+ * site, op and size become one record whose weight is the sum of theirs (w
+ * events of size bytes each: the same counts). The kernel then applies tens
+ * of records where it applied thousands. In place, in order; a record that
+ * does not find its key within a few probes is kept as it is.
+ */
+#define MERGE_BITS	10
+#define MERGE_PROBES	8
+
+static inline int mergeable(const struct pmm_record *r)
+{
+	return r->flags == PMM_REC_F_FREED && !r->prev_ptr;
+}
+
+static uint32_t merge_freed(struct pmm_record *buf, uint32_t n)
+{
+	uint16_t at[1U << MERGE_BITS];	/* 1 + the kept record's index; 0: empty */
+	uint32_t i, out = 0;
+
+	memset(at, 0, sizeof(at));
+	for (i = 0; i < n; i++) {
+		struct pmm_record *r = &buf[i];
+
+		if (mergeable(r)) {
+			uint64_t key = (uint64_t)r->site << 32 ^ r->size << 4 ^ r->op;
+			unsigned int h = (unsigned int)(key * 0x9e3779b97f4a7c15ULL >> (64 - MERGE_BITS));
+			unsigned int k;
+
+			for (k = 0; k < MERGE_PROBES; k++, h = (h + 1) & ((1U << MERGE_BITS) - 1)) {
+				struct pmm_record *m;
+
+				if (!at[h]) {
+					at[h] = (uint16_t)(out + 1);
+					break;
+				}
+				m = &buf[at[h] - 1];
+				if (m->site == r->site && m->size == r->size && m->op == r->op &&
+				    m->weight <= UINT32_MAX - r->weight) {
+					m->weight += r->weight;
+					break;
+				}
+			}
+			if (k < MERGE_PROBES && at[h] != out + 1)
+				continue;	/* merged */
+		}
+		if (out != i)
+			buf[out] = *r;
+		out++;
+	}
+	return out;
+}
+
 static void flush(struct tstate *t)
 {
 	struct pmm_record_batch b;
@@ -748,7 +803,7 @@ static void flush(struct tstate *t)
 		return;
 	memset(&b, 0, sizeof(b));
 	b.records = (uintptr_t)t->buf;
-	b.count = t->n;
+	b.count = merge_freed(t->buf, t->n);
 	tbuf_reset(t);
 	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&g_fast.hot, __ATOMIC_RELAXED) < HOT_MON)

@@ -28,7 +28,8 @@
  *   PMM_UNWIND=fp|eh   stack walker for N > 1 (default auto: fp, eh when fp
  *                      stops before 3 frames; figures in README)
  *   PMM_SAMPLE=BYTES   sampled tracking, one sample per BYTES on average
- *   PMM_CLOCK=mono|logical|auto  force the record clock (default: see stamp())
+ *   PMM_CLOCK=mono     stamp records with CLOCK_MONOTONIC (default: the
+ *                      address clock, see next_stamp(); for tests)
  *
  * Fork policy (pthread_atfork): the child starts with empty buffers and is
  * not monitored (the parent's buffered records are the parent's to send);
@@ -141,9 +142,7 @@ struct tstate {
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
 	unsigned int tgen;	/* generation of the index's live entries */
 	unsigned int site_gen;	/* epoch of site_cache */
-	unsigned int clock_stamps;	/* auto clock: logical stamps in this window */
-	unsigned int clock_shared;	/* ... that another thread's preceded */
-	uint64_t clock_last;	/* this thread's last logical stamp */
+	uint64_t clock;		/* this thread's last stamp (address clock) */
 	unsigned int merge_skip;	/* batches to send without merging */
 	struct {		/* recent return addresses and their site ids */
 		void *ra;
@@ -291,48 +290,43 @@ static inline uint64_t coarse_ns(void)
 }
 
 /*
- * A record's time_ns. The kernel needs it to order records of different
- * threads: a free must not look older than the allocation it frees, nor
- * newer than a reuse of the address by another thread.
+ * A record's time_ns. The kernel compares the times of records at the same
+ * address only (a free pairs with a block at its address allocated no
+ * later, an early free with an allocation there no later than itself; maps
+ * with maps), so stamps need only follow the order of the events at each
+ * address, which threads impose on each other through the memory itself:
+ * an allocation happens after the free that released its address (inside
+ * libc), a free after the allocation whose pointer it got.
  *
- * Two clocks give that:
- *  - CLOCK_MONOTONIC from the vDSO, where the kernel's clocksource can be
- *    read from user space: 20-30 ns a read (27 ns on this project's host),
- *    the largest single cost of an exact record, and threads do not contend;
- *  - a logical clock: a process-wide counter advanced by one atomic add per
- *    record and never allowed to fall behind CLOCK_MONOTONIC_COARSE (the
- *    module's clock page: one load). The atomic read-modify-write orders
- *    stamps as the events are ordered between threads (a free's stamp is
- *    taken before the memory is released, an allocation's after it is
- *    obtained), the values are unique, and they stay within about a jiffy
- *    (plus one ns per record) of CLOCK_MONOTONIC, so the kernel's pairing and
- *    its HH:MM:SS display hold. Uncontended it costs a few ns; once threads
- *    on several cores stamp, its cache line moves between them and it costs
- *    more than the vDSO (the 2-thread microbenchmark, natively: 4.8x against
- *    4.5x).
- * So, where the vDSO reads the clock (PMM_CLOCK=auto): the logical clock
- * until threads contend for it (clock_watch), CLOCK_MONOTONIC from then on
- * (g_precise, never reset but in a forked child). A single thread, or a main
- * thread that waits while one worker allocates, keeps the cheap clock.
- * Mixing is safe in that direction only: a logical stamp is never ahead of
- * real time (it is at most the coarse time plus one ns per record since,
- * and a record takes longer than a ns), so a CLOCK_MONOTONIC stamp taken
- * after it is larger; and the switching thread sets g_precise before its
- * first CLOCK_MONOTONIC stamp, so a thread that frees a block whose
- * allocation carried one (it got the pointer after that stamp) reads
- * g_precise set (x86's ordered stores and loads; on other architectures a
- * process keeps CLOCK_MONOTONIC throughout).
- * Where user space cannot read the clocksource (hpet, acpi_pm: the vDSO
- * falls back to a system call, 1.7 us a read in our QEMU/TCG guest), the
- * logical clock stays, whatever the threads. Decided at init; PMM_CLOCK=
- * mono|logical|auto forces one (auto: the switch, even on a slow clock).
+ * The address clock gives exactly that, with no shared counter: each thread
+ * keeps its last stamp, and each slot of the per-address table (g_recent,
+ * below) the last stamp of an event at its addresses. An event at ptr is
+ * stamped max(thread's last + 1, slot's + 1, CLOCK_MONOTONIC_COARSE), and
+ * the stamp goes to both; a free stamps before the memory is released, an
+ * allocation after it is obtained, so the next event at ptr in any thread
+ * reads a slot at least as new. A slot shared by two addresses only makes a
+ * stamp larger. The coarse time (the module's clock page: one load) keeps
+ * stamps within about a jiffy, plus one ns per record, of CLOCK_MONOTONIC,
+ * so the kernel's HH:MM:SS display holds. The cost is that of the table,
+ * which the tags read and write anyway: no atomic read-modify-write (about
+ * 20 cycles each), no cache line that every thread writes (a process-wide
+ * counter made the 2-thread microbenchmark 4.8x natively, and contended in
+ * the TCG guest), no vDSO read (27 ns on this project's host, a system
+ * call in a guest whose clocksource is hpet).
+ * Mappings (rare) are stamped from one process-wide atomic counter, also
+ * kept at or above the coarse time: a mapping trimmed from its start moves
+ * to another address, so their order must hold across addresses.
+ * Two stamps of different threads may be equal; never two at one address
+ * (but for a race between two addresses that share a slot, both writing it
+ * at once: the slot may then keep the smaller stamp; tags still pair such
+ * frees right).
+ * PMM_CLOCK=mono stamps every record with CLOCK_MONOTONIC instead (tests).
  */
-static int g_precise;		/* stamps are CLOCK_MONOTONIC; else logical */
-static int g_clock_switch;	/* set g_precise when threads contend (auto) */
-static uint64_t g_lclock;
+static int g_precise;		/* PMM_CLOCK=mono: stamps are CLOCK_MONOTONIC */
+static uint64_t g_map_clock;	/* the mappings' stamps */
 
 /*
- * The clock page, for the logical clock (it reads the coarse time on every
+ * The clock page, for the address clock (it reads the coarse time on every
  * record). Mapped when monitoring first starts, not at init: the module's
  * timer runs while any process maps the page, and most preloaded processes
  * are never monitored. Kept until exit (a later start needs it again).
@@ -354,90 +348,40 @@ static void map_kernel_clock(void)
 	errno = saved;
 }
 
-/*
- * Auto clock: of a window of a thread's logical stamps, those that do not
- * follow its previous one were preceded by another thread's: the counter's
- * cache line moved. Past a quarter of the window, switch for good. (A thread
- * that stamps now and then beside a busy one also switches the process: a
- * cost, the vDSO's, not an error.)
- */
-#define CLOCK_WINDOW	64
-
-static inline void clock_watch(struct tstate *t, uint64_t v, int caught_up)
+/* The thread's next stamp, after both its last and at (a slot's last). */
+static inline uint64_t next_stamp(struct tstate *t, uint64_t at)
 {
-	t->clock_shared += !caught_up && v != t->clock_last + 1;
-	t->clock_last = v;
-	if (unlikely(++t->clock_stamps == CLOCK_WINDOW)) {
-		if (t->clock_shared > CLOCK_WINDOW / 4)
-			__atomic_store_n(&g_precise, 1, __ATOMIC_SEQ_CST);
-		t->clock_stamps = 0;
-		t->clock_shared = 0;
-	}
-}
+	uint64_t v = coarse_ns();
 
-static inline uint64_t logical_ns(struct tstate *t)
-{
-	uint64_t c = coarse_ns();
-	uint64_t v = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
-	int caught_up = 0;	/* v is the coarse time this thread set */
-
-	while (unlikely(v < c)) {
-		uint64_t cur = v;
-
-		if (__atomic_compare_exchange_n(&g_lclock, &cur, c, 0, __ATOMIC_SEQ_CST,
-						__ATOMIC_SEQ_CST)) {
-			v = c;
-			caught_up = 1;
-			break;
-		}
-		v = __atomic_add_fetch(&g_lclock, 1, __ATOMIC_SEQ_CST);
-	}
-	if (g_clock_switch)
-		clock_watch(t, v, caught_up);
+	if (v <= t->clock)
+		v = t->clock + 1;
+	if (v <= at)
+		v = at + 1;
+	t->clock = v;
 	return v;
 }
 
-static inline uint64_t stamp(struct tstate *t)
+/* A mapping's record: after every earlier mapping record of the process. */
+static inline uint64_t stamp_map(struct tstate *t)
 {
-	return __atomic_load_n(&g_precise, __ATOMIC_ACQUIRE) ? now_ns() : logical_ns(t);
+	uint64_t v, cur;
+
+	if (g_precise)
+		return now_ns();
+	cur = __atomic_load_n(&g_map_clock, __ATOMIC_RELAXED);
+	do
+		v = next_stamp(t, cur);
+	while (!__atomic_compare_exchange_n(&g_map_clock, &cur, v, 0, __ATOMIC_SEQ_CST,
+					    __ATOMIC_RELAXED));
+	return v;
 }
 
-/*
- * Four reads of CLOCK_MONOTONIC: 1 if a read costs more than 100 ns (a
- * system call, no vDSO), where even a contended logical stamp is cheaper.
- */
-static int clock_is_slow(void)
-{
-	uint64_t a = now_ns(), b;
-
-	now_ns();
-	now_ns();
-	now_ns();
-	b = now_ns();
-	return (b - a) / 4 > 100;
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-#define CLOCK_CAN_SWITCH 1
-#else
-#define CLOCK_CAN_SWITCH 0
-#endif
-
-/* PMM_CLOCK, else the clocksource's speed, picks the record clock. */
+/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default). */
 static void choose_clock(void)
 {
-	const char *u = getenv("PMM_CLOCK");	/* mono|logical|auto: for tests */
+	const char *u = getenv("PMM_CLOCK");
 
-	if (u && !strcmp(u, "logical"))
-		return;
-	if (u && !strcmp(u, "mono"))
-		g_precise = 1;
-	else if ((u && !strcmp(u, "auto")) || !clock_is_slow()) {
-		if (CLOCK_CAN_SWITCH)
-			g_clock_switch = 1;
-		else
-			g_precise = 1;
-	}
+	g_precise = u && !strcmp(u, "mono");
 }
 
 /* ---- the device ---------------------------------------------------------- */
@@ -599,7 +543,12 @@ static int start_self(void)
 _Static_assert(TIDX_SLOTS >= 2 * TBUF_RECORDS, "the index stays at most half full");
 _Static_assert(TBUF_RECORDS <= 1U << TIDX_SLOT_BITS, "a buffer slot fits an index entry");
 
-static uint64_t g_recent[RECENT_SLOTS];
+struct recent {
+	uint64_t entry;		/* the last allocation: high bits, tag */
+	uint64_t stamp;		/* the last stamp of an event here (address clock) */
+};
+
+static struct recent g_recent[RECENT_SLOTS] __attribute__((aligned(64)));
 
 /*
  * The slot: the address's low bits (a run of neighbouring blocks spreads
@@ -609,7 +558,7 @@ static uint64_t g_recent[RECENT_SLOTS];
  * each other untagged. The entry keeps the high bits, and with the slot they
  * give back the low ones, so a match is still exact.
  */
-static inline uint64_t *recent_slot(uint64_t ptr)
+static inline struct recent *recent_slot(uint64_t ptr)
 {
 	uint64_t high = ptr >> (4 + RECENT_BITS);
 
@@ -623,20 +572,36 @@ static inline uint64_t recent_entry(uint64_t ptr, uint64_t t)
 	return (ptr >> (4 + RECENT_BITS)) << PMM_ALLOC_TAG_BITS | (t & TAG_MASK);
 }
 
-/* The tag of the last recorded allocation at ptr, or -1 if not known. */
-static inline int64_t recent_tag(uint64_t ptr)
+/* The tag of the last recorded allocation at ptr (slot: its slot), or -1. */
+static inline int64_t recent_tag(const struct recent *slot, uint64_t ptr)
 {
-	uint64_t e = __atomic_load_n(recent_slot(ptr), __ATOMIC_RELAXED);
+	uint64_t e = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
 
 	if (!e || e >> PMM_ALLOC_TAG_BITS != ptr >> (4 + RECENT_BITS))
 		return -1;
 	return (int64_t)(e & TAG_MASK);
 }
 
-static inline int op_is_heap_alloc(uint16_t op)
+static inline int op_is_map(uint16_t op)
 {
-	return op != PMM_OP_FREE && op != PMM_OP_MUNMAP && op != PMM_OP_MMAP &&
-	       op != PMM_OP_MREMAP;
+	return op == PMM_OP_MMAP || op == PMM_OP_MUNMAP || op == PMM_OP_MREMAP;
+}
+
+/* An event at an address of slot: stamped after the slot's last one. */
+static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
+{
+	uint64_t v = next_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
+
+	__atomic_store_n(&slot->stamp, v, __ATOMIC_RELAXED);
+	return v;
+}
+
+/* A heap event at ptr outside record() (realloc's free of its old block). */
+static inline uint64_t stamp_at(struct tstate *t, const void *ptr)
+{
+	if (g_precise)
+		return now_ns();
+	return stamp_slot(t, recent_slot((uintptr_t)ptr));
 }
 
 static inline uint16_t *tidx(struct tstate *t)
@@ -847,6 +812,7 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
 	struct pmm_record one, *r;
+	struct recent *slot = NULL;	/* ptr's, for a heap record */
 	uint16_t flags = 0;
 	int64_t tag = -1;
 
@@ -854,15 +820,26 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		t->gen = e;
 		tbuf_reset(t);
 	}
-	if (op == PMM_OP_FREE) {
-		tag = recent_tag((uintptr_t)ptr);
+	if (ptr && !op_is_map(op))
+		slot = recent_slot((uintptr_t)ptr);
+	if (op == PMM_OP_FREE && slot) {
+		tag = recent_tag(slot, (uintptr_t)ptr);
 		if (cancel_buffered(t, (uintptr_t)ptr, tag))
 			return;
 	} else if (op == PMM_OP_REALLOC && prev) {
-		tag = recent_tag((uintptr_t)prev);	/* before ptr's entry replaces it */
+		/* before ptr's entry replaces it */
+		tag = recent_tag(recent_slot((uintptr_t)prev), (uintptr_t)prev);
 	}
-	if (!now)
-		now = stamp(t);	/* a free's, after the cancel check: none if cancelled */
+	if (!now) {	/* a free's, after the cancel check: none if cancelled */
+		if (g_precise)
+			now = now_ns();
+		else if (slot)
+			now = stamp_slot(t, slot);
+		else if (op_is_map(op))
+			now = stamp_map(t);
+		else
+			now = next_stamp(t, 0);
+	}
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
@@ -880,9 +857,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	r->op = op;
 	r->flags = flags;
 	r->alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
-	if (ptr && op_is_heap_alloc(op)) {
-		__atomic_store_n(recent_slot((uintptr_t)ptr), recent_entry((uintptr_t)ptr, now),
-				 __ATOMIC_RELAXED);
+	if (slot && op != PMM_OP_FREE) {
+		__atomic_store_n(&slot->entry, recent_entry((uintptr_t)ptr, now), __ATOMIC_RELAXED);
 		if (r != &one)
 			tidx_add(t, (uintptr_t)ptr, t->n);
 	}
@@ -1122,7 +1098,7 @@ note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 	} else if (mset && p && !set_add(mset, p)) {
 		return;
 	}
-	record(t, op, p, NULL, size, site_of(t, s), weight, stamp(t));
+	record(t, op, p, NULL, size, site_of(t, s), weight, 0);
 }
 
 /* Before p is freed. */
@@ -1304,8 +1280,6 @@ static void at_fork_child(void)
 
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
-	if (g_clock_switch)	/* one thread again: the logical clock */
-		g_precise = 0;
 	if (!g_active)
 		return;
 	g_fast.hot = HOT_PASS;
@@ -1528,7 +1502,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 	if (g_sample && p)
 		was = set_del(&g_sampled, p);
 	if (p && (!g_sample || was))
-		before = stamp(t);	/* the old block's free: before the call */
+		before = stamp_at(t, p);	/* the old block's free: before the call */
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;
@@ -1542,7 +1516,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 			if (!g_sample || was)
 				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
 		} else if (!g_sample) {		/* failed, p intact */
-			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, stamp(t));
+			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, 0);
 		} else if (was) {
 			set_add(&g_sampled, p);
 		}
@@ -1550,10 +1524,9 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		return q;
 	}
 	if (!g_sample) {
-		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, stamp(t));
+		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, 0);
 	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
-		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight,
-		       stamp(t));
+		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight, 0);
 	} else {
 		if (was)
 			record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
@@ -1790,9 +1763,9 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		if (p == MAP_FAILED)
 			set_add(&g_mapped, old);
 		else if (set_add(&g_mapped, p))
-			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, stamp(t));
+			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, 0);
 		else
-			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, stamp(t));
+			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, 0);
 	}
 	errno = saved;
 	t->guard--;

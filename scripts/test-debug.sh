@@ -83,13 +83,8 @@ echo "test-debug: kernel $release ($tree), modules in $out, results in $results"
 # Python (a third of the suite's time under KASAN in TCG, 190-340 s), and its
 # kernel side, the unload with pmd's generic-netlink socket subscribed, is
 # test_kmod_stress.py::test_rmmod_with_genl_listener.
-# The hook's auto-clock test is left out too: it is user space only, and the
-# switch it checks needs the ping-pong threads to stamp faster than the
-# coarse clock ticks (a stamp that catches up with a new tick is no
-# contention), which futex round trips under KASAN and lockdep in TCG do not.
 # (One line: vmtest quotes PMM_* for the guest, and a tab would not survive.)
 skip="--deselect tests/guest/test_pmd_e2e.py::test_leak_sawtooth_and_reload"
-skip+=" --deselect tests/guest/test_hook_lib.py::test_hook_auto_clock_switches_when_threads_contend"
 guest_args=${PMM_GUEST_ARGS-$skip}
 echo "test-debug: phases: $phases; PMM_FULL=${PMM_FULL:-0}; pytest args: ${guest_args:-none}"
 set +e

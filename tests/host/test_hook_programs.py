@@ -32,7 +32,7 @@ MODES: dict[str, tuple[Path, dict[str, str]]] = {
     "fake-exact": (FAKE, {}),
     "fake-sampled": (FAKE, {"PMM_SAMPLE": "4096"}),
     "fake-depth8": (FAKE, {"PMM_DEPTH": "8"}),
-    "fake-logical-clock": (FAKE, {"PMM_CLOCK": "logical"}),
+    "fake-mono-clock": (FAKE, {"PMM_CLOCK": "mono"}),
 }
 
 PY_SCRIPT = """

@@ -3,9 +3,9 @@
  * pmm: the per-process tables: live blocks keyed by address, sites, early
  * frees, samples, and the pairing of records.
  *
- * Pairing. Every record carries time_ns (CLOCK_MONOTONIC, taken by the hook
- * at the call). Records of different threads reach the kernel out of order,
- * so:
+ * Pairing. Every record carries time_ns (CLOCK_MONOTONIC's scale, taken by
+ * the hook at the call, ordered at each address). Records of different
+ * threads reach the kernel out of order, so:
  *  - a FREE at ptr pairs with the newest live heap block at ptr whose
  *    time_ns <= the free's time_ns (several blocks may share an address
  *    while records of other threads are in flight: all are kept); a

@@ -70,9 +70,11 @@ enum pmm_op {
 /*
  * One allocation event. 48 bytes.
  * The pid is never in the record: the kernel uses current->tgid.
- * time_ns is CLOCK_MONOTONIC at the moment of the call, taken by the hook; the
- * kernel orders records of different threads by it, so a free that reaches
- * the kernel before its allocation still pairs.
+ * time_ns is on CLOCK_MONOTONIC's scale, taken by the hook at the call; the
+ * kernel orders records of different threads at the same address by it (and
+ * mappings by it), so a free that reaches the kernel before its allocation
+ * still pairs. Only that order is relied on: the hook's address clock keeps
+ * stamps within about a jiffy of CLOCK_MONOTONIC and ordered per address.
  */
 struct pmm_record {
 	__u64 ptr;

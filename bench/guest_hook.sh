@@ -40,9 +40,18 @@ now() {
 	date +%s.%N
 }
 
-# run CONFIG CMD...: prints "wall cpu" (seconds)
+# ticks: this shell's reaped children's cpu (cutime + cstime), in clock ticks
+# (no subshell: it would read its own). Around a run: the run's own cpu, its
+# module work in system calls included.
+children_ticks() {
+	local -a st
+	read -ra st </proc/$BASHPID/stat
+	ticks=$((st[15] + st[16]))
+}
+
+# run CONFIG CMD...: prints "wall cpu proc" (seconds; proc: the process's own)
 run() {
-	local cfg=$1 t0 t1 b0 b1 pid rc
+	local cfg=$1 t0 t1 b0 b1 c0 c1 ticks pid rc
 	shift
 	local -a env=(env -u LD_PRELOAD -u PMM_START -u PMM_SAMPLE PMM_QUIET=1)
 	case "$cfg" in
@@ -55,10 +64,14 @@ run() {
 	sync
 	b0=$(busy)
 	t0=$(now)
+	children_ticks
+	c0=$ticks
 	"${env[@]}" "$@" >/dev/null 2>"$tmp/err" </dev/null &
 	pid=$!
 	wait $pid
 	rc=$?
+	children_ticks
+	c1=$ticks
 	t1=$(now)
 	b1=$(busy)
 	if [ $rc != 0 ]; then
@@ -73,8 +86,9 @@ run() {
 		fi
 	fi
 	rm -f "$tmp"/ht*
-	awk -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" -v hz="$(getconf CLK_TCK)" \
-		'BEGIN { printf "%.3f %.3f\n", t1 - t0, (b1 - b0) / hz }'
+	awk -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" -v c0="$c0" -v c1="$c1" \
+		-v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "%.3f %.3f %.3f\n", t1 - t0, (b1 - b0) / hz, (c1 - c0) / hz }'
 }
 
 have_heaptrack=1
@@ -93,38 +107,41 @@ bench() {	# NAME CMD...
 	: >"$tmp/rounds"
 	for ((r = 0; r < reps; r++)); do
 		for cfg in bare unmonitored exact sampled; do
-			read -r w c < <(run "$cfg" "$@")
-			echo "$r $cfg $w $c" >>"$tmp/rounds"
+			read -r w c p < <(run "$cfg" "$@")
+			echo "$r $cfg $w $c $p" >>"$tmp/rounds"
 		done
 	done
 	if [ $have_heaptrack = 1 ]; then
-		read -r w c < <(run heaptrack "$@")
-		echo "0 heaptrack $w $c" >>"$tmp/rounds"
+		read -r w c p < <(run heaptrack "$@")
+		echo "0 heaptrack $w $c $p" >>"$tmp/rounds"
 	fi
 	python3 - "$name" "$tmp/rounds" <<'PY'
 import statistics, sys
 name, path = sys.argv[1], sys.argv[2]
-runs: dict[str, dict[int, tuple[float, float]]] = {}
+runs: dict[str, dict[int, tuple[float, float, float]]] = {}
 for line in open(path):
-    r, cfg, w, c = line.split()
-    runs.setdefault(cfg, {})[int(r)] = (float(w), float(c))
+    r, cfg, w, c, p = line.split()
+    runs.setdefault(cfg, {})[int(r)] = (float(w), float(c), float(p))
 bare = runs["bare"]
 for cfg in ("bare", "unmonitored", "exact", "sampled", "heaptrack"):
     if cfg not in runs:
         print(f"{name:<22} {cfg:<12} not installed")
         continue
     got = runs[cfg]
-    wr = [w / max(bare[r][0], 1e-3) for r, (w, c) in got.items()]
-    cr = [c / max(bare[r][1], 1e-2) for r, (w, c) in got.items()]
-    wall = statistics.median(w for w, c in got.values())
-    cpu = statistics.median(c for w, c in got.values())
+    wr = [w / max(bare[r][0], 1e-3) for r, (w, c, p) in got.items()]
+    cr = [c / max(bare[r][1], 1e-2) for r, (w, c, p) in got.items()]
+    pr = sorted(p / max(bare[r][2], 1e-2) for r, (w, c, p) in got.items())
+    wall = statistics.median(w for w, c, p in got.values())
+    cpu = statistics.median(c for w, c, p in got.values())
     spread = f"  range {min(cr):.2f}-{max(cr):.2f}" if len(cr) > 1 else "  (one run)"
+    quart = f" iqr {pr[len(pr) // 4]:.2f}-{pr[(3 * len(pr)) // 4]:.2f}" if len(pr) > 1 else ""
     print(f"{name:<22} {cfg:<12} wall {wall:7.3f} s  cpu {cpu:7.3f} s  "
-          f"(ratio wall {statistics.median(wr):5.2f}x cpu {statistics.median(cr):5.2f}x{spread})")
+          f"(ratio wall {statistics.median(wr):5.2f}x cpu {statistics.median(cr):5.2f}x{spread};"
+          f" process {statistics.median(pr):5.2f}x{quart})")
 PY
 }
 
-echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus; median of $reps paired rounds, cpu ratio range; heaptrack once, against round 0)"
+echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus; median of $reps paired rounds, cpu ratio range; process: the run's own cpu, median ratio and interquartile range; heaptrack once, against round 0)"
 bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
 bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
 bench "python3 json 10k" /usr/bin/python3 -I "$tmp/bench.py"

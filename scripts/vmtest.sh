@@ -41,14 +41,14 @@ if [ -z "${VM_NO_KVM:-}" ] && [ -w /dev/kvm ]; then
 		accel=()
 	fi
 fi
-# A boot that never reaches the command (seen once in TCG with the debug
+# A boot that never reaches the command (seen twice in TCG with the debug
 # kernel: QEMU busy, no output for 30 minutes) is killed after
-# VM_BOOT_TIMEOUT seconds (default 300; a TCG boot takes 45-80 s) and tried
-# once more.
-boot_timeout=${VM_BOOT_TIMEOUT:-300}
+# VM_BOOT_TIMEOUT seconds (default 240; a TCG boot takes 45-100 s) and tried
+# again, three attempts in all.
+boot_timeout=${VM_BOOT_TIMEOUT:-240}
 started=$results/.vmtest-started
 cmd="touch $started && $cmd"
-for attempt in 1 2; do
+for attempt in 1 2 3; do
 	rm -f "$started"
 	echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
 	setsid vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \

@@ -254,8 +254,11 @@ def check_pingpong(dev: Device, pid: int, size: int) -> None:
     info = dev.pid_info(pid)
     assert info is not None
     assert (info.unmatched_frees, info.pending_frees) == (0, 0)
-    # ping-pong: 4 records a round trip (no cancel is possible); churn: 1 a batch
-    assert 4 * n < info.records < 4 * n + 100, info.records
+    # ping-pong: 4 records a round trip (no cancel is possible); churn: one
+    # merged record a batch, and batches leave at least every 100 ms, so
+    # more of them when stamps are slow (CLOCK_MONOTONIC under strace on the
+    # debug kernel: 1206 records in all); unmerged it would be 10 n more
+    assert 4 * n < info.records <= 4 * n + 5 * n, info.records
 
 
 @pytest.mark.parametrize("clock", ["address", "mono"])

@@ -590,18 +590,19 @@ static inline int op_is_map(uint16_t op)
 /* An event at an address of slot: stamped after the slot's last one. */
 static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
 {
-	uint64_t v = next_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
+	uint64_t v;
 
+	if (g_precise)
+		return now_ns();
+	v = next_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
 	__atomic_store_n(&slot->stamp, v, __ATOMIC_RELAXED);
 	return v;
 }
 
-/* A heap event at ptr outside record() (realloc's free of its old block). */
-static inline uint64_t stamp_at(struct tstate *t, const void *ptr)
+/* A record that names no address (a failed allocation). */
+static inline uint64_t stamp_none(struct tstate *t)
 {
-	if (g_precise)
-		return now_ns();
-	return stamp_slot(t, recent_slot((uintptr_t)ptr));
+	return g_precise ? now_ns() : next_stamp(t, 0);
 }
 
 static inline uint16_t *tidx(struct tstate *t)
@@ -726,39 +727,46 @@ static inline int mergeable(const struct pmm_record *r)
 	return r->flags == PMM_REC_F_FREED && !r->prev_ptr;
 }
 
+/*
+ * Adds r's weight to a kept record of its key (at: 1 + kept index, 0:
+ * empty); 1 if it did. Else r will be kept at out, and a free slot of its
+ * key's probes remembers that.
+ */
+static inline int merge_one(uint16_t *at, struct pmm_record *buf, const struct pmm_record *r,
+			    uint32_t out)
+{
+	uint64_t key = (uint64_t)r->site << 32 ^ r->size << 4 ^ r->op;
+	unsigned int h = (unsigned int)(key * 0x9e3779b97f4a7c15ULL >> (64 - MERGE_BITS));
+	unsigned int k;
+
+	for (k = 0; k < MERGE_PROBES; k++, h = (h + 1) & ((1U << MERGE_BITS) - 1)) {
+		struct pmm_record *m;
+
+		if (!at[h]) {
+			at[h] = (uint16_t)(out + 1);
+			return 0;
+		}
+		m = &buf[at[h] - 1];
+		if (m->site == r->site && m->size == r->size && m->op == r->op &&
+		    m->weight <= UINT32_MAX - r->weight) {
+			m->weight += r->weight;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static uint32_t merge_freed(struct pmm_record *buf, uint32_t n)
 {
-	uint16_t at[1U << MERGE_BITS];	/* 1 + the kept record's index; 0: empty */
+	uint16_t at[1U << MERGE_BITS];
 	uint32_t i, out = 0;
 
 	memset(at, 0, sizeof(at));
 	for (i = 0; i < n; i++) {
-		struct pmm_record *r = &buf[i];
-
-		if (mergeable(r)) {
-			uint64_t key = (uint64_t)r->site << 32 ^ r->size << 4 ^ r->op;
-			unsigned int h = (unsigned int)(key * 0x9e3779b97f4a7c15ULL >> (64 - MERGE_BITS));
-			unsigned int k;
-
-			for (k = 0; k < MERGE_PROBES; k++, h = (h + 1) & ((1U << MERGE_BITS) - 1)) {
-				struct pmm_record *m;
-
-				if (!at[h]) {
-					at[h] = (uint16_t)(out + 1);
-					break;
-				}
-				m = &buf[at[h] - 1];
-				if (m->site == r->site && m->size == r->size && m->op == r->op &&
-				    m->weight <= UINT32_MAX - r->weight) {
-					m->weight += r->weight;
-					break;
-				}
-			}
-			if (k < MERGE_PROBES && at[h] != out + 1)
-				continue;	/* merged */
-		}
+		if (mergeable(&buf[i]) && merge_one(at, buf, &buf[i], out))
+			continue;
 		if (out != i)
-			buf[out] = *r;
+			buf[out] = buf[i];
 		out++;
 	}
 	return out;
@@ -774,17 +782,19 @@ static void flush(struct tstate *t)
 	memset(&b, 0, sizeof(b));
 	b.records = (uintptr_t)t->buf;
 	b.count = t->n;
-	if (t->merge_skip) {
-		t->merge_skip--;
-	} else {
-		b.count = merge_freed(t->buf, t->n);
-		if (b.count > t->n - t->n / 8)
-			t->merge_skip = MERGE_SKIP;	/* it did not pay: try later */
-	}
-	tbuf_reset(t);
+	tbuf_reset(t);	/* the records stay in the buffer until the next one */
 	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&g_fast.hot, __ATOMIC_RELAXED) < HOT_MON)
 		return;	/* from before a stop or a fork: dropped */
+	if (t->merge_skip) {
+		t->merge_skip--;
+	} else {
+		uint32_t n = b.count;
+
+		b.count = merge_freed(t->buf, n);
+		if (b.count > n - n / 8)
+			t->merge_skip = MERGE_SKIP;	/* it did not pay: try later */
+	}
 	err = pmm_dev_ioctl(PMM_RECORD_LOG, &b);
 	if (err)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
@@ -830,16 +840,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		/* before ptr's entry replaces it */
 		tag = recent_tag(recent_slot((uintptr_t)prev), (uintptr_t)prev);
 	}
-	if (!now) {	/* a free's, after the cancel check: none if cancelled */
-		if (g_precise)
-			now = now_ns();
-		else if (slot)
-			now = stamp_slot(t, slot);
-		else if (op_is_map(op))
-			now = stamp_map(t);
-		else
-			now = next_stamp(t, 0);
-	}
+	if (!now)	/* a free's, after the cancel check: none if cancelled */
+		now = slot ? stamp_slot(t, slot) : op_is_map(op) ? stamp_map(t) : stamp_none(t);
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
@@ -1502,7 +1504,8 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 	if (g_sample && p)
 		was = set_del(&g_sampled, p);
 	if (p && (!g_sample || was))
-		before = stamp_at(t, p);	/* the old block's free: before the call */
+		/* the old block's free: before the call */
+		before = stamp_slot(t, recent_slot((uintptr_t)p));
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;

@@ -11,7 +11,6 @@ flushes, site table, sampling, unwinding) run inside these programs too.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hook_env import clean_env
 
 TOP = Path(__file__).resolve().parents[2]
 HOOK = TOP / "hooklib" / "libpmmhook.so"
@@ -96,8 +96,7 @@ def work(tmp_path: Path) -> Iterator[Path]:
 
 def run(argv: list[str], preload: Path | None, env_extra: dict[str, str] | None = None,
         cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_") and k != "LD_PRELOAD"}
-    env["PMM_QUIET"] = "1"
+    env = clean_env(PMM_QUIET="1")
     if preload is not None:
         env["LD_PRELOAD"] = str(preload)
     env.update(env_extra or {})
@@ -202,8 +201,7 @@ def test_one_line_without_device() -> None:
     """No /dev/pmm: exactly one line on stderr, the program unaffected."""
     if Path("/dev/pmm").exists():
         pytest.skip("/dev/pmm exists here")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-    env["LD_PRELOAD"] = str(HOOK)
+    env = clean_env(LD_PRELOAD=str(HOOK))
     r = subprocess.run([str(HBIN / "cxx_threads")], env=env, capture_output=True,
                        timeout=TIMEOUT)
     assert r.returncode == 0
@@ -217,9 +215,8 @@ def test_one_line_without_device() -> None:
 
 def test_quiet_and_env_errors() -> None:
     """PMM_QUIET=1 silences; odd PMM_* values change nothing."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-    env.update(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_DEPTH="99", PMM_SAMPLE="abc",
-               PMM_UNWIND="bogus")
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_DEPTH="99", PMM_SAMPLE="abc",
+                    PMM_UNWIND="bogus")
     r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
     assert r.returncode == 0 and r.stderr == b""
 

@@ -5,7 +5,6 @@ order, must describe exactly what the program did."""
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import subprocess
 from collections import Counter
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hook_env import clean_env
 
 from pmctl import uapi
 from pmctl.uapi import Op
@@ -61,12 +61,11 @@ def test_race_frees_carry_their_allocations_tags(tmp_path: Path, clock: str) -> 
     of these frees went untagged (the module then paired 1-3% wrongly)."""
     n = 2500
     log = tmp_path / "records.bin"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-    env.update(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1", PMM_CLOCK=clock,
-               PMM_FAKE_LOG=str(log))
-    r = subprocess.run([str(THREADS), "race", str(n // 10), "56"], env=env,
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "threads: ready\n", "")
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1", PMM_CLOCK=clock,
+                    PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(THREADS), "race", str(n // 10), "56"], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "threads: ready\n", "")
     # stamps of different addresses may tie (the address clock's, and
     # CLOCK_MONOTONIC's between threads), never two at one address
     sent = sorted((s for s in sent_records(log) if s.rec.op not in NOT_HEAP),
@@ -75,19 +74,19 @@ def test_race_frees_carry_their_allocations_tags(tmp_path: Path, clock: str) -> 
     last: dict[int, Sent] = {}  # address -> its last allocation
     crossed = 0
     for s in sent:
-        r_ = s.rec
-        if r_.op == Op.FREE:
-            if not r_.ptr:
+        r = s.rec
+        if r.op == Op.FREE:
+            if not r.ptr:
                 continue
-            alloc = last.pop(r_.ptr)
-            assert r_.flags == uapi.REC_F_TAGGED, (hex(r_.ptr), r_.flags)
-            assert r_.alloc_tag == alloc.rec.time_ns & TAG_MASK
+            alloc = last.pop(r.ptr)
+            assert r.flags == uapi.REC_F_TAGGED, (hex(r.ptr), r.flags)
+            assert r.alloc_tag == alloc.rec.time_ns & TAG_MASK
             assert not alloc.rec.flags & uapi.REC_F_FREED
             crossed += s.tid != alloc.tid
-        elif r_.ptr:
-            assert r_.op != Op.REALLOC or not r_.prev_ptr
-            assert r_.ptr not in last or last[r_.ptr].rec.flags & uapi.REC_F_FREED, hex(r_.ptr)
-            last[r_.ptr] = s
+        elif r.ptr:
+            assert r.op != Op.REALLOC or not r.prev_ptr
+            assert r.ptr not in last or last[r.ptr].rec.flags & uapi.REC_F_FREED, hex(r.ptr)
+            last[r.ptr] = s
     # a FREED record stands for weight allocations (merged at the flush)
     race: Counter[int] = Counter()
     for s in sent:

@@ -5,13 +5,13 @@ one per batch of 512 records."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from hook_env import clean_env
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
@@ -26,8 +26,7 @@ def built() -> None:
 
 
 def getppid_calls(tmp: Path, iterations: int, **env: str) -> int:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PMM_")}
-    e.update(PMM_QUIET="1", **env)
+    e = clean_env(PMM_QUIET="1", **env)
     out = tmp / "strace.txt"
     subprocess.run(["strace", "-f", "-qq", "-e", "trace=getppid", "-o", str(out),
                     "env", f"LD_PRELOAD={FAKE}", str(BENCH), "-n", str(iterations)],

@@ -1371,32 +1371,45 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
 	return p;
 }
 
-__attribute__((noinline)) static void *malloc_slow(size_t n, void *ra, void *frame)
+/*
+ * The entry points' common cases (not monitored; sampled with nothing to
+ * record) are a few instructions and a jump to libc: the library is built
+ * without frame pointers, and everything else, the polls included, is a
+ * tail call. A *_slow function's frame then stands where its entry point's
+ * would: saved frame pointer, then the caller's return address, which is
+ * where a frame-pointer walk starts.
+ */
+__attribute__((noinline, cold)) static void *malloc_poll(size_t n, int hot)
 {
-	struct src s = SRC(ra, frame);
+	if (hot == HOT_SAMPLE)
+		sampled_poll(&t_st);
+	else
+		pass_poll(&t_st);
+	return real.malloc(n);
+}
+
+__attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
+{
+	struct src s = SRC(ra, __builtin_frame_address(0));
 
 	return do_malloc(n, &s);
 }
 
 PMM_EXPORT void *malloc(size_t n)
 {
+	struct tstate *t = &t_st;
 	int hot = g_fast.hot;
 
-	if (likely(hot == HOT_PASS)) {
-		pass_tick();
+	if (likely(hot == HOT_PASS) ||
+	    /* sampled, and no sample point in these n bytes: nothing to record */
+	    (hot == HOT_SAMPLE && likely(t->sample_left > (int64_t)n))) {
+		if (hot == HOT_SAMPLE)
+			t->sample_left -= (int64_t)n;
+		if (unlikely(--t->poll < 0))
+			return malloc_poll(n, hot);
 		return real.malloc(n);
 	}
-	if (hot == HOT_SAMPLE) {
-		struct tstate *t = &t_st;
-
-		/* no sample point in these n bytes: nothing to record */
-		if (likely(t->sample_left > (int64_t)n)) {
-			t->sample_left -= (int64_t)n;
-			sampled_tick(t);
-			return real.malloc(n);
-		}
-	}
-	return malloc_slow(n, __builtin_return_address(0), __builtin_frame_address(0));
+	return malloc_slow(n, __builtin_return_address(0));
 }
 
 static void do_free(void *p)
@@ -1455,9 +1468,15 @@ static void *do_calloc(size_t n, size_t m, const struct src *s)
 	return p;
 }
 
-__attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra, void *fr)
+__attribute__((noinline, cold)) static void *calloc_poll(size_t n, size_t m)
 {
-	struct src s = SRC(ra, fr);
+	pass_poll(&t_st);
+	return real.calloc(n, m);
+}
+
+__attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra)
+{
+	struct src s = SRC(ra, __builtin_frame_address(0));
 
 	return do_calloc(n, m, &s);
 }
@@ -1465,10 +1484,11 @@ __attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra,
 PMM_EXPORT void *calloc(size_t n, size_t m)
 {
 	if (likely(g_fast.hot == HOT_PASS)) {
-		pass_tick();
+		if (unlikely(--t_st.poll < 0))
+			return calloc_poll(n, m);
 		return real.calloc(n, m);
 	}
-	return calloc_slow(n, m, __builtin_return_address(0), __builtin_frame_address(0));
+	return calloc_slow(n, m, __builtin_return_address(0));
 }
 
 /* realloc of a bootstrap-arena block: move it to the real heap. */
@@ -1557,9 +1577,15 @@ static void *do_realloc(void *p, size_t n, const struct src *s)
 	return q;
 }
 
-__attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra, void *fr)
+__attribute__((noinline, cold)) static void *realloc_poll(void *p, size_t n)
 {
-	struct src s = SRC(ra, fr);
+	pass_poll(&t_st);
+	return real.realloc(p, n);
+}
+
+__attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra)
+{
+	struct src s = SRC(ra, __builtin_frame_address(0));
 
 	return do_realloc(p, n, &s);
 }
@@ -1567,10 +1593,11 @@ __attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra,
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
 	if (likely(g_fast.hot == HOT_PASS) && !in_arena(p)) {
-		pass_tick();
+		if (unlikely(--t_st.poll < 0))
+			return realloc_poll(p, n);
 		return real.realloc(p, n);
 	}
-	return realloc_slow(p, n, __builtin_return_address(0), __builtin_frame_address(0));
+	return realloc_slow(p, n, __builtin_return_address(0));
 }
 
 PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)

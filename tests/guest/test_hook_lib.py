@@ -382,6 +382,24 @@ def test_hook_depth_frames(dev: Device) -> None:
     prog.finish()
 
 
+def test_hook_depth_frame_pointers(dev: Device) -> None:
+    """PMM_UNWIND=fp, so no fallback to libgcc's unwinder, in a program built
+    with frame pointers: the walk starts at the hook's own frame (its entry
+    points have none, their tail call's frame stands in) and finds
+    leak_here <- main."""
+    exe = EX / "leak_fp"
+    prog = Prog([str(exe), "-n", "10", "-b", "321", "-w"], PMM_START="1", PMM_DEPTH="4",
+                PMM_UNWIND="fp")
+    assert prog.line("leak: done") == "leak: done 3210"
+    hits = [s for s in dev.sites(prog.pid) if s.live_bytes == 3210]
+    assert len(hits) == 1 and hits[0].live_blocks == 10
+    frames = hits[0].frames
+    assert 2 <= len(frames) <= 4
+    assert symbol_of(prog.pid, exe, frames[0]) == "leak_here"
+    assert symbol_of(prog.pid, exe, frames[1]) == "main"
+    prog.finish()
+
+
 def test_hook_not_permitted_passes_through(dev: Device) -> None:
     """/dev/pmm is root-only: an unprivileged preloaded program runs as if
     bare, with exactly one line on stderr (none with PMM_QUIET=1)."""

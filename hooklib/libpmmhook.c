@@ -107,9 +107,23 @@ static struct {
  * (which QEMU's TCG, with its small direct-mapped TLB, makes dear).
  */
 static struct {
-	int hot;			/* HOT_*: what the hooks do */
+	union {
+		struct {
+			uint16_t hot;	/* HOT_*: what the hooks do */
+			uint16_t arena;	/* 1 once the bootstrap arena gave a block */
+		};
+		/*
+		 * Both in one load: equal to a HOT_* value only while no block
+		 * of the arena exists, so a free that reads it need not check
+		 * whether its pointer is one (nor will in most processes: the
+		 * arena serves only what dlsym allocates, often nothing).
+		 */
+		uint32_t hot_no_arena;
+	};
 	uint8_t sampled_filter[SET_FILTER];
 } g_fast __attribute__((aligned(4096)));
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hot_no_arena: hot in the low half");
 
 _Static_assert(sizeof(g_fast) <= 4096, "g_fast fits one page");
 
@@ -179,6 +193,7 @@ static void *arena_alloc(size_t size, size_t align)
 	} while (!__atomic_compare_exchange_n(&g_arena_used, &off, end, 0,
 					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	*(size_t *)(g_arena + start - 16) = size;
+	__atomic_store_n(&g_fast.arena, 1, __ATOMIC_RELEASE);
 	return g_arena + start;	/* zeroed: the arena is never reused */
 }
 
@@ -1431,12 +1446,10 @@ static void do_free(void *p)
 
 PMM_EXPORT void free(void *p)
 {
-	int hot = g_fast.hot;
+	uint32_t hot = g_fast.hot_no_arena;
 
-	if ((likely(hot == HOT_PASS) ||
-	     (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p),
-						     __ATOMIC_RELAXED))) &&
-	    !in_arena(p)) {
+	if (likely(hot == HOT_PASS) ||
+	    (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED))) {
 		real.free(p);	/* not monitored, or surely not a sampled block */
 		return;
 	}
@@ -1592,7 +1605,7 @@ __attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra)
 
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
-	if (likely(g_fast.hot == HOT_PASS) && !in_arena(p)) {
+	if (likely(g_fast.hot_no_arena == HOT_PASS)) {
 		if (unlikely(--t_st.poll < 0))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
@@ -1837,6 +1850,15 @@ PMM_EXPORT void pmm_src_free(void *p, void *caller, const char *file, const char
 	(void)line;
 	do_free(p);
 }
+
+#ifdef PMM_FAKE_DEV
+/* Tests: a block of the bootstrap arena, such as dlsym may get while the
+ * hook starts, for a program to free or reallocate later in any mode. */
+PMM_EXPORT void *pmm_fake_arena_alloc(size_t n)
+{
+	return arena_alloc(n, 16);
+}
+#endif
 
 /* For tests and tools: flushes the calling thread's buffer now. */
 PMM_EXPORT void pmm_flush(void)

@@ -17,14 +17,10 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-30}
-tmp=$(mktemp -d /tmp/host_hook.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-for f in hooklib/libpmmhook.so hooklib/bench/bin/libpmmhook-fake.so hooklib/bench/bin/malloc_bench; do
-	[ -f "$f" ] || { echo "host_hook: $f missing: run make" >&2; exit 1; }
-done
 . bench/workloads.sh
-write_workloads "$tmp"
+host_bench_start host_hook hooklib/libpmmhook.so hooklib/bench/bin/libpmmhook-fake.so \
+	hooklib/bench/bin/malloc_bench
 
 echo "host_hook: the hook alone at native speed (per-process cpu from wait4, median of $rounds paired rounds, interquartile range)"
 /usr/bin/python3 -I - "$top" "$tmp" "$rounds" <<'PY'
@@ -33,24 +29,12 @@ import statistics
 import sys
 
 top, tmp, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-hook = f"{top}/hooklib/libpmmhook.so"
-fake = f"{top}/hooklib/bench/bin/libpmmhook-fake.so"
-mb = f"{top}/hooklib/bench/bin/malloc_bench"
-programs = {
-    "malloc_bench 1 thread": [mb, "-t", "1", "-n", "4000000"],
-    "malloc_bench 2 threads": [mb, "-t", "2", "-n", "2000000"],
-    "python3 json 10k": ["/usr/bin/python3", "-I", f"{tmp}/bench.py"],
-    "sqlite3 10k inserts": ["/usr/bin/sqlite3", "-init", f"{tmp}/bench.sql", ":memory:", ".quit"],
-}
-configs = {
-    "bare": {},
-    "no device": {"LD_PRELOAD": hook},
-    "unmonitored": {"LD_PRELOAD": fake, "PMM_FAKE_UNMONITORED": "1"},
-    "exact": {"LD_PRELOAD": fake, "PMM_START": "1"},
-    "sampled": {"LD_PRELOAD": fake, "PMM_START": "1", "PMM_SAMPLE": "524288"},
-}
-base = {k: v for k, v in os.environ.items() if not k.startswith("PMM_") and k != "LD_PRELOAD"}
-base["PMM_QUIET"] = "1"
+sys.path.insert(0, f"{top}/bench")
+from hook_runs import base_env, configs as hook_configs, programs as hook_programs  # noqa: E402
+
+programs = hook_programs(top, tmp, micro_rounds=4000000)
+configs = hook_configs(top)
+base = base_env()
 devnull = os.open(os.devnull, os.O_RDWR)
 cpu: dict[tuple[str, str], list[float]] = {}
 for _ in range(rounds):

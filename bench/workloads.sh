@@ -1,11 +1,24 @@
 # The real programs of the hook benchmarks (bench/guest_hook.sh in the VM,
-# bench/host_hook.sh on the host), sourced: write_workloads DIR writes
+# bench/host_hook.sh and bench/host_instr.sh on the host), sourced:
+# host_bench_start NAME FILE... checks that the built FILEs exist, makes $tmp
+# (removed at exit) and writes the workloads there; write_workloads DIR writes
 #  DIR/bench.sql  for sqlite3: 10000 inserts, an index, queries;
 #  DIR/bench.py   for python3: what a log or API service does (JSON out and
 #                 back in, regular expressions, a Counter, a sort).
 # Both are malloc-bound: bare on the host cpu, sqlite3 calls malloc, free or
 # realloc about 10 million times a second and this script (objects over 512
 # bytes bypass pymalloc) about 5 million.
+
+host_bench_start() {
+	local name=$1 f
+	shift
+	for f in "$@"; do
+		[ -f "$f" ] || { echo "$name: $f missing: run make" >&2; exit 1; }
+	done
+	tmp=$(mktemp -d "/tmp/$name.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	write_workloads "$tmp"
+}
 
 write_workloads() {
 	local dir=$1 i

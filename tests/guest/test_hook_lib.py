@@ -366,30 +366,16 @@ def test_hook_sampled_estimate(dev: Device) -> None:
     prog.finish()
 
 
-def test_hook_depth_frames(dev: Device) -> None:
-    """PMM_DEPTH=4 in code built without frame pointers (-O2): the auto
-    unwinder falls back to libgcc's and the leak site has the frames
-    leak_here <- main."""
-    exe = EX / "leak"
-    prog = Prog([str(exe), "-n", "10", "-b", "321", "-w"], PMM_START="1", PMM_DEPTH="4")
-    assert prog.line("leak: done") == "leak: done 3210"
-    hits = [s for s in dev.sites(prog.pid) if s.live_bytes == 3210]
-    assert len(hits) == 1 and hits[0].live_blocks == 10
-    frames = hits[0].frames
-    assert 2 <= len(frames) <= 4
-    assert symbol_of(prog.pid, exe, frames[0]) == "leak_here"
-    assert symbol_of(prog.pid, exe, frames[1]) == "main"
-    prog.finish()
-
-
-def test_hook_depth_frame_pointers(dev: Device) -> None:
-    """PMM_UNWIND=fp, so no fallback to libgcc's unwinder, in a program built
-    with frame pointers: the walk starts at the hook's own frame (its entry
-    points have none, their tail call's frame stands in) and finds
-    leak_here <- main."""
-    exe = EX / "leak_fp"
+@pytest.mark.parametrize("exe_name, unwind", [("leak", "auto"), ("leak_fp", "fp")])
+def test_hook_depth_frames(dev: Device, exe_name: str, unwind: str) -> None:
+    """PMM_DEPTH=4 finds the frames leak_here <- main. leak is built
+    without frame pointers (-O2): the auto unwinder falls back to libgcc's.
+    leak_fp is built with them and PMM_UNWIND=fp allows no fallback: the walk
+    starts at the hook's own frame (its entry points have none; their tail
+    call's frame stands in)."""
+    exe = EX / exe_name
     prog = Prog([str(exe), "-n", "10", "-b", "321", "-w"], PMM_START="1", PMM_DEPTH="4",
-                PMM_UNWIND="fp")
+                PMM_UNWIND=unwind)
     assert prog.line("leak: done") == "leak: done 3210"
     hits = [s for s in dev.sites(prog.pid) if s.live_bytes == 3210]
     assert len(hits) == 1 and hits[0].live_blocks == 10

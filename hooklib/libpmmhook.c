@@ -1090,10 +1090,16 @@ __attribute__((noinline)) static void sampled_poll(struct tstate *t)
 	}
 }
 
+/* Counts a call; 1 every POLL_EVERY calls, when the caller polls. */
+static inline int poll_due(struct tstate *t)
+{
+	return unlikely(--t->poll < 0);
+}
+
 /* Sampled: a record waits at most FLUSH_NS, checked every POLL_EVERY calls. */
 static inline void sampled_tick(struct tstate *t)
 {
-	if (unlikely(--t->poll < 0))
+	if (poll_due(t))
 		sampled_poll(t);
 }
 
@@ -1344,7 +1350,7 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 
 static inline void pass_tick(void)
 {
-	if (unlikely(--t_st.poll < 0))
+	if (poll_due(&t_st))
 		pass_poll(&t_st);
 }
 
@@ -1420,7 +1426,7 @@ PMM_EXPORT void *malloc(size_t n)
 	    (hot == HOT_SAMPLE && likely(t->sample_left > (int64_t)n))) {
 		if (hot == HOT_SAMPLE)
 			t->sample_left -= (int64_t)n;
-		if (unlikely(--t->poll < 0))
+		if (poll_due(t))
 			return malloc_poll(n, hot);
 		return real.malloc(n);
 	}
@@ -1497,7 +1503,7 @@ __attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra)
 PMM_EXPORT void *calloc(size_t n, size_t m)
 {
 	if (likely(g_fast.hot == HOT_PASS)) {
-		if (unlikely(--t_st.poll < 0))
+		if (poll_due(&t_st))
 			return calloc_poll(n, m);
 		return real.calloc(n, m);
 	}
@@ -1606,7 +1612,7 @@ __attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra)
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
 	if (likely(g_fast.hot_no_arena == HOT_PASS)) {
-		if (unlikely(--t_st.poll < 0))
+		if (poll_due(&t_st))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
 	}

@@ -16,9 +16,11 @@
  * next hook call: the library never starts a thread or a timer of its own).
  *
  * While it is not monitored, a hook is the libc call plus a per-thread
- * countdown; every POLL_EVERY allocations it reads the vDSO's coarse
+ * countdown: malloc's in bytes (POLL_BYTES), the others' in calls
+ * (POLL_EVERY). When one runs out the hook reads the vDSO's coarse
  * CLOCK_MONOTONIC, and once a second (process-wide) it asks the module
  * with PMM_QUERY_SELF whether monitoring has started. No other system call.
+ * Each thread sees a start when its countdown runs out.
  *
  * Environment:
  *   PMM_QUIET=1        no line on stderr, ever
@@ -66,6 +68,7 @@
 #define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
 #define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
 #define POLL_EVERY	16			/* hook calls between clock reads */
+#define POLL_BYTES	(16 * 1024)		/* malloc: bytes between clock reads */
 #define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
 #define MAX_ERRORS	8			/* consecutive refusals before giving up */
 #define SITE_CACHE	16			/* per-thread return address -> site id */
@@ -144,6 +147,16 @@ static uint64_t g_sample;	/* PMM_SAMPLE bytes, 0: exact */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
 
 struct tstate {
+	/*
+	 * malloc's budget: the bytes the entry point passes straight to libc
+	 * (one subtraction) before its slow path runs. Not monitored: until
+	 * the next poll. Sampled: until the next sample point, or sooner
+	 * while records wait (their deadline is checked). 0 while exact and
+	 * before the thread's first call: every call takes the slow path.
+	 */
+	uint64_t left;
+	int64_t beyond;		/* sampled: the sample gap's bytes after left */
+	int sampling;		/* left + beyond is a sample gap */
 	int guard;		/* nestable reentrancy guard */
 	int poll;		/* hook calls until the next clock read */
 	unsigned int gen;	/* epoch the buffered records belong to */
@@ -151,7 +164,6 @@ struct tstate {
 	int exiting;		/* key destructor ran: no buffer any more */
 	int keyed;		/* pthread_setspecific done */
 	uint64_t first_ns;	/* time of buf[0] */
-	int64_t sample_left;	/* bytes to the next sample point */
 	uint64_t rng;		/* xorshift64* state, 0: unseeded */
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
 	unsigned int tgen;	/* generation of the index's live entries */
@@ -482,6 +494,8 @@ static void populate_tables(void);
 
 static void start_monitoring(void)
 {
+	t_st.left = 0;	/* this thread's malloc: the others' see it when their budget is spent */
+	t_st.sampling = 0;
 	populate_tables();
 	map_kernel_clock();
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
@@ -929,9 +943,11 @@ static void populate_tables(void)
 		populate(g_recent, sizeof(g_recent));
 }
 
+/* Fibonacci hashing of p / 16 (blocks are 16-aligned): the multiplier is
+ * 2^64 / golden ratio / 16, which spares sampled free a shift. */
 static inline uint32_t set_hash(const void *p)
 {
-	return (uint32_t)(((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - SET_BITS));
+	return (uint32_t)((uintptr_t)p * 0x09e3779b97f4a7c1ULL >> (64 - SET_BITS));
 }
 
 static inline uint64_t *set_bucket(struct aset *s, const void *p)
@@ -1021,20 +1037,46 @@ static int64_t sample_gap(struct tstate *t)
  * rounded at random so that E[weight] = 1/p: weighted live bytes per site
  * are unbiased.
  */
+/*
+ * The next sample point is gap bytes away: malloc's entry point passes all
+ * of them to libc, or POLL_BYTES if wait (records wait for their deadline,
+ * which its slow path checks).
+ */
+static inline void sample_budget(struct tstate *t, int64_t gap, int wait)
+{
+	uint64_t budget = (uint64_t)gap;
+
+	if (wait && budget > POLL_BYTES)
+		budget = POLL_BYTES;
+	t->left = budget;
+	t->beyond = gap - (int64_t)budget;
+	t->sampling = 1;
+}
+
+/* Sampled: a record was buffered. */
+static inline void sampled_wait(struct tstate *t)
+{
+	if (t->sampling && t->left > POLL_BYTES)
+		sample_budget(t, (int64_t)t->left + t->beyond, 1);
+}
+
 static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
 {
 	double w, fl;
+	int64_t gap;
 
 	if (unlikely(!t->rng)) {
 		t->rng = now_ns() ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ULL) ^ 0x5851f42d4c957f2dULL;
 		if (!t->rng)
 			t->rng = 1;
-		t->sample_left = sample_gap(t);
 	}
-	t->sample_left -= (int64_t)size;
-	if (likely(t->sample_left > 0))
+	gap = t->sampling ? (int64_t)t->left + t->beyond : sample_gap(t);
+	gap -= (int64_t)size;
+	if (likely(gap > 0)) {
+		sample_budget(t, gap, t->n != 0);
 		return 0;
-	t->sample_left = sample_gap(t);	/* memoryless: from this block's end */
+	}
+	sample_budget(t, sample_gap(t), 1);	/* memoryless: from this block's end */
 	w = 1.0 / -expm1(-(double)size / (double)g_sample);
 	fl = floor(w);
 	if (rng_unit(t) <= w - fl)
@@ -1138,6 +1180,8 @@ note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *ms
 		}
 	}
 	record(t, op, p, NULL, size, 0, 1, 0);	/* stamped in record(), unless cancelled */
+	if (g_sample)
+		sampled_wait(t);
 }
 
 /* ---- init ----------------------------------------------------------------- */
@@ -1302,6 +1346,8 @@ static void at_fork_child(void)
 	struct tstate *t = &t_st;
 
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
+	t->left = 0;
+	t->sampling = 0;
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;
@@ -1327,14 +1373,17 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 	int r;
 
 	t->poll = POLL_EVERY;
-	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) != 2)
-		return;	/* called from inside init: the device is not open yet */
-	if (!g_active) {
-		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
-		return;
-	}
 	if (g_fast.hot >= HOT_MON)
 		return;	/* a nested call while monitored */
+	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) != 2)
+		return;	/* called from inside init: the device is not open yet */
+	t->sampling = 0;
+	if (!g_active) {
+		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
+		t->left = UINT64_MAX / 2;
+		return;
+	}
+	t->left = POLL_BYTES;
 	now = coarse_ns();
 	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
 	if ((int64_t)(now - next) < 0 ||
@@ -1400,37 +1449,78 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
  * would: saved frame pointer, then the caller's return address, which is
  * where a frame-pointer walk starts.
  */
-__attribute__((noinline, cold)) static void *malloc_poll(size_t n, int hot)
-{
-	if (hot == HOT_SAMPLE)
-		sampled_poll(&t_st);
-	else
-		pass_poll(&t_st);
-	return real.malloc(n);
-}
-
+/* malloc's budget is spent (the entry point took n from it), and this
+ * call records: exact, a sample point in these n bytes, or starting. */
 __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
 {
 	struct src s = SRC(ra, __builtin_frame_address(0));
+	struct tstate *t = &t_st;
 
+	if (g_fast.hot == HOT_SAMPLE)
+		t->left += n;	/* part of the sample gap: sample() takes n */
+	else
+		t->left = 0;	/* exact or starting: every call comes here */
 	return do_malloc(n, &s);
 }
 
-PMM_EXPORT void *malloc(size_t n)
+/*
+ * malloc's budget is spent, and not in exact mode. Not monitored: poll,
+ * which grants the next. Sampled with no sample point in these n bytes:
+ * the budget stopped short of it because records wait; check their
+ * deadline, and go on to the sample point.
+ */
+__attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 {
 	struct tstate *t = &t_st;
 	int hot = g_fast.hot;
+	int64_t rest;
 
-	if (likely(hot == HOT_PASS) ||
-	    /* sampled, and no sample point in these n bytes: nothing to record */
-	    (hot == HOT_SAMPLE && likely(t->sample_left > (int64_t)n))) {
-		if (hot == HOT_SAMPLE)
-			t->sample_left -= (int64_t)n;
-		if (poll_due(t))
-			return malloc_poll(n, hot);
+	if (hot == HOT_PASS) {
+		t->left = 0;
+		pass_poll(t);
 		return real.malloc(n);
 	}
-	return malloc_slow(n, __builtin_return_address(0));
+	rest = (int64_t)(t->left + (uint64_t)t->beyond);	/* after these n bytes */
+	if (hot == HOT_SAMPLE && t->sampling && rest > 0 && n <= INT64_MAX) {
+		sample_budget(t, rest, t->n != 0);
+		if (t->n && !t->guard)
+			sampled_poll(t);
+		return real.malloc(n);
+	}
+	return malloc_slow(n, ra);
+}
+
+/*
+ * t->left -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
+ * spends it too). On x86-64 one instruction on the thread's variable and a
+ * branch: a compiler loads, compares, subtracts and stores.
+ */
+static inline __attribute__((always_inline)) int budget_take(size_t n)
+{
+#ifdef __x86_64__
+	asm goto("subq %1, %0\n\t"
+		 "jbe %l[spent]"
+		 : : "m"(t_st.left), "r"(n) : "cc", "memory" : spent);
+	return 1;
+spent:
+	return 0;
+#else
+	uint64_t left = t_st.left;
+
+	t_st.left = left - n;
+	return left > n;
+#endif
+}
+
+/* Not monitored, or sampled with no sample point in these n bytes:
+ * nothing to record until the budget is spent. */
+PMM_EXPORT void *malloc(size_t n)
+{
+	if (likely(budget_take(n)))
+		return real.malloc(n);
+	if (likely(g_fast.hot == HOT_MON))
+		return malloc_slow(n, __builtin_return_address(0));
+	return malloc_spent(n, __builtin_return_address(0));
 }
 
 static void do_free(void *p)
@@ -1557,6 +1647,8 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		if (bytes == 0 && p) {		/* freed */
 			if (!g_sample || was)
 				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+			if (was)
+				sampled_wait(t);
 		} else if (!g_sample) {		/* failed, p intact */
 			record(t, PMM_OP_REALLOC, NULL, NULL, bytes, site_of(t, s), 1, 0);
 		} else if (was) {
@@ -1570,8 +1662,10 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
 		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight, 0);
 	} else {
-		if (was)
+		if (was) {
 			record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+			sampled_wait(t);
+		}
 		sampled_tick(t);
 	}
 	errno = saved;

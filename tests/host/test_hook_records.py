@@ -99,3 +99,49 @@ def test_race_frees_carry_their_allocations_tags(tmp_path: Path, clock: str) -> 
     assert not [s for s in last.values() if s.rec.size == 56 and not s.rec.flags]
     # the threads did race: a tenth of the frees at least crossed
     assert crossed >= n // 5, crossed
+
+
+BUDGET = TOP / "hooklib" / "bench" / "bin" / "budget"
+HUGE = [2**64 - 1, 2**63, 2**63 + 4096, 2**64 - 4096]
+
+
+@pytest.mark.parametrize("mode", ["exact", "unmonitored", "sampled"])
+def test_malloc_budget_after_huge_and_zero_sizes(tmp_path: Path, mode: str) -> None:
+    """malloc's entry point takes each size from a per-thread budget that
+    exact mode keeps spent. budget mallocs, in each of 32 rounds, one size
+    of 2^63 or more (they fail), ten blocks of 40 bytes and one of 0, and
+    frees them: exact mode must record every one, the failures as FAILED.
+    A signed budget, or one that a size of 0 leaves as it is, lets blocks
+    after such a size pass unrecorded."""
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1",
+                    PMM_FAKE_LOG=str(log))
+    if mode == "unmonitored":
+        env["PMM_FAKE_UNMONITORED"] = "1"
+    elif mode == "sampled":
+        env["PMM_SAMPLE"] = "64"
+    done = subprocess.run([str(BUDGET), "32"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    sent = [s.rec for s in sent_records(log)] if log.exists() else []
+    if mode == "unmonitored":
+        assert sent == []
+        return
+    mallocs: Counter[tuple[int, int]] = Counter()
+    for r in sent:
+        if r.op == Op.MALLOC:
+            mallocs[r.size, r.flags & uapi.REC_F_FAILED] += r.weight
+    if mode == "sampled":
+        # one sample per 64 bytes on average: the 40-byte blocks are
+        # sampled (weights are 1/p, rounded at random: 320 in all on
+        # average, standard deviation 20), the failures and the empty
+        # blocks never: a failure that took its size from the sample gap
+        # left sampling stopped for 2^63 bytes
+        assert set(mallocs) == {(40, 0)}
+        assert 200 <= mallocs[40, 0] <= 440, mallocs
+        return
+    failed = Counter({(size, uapi.REC_F_FAILED): 8 for size in HUGE})
+    assert mallocs == failed + Counter({(40, 0): 320, (0, 0): 32})
+    # every block freed: by a FREE record, or cancelled in the buffer
+    assert sum(r.weight for r in sent if r.op == Op.FREE) + sum(
+        r.weight for r in sent if r.op == Op.MALLOC and r.flags & uapi.REC_F_FREED) == 352

@@ -1449,17 +1449,12 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
  * would: saved frame pointer, then the caller's return address, which is
  * where a frame-pointer walk starts.
  */
-/* malloc's budget is spent (the entry point took n from it), and this
- * call records: exact, a sample point in these n bytes, or starting. */
+/* malloc's budget is spent, and this call records: exact, a sample point
+ * in these n bytes, or starting. The caller has set the budget. */
 __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
 {
 	struct src s = SRC(ra, __builtin_frame_address(0));
-	struct tstate *t = &t_st;
 
-	if (g_fast.hot == HOT_SAMPLE)
-		t->left += n;	/* part of the sample gap: sample() takes n */
-	else
-		t->left = 0;	/* exact or starting: every call comes here */
 	return do_malloc(n, &s);
 }
 
@@ -1480,13 +1475,18 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 		pass_poll(t);
 		return real.malloc(n);
 	}
+	if (hot != HOT_SAMPLE) {
+		t->left = 0;	/* starting: every call comes here */
+		return malloc_slow(n, ra);
+	}
 	rest = (int64_t)(t->left + (uint64_t)t->beyond);	/* after these n bytes */
-	if (hot == HOT_SAMPLE && t->sampling && rest > 0 && n <= INT64_MAX) {
+	if (t->sampling && rest > 0 && n <= INT64_MAX) {
 		sample_budget(t, rest, t->n != 0);
 		if (t->n && !t->guard)
 			sampled_poll(t);
 		return real.malloc(n);
 	}
+	t->left += n;	/* part of the sample gap: sample() takes n */
 	return malloc_slow(n, ra);
 }
 
@@ -1518,8 +1518,10 @@ PMM_EXPORT void *malloc(size_t n)
 {
 	if (likely(budget_take(n)))
 		return real.malloc(n);
-	if (likely(g_fast.hot == HOT_MON))
+	if (likely(g_fast.hot == HOT_MON)) {
+		t_st.left = 0;	/* exact: every call records */
 		return malloc_slow(n, __builtin_return_address(0));
+	}
 	return malloc_spent(n, __builtin_return_address(0));
 }
 
@@ -1540,13 +1542,18 @@ static void do_free(void *p)
 	t->guard--;
 }
 
-PMM_EXPORT void free(void *p)
+/* no-crossjumping: the sampled case keeps its own jump to libc (shared
+ * with the unmonitored case's, it is two jumps). */
+PMM_EXPORT __attribute__((optimize("no-crossjumping"))) void free(void *p)
 {
 	uint32_t hot = g_fast.hot_no_arena;
 
-	if (likely(hot == HOT_PASS) ||
-	    (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED))) {
-		real.free(p);	/* not monitored, or surely not a sampled block */
+	if (likely(hot == HOT_PASS)) {
+		real.free(p);	/* not monitored */
+		return;
+	}
+	if (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
+		real.free(p);	/* surely not a sampled block */
 		return;
 	}
 	do_free(p);

@@ -1032,12 +1032,6 @@ static int64_t sample_gap(struct tstate *t)
 }
 
 /*
- * Is this allocation of size bytes sampled? Then *weight is 1/p with
- * p = 1 - exp(-size/BYTES), the chance that a sample point fell in it,
- * rounded at random so that E[weight] = 1/p: weighted live bytes per site
- * are unbiased.
- */
-/*
  * The next sample point is gap bytes away: malloc's entry point passes all
  * of them to libc, or POLL_BYTES if wait (records wait for their deadline,
  * which its slow path checks).
@@ -1053,13 +1047,26 @@ static inline void sample_budget(struct tstate *t, int64_t gap, int wait)
 	t->sampling = 1;
 }
 
+/* Sampled: the bytes to the next sample point (left may have wrapped below
+ * 0 when malloc's entry point took a size larger than it). */
+static inline int64_t sample_gap_left(const struct tstate *t)
+{
+	return (int64_t)(t->left + (uint64_t)t->beyond);
+}
+
 /* Sampled: a record was buffered. */
 static inline void sampled_wait(struct tstate *t)
 {
 	if (t->sampling && t->left > POLL_BYTES)
-		sample_budget(t, (int64_t)t->left + t->beyond, 1);
+		sample_budget(t, sample_gap_left(t), 1);
 }
 
+/*
+ * Is this allocation of size bytes sampled? Then *weight is 1/p with
+ * p = 1 - exp(-size/BYTES), the chance that a sample point fell in it,
+ * rounded at random so that E[weight] = 1/p: weighted live bytes per site
+ * are unbiased.
+ */
 static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
 {
 	double w, fl;
@@ -1070,7 +1077,7 @@ static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
 		if (!t->rng)
 			t->rng = 1;
 	}
-	gap = t->sampling ? (int64_t)t->left + t->beyond : sample_gap(t);
+	gap = t->sampling ? sample_gap_left(t) : sample_gap(t);
 	gap -= (int64_t)size;
 	if (likely(gap > 0)) {
 		sample_budget(t, gap, t->n != 0);
@@ -1448,9 +1455,10 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
  * tail call. A *_slow function's frame then stands where its entry point's
  * would: saved frame pointer, then the caller's return address, which is
  * where a frame-pointer walk starts.
+ *
+ * malloc_slow: malloc's budget is spent, and this call records: exact, a
+ * sample point in these n bytes, or starting. The caller has set the budget.
  */
-/* malloc's budget is spent, and this call records: exact, a sample point
- * in these n bytes, or starting. The caller has set the budget. */
 __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
 {
 	struct src s = SRC(ra, __builtin_frame_address(0));
@@ -1479,7 +1487,7 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 		t->left = 0;	/* starting: every call comes here */
 		return malloc_slow(n, ra);
 	}
-	rest = (int64_t)(t->left + (uint64_t)t->beyond);	/* after these n bytes */
+	rest = sample_gap_left(t);	/* after these n bytes */
 	if (t->sampling && rest > 0 && n <= INT64_MAX) {
 		sample_budget(t, rest, t->n != 0);
 		if (t->n && !t->guard)

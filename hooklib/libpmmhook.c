@@ -166,7 +166,6 @@ struct tstate {
 	uint64_t first_ns;	/* time of buf[0] */
 	uint64_t rng;		/* xorshift64* state, 0: unseeded */
 	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
-	unsigned int tgen;	/* generation of the index's live entries */
 	unsigned int site_gen;	/* epoch of site_cache */
 	uint64_t clock;		/* this thread's last stamp (address clock) */
 	unsigned int merge_skip;	/* batches to send without merging */
@@ -555,26 +554,24 @@ static int start_self(void)
  *    thread's unsent buffer, and is still the last allocation at that
  *    address, cancels against it: the allocation is flagged PMM_REC_F_FREED
  *    and the free is not sent, so the kernel counts both with no table work
- *    (most blocks of most programs die young). A per-thread index of the
- *    buffered allocations, after the records in the buffer's mapping, finds
- *    the record.
+ *    (most blocks of most programs die young). The slot also keeps where
+ *    in its thread's buffer that allocation was written; the freeing thread
+ *    looks there in its own buffer, and the record's address, op and tag
+ *    say whether it is that allocation (a slot written by another thread,
+ *    or a buffer flushed since, points at some other record). One store
+ *    and one compare where a per-thread hash index of the buffer cost a
+ *    tenth of exact mode's instructions.
  */
 #define RECENT_BITS	14
 #define RECENT_SLOTS	(1U << RECENT_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
-#define TIDX_BITS	13	/* per-thread index: 2 slots per buffered record */
-#define TIDX_SLOTS	(1U << TIDX_BITS)
-#define TIDX_SLOT_BITS	12	/* an entry: generation << 12 | buffer slot */
-#define TIDX_GENS	(1U << (16 - TIDX_SLOT_BITS))	/* 0: never written */
-#define TBUF_BYTES	(((TBUF_RECORDS * sizeof(struct pmm_record)) + \
-			  (TIDX_SLOTS * sizeof(uint16_t)) + 4095) & ~4095UL)
-
-_Static_assert(TIDX_SLOTS >= 2 * TBUF_RECORDS, "the index stays at most half full");
-_Static_assert(TBUF_RECORDS <= 1U << TIDX_SLOT_BITS, "a buffer slot fits an index entry");
+#define TBUF_BYTES	((TBUF_RECORDS * sizeof(struct pmm_record) + 4095) & ~4095UL)
+#define NOT_BUFFERED	UINT32_MAX	/* recent.at of an allocation sent alone */
 
 struct recent {
 	uint64_t entry;		/* the last allocation: high bits, tag */
 	uint64_t stamp;		/* the last stamp of an event here (address clock) */
+	uint32_t at;		/* the last allocation's slot in its thread's buffer */
 };
 
 static struct recent g_recent[RECENT_SLOTS] __attribute__((aligned(64)));
@@ -634,74 +631,30 @@ static inline uint64_t stamp_none(struct tstate *t)
 	return g_precise ? now_ns() : next_stamp(t, 0);
 }
 
-static inline uint16_t *tidx(struct tstate *t)
-{
-	return (uint16_t *)(t->buf + TBUF_RECORDS);
-}
-
-static inline unsigned int tidx_home(uint64_t ptr)
-{
-	return (unsigned int)((ptr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - TIDX_BITS));
-}
-
-/* The record an index entry of this buffer's generation points to, or NULL
- * for an empty slot (an entry of an earlier generation is empty). */
-static inline struct pmm_record *tidx_rec(struct tstate *t, uint16_t e)
-{
-	if (e >> TIDX_SLOT_BITS != t->tgen)
-		return NULL;
-	return &t->buf[e & ((1U << TIDX_SLOT_BITS) - 1)];
-}
-
-/* Buffer slot i holds an allocation at ptr: the index points ptr there. */
-static inline void tidx_add(struct tstate *t, uint64_t ptr, unsigned int i)
-{
-	uint16_t *ix = tidx(t);
-	unsigned int h = tidx_home(ptr);
-	struct pmm_record *r;
-
-	while ((r = tidx_rec(t, ix[h])) && r->ptr != ptr)
-		h = (h + 1) & (TIDX_SLOTS - 1);
-	ix[h] = (uint16_t)(t->tgen << TIDX_SLOT_BITS | i);
-}
-
-/* The buffered allocation at ptr, or NULL. */
-static inline struct pmm_record *tidx_find(struct tstate *t, uint64_t ptr)
-{
-	uint16_t *ix = tidx(t);
-	unsigned int h = tidx_home(ptr);
-	struct pmm_record *r;
-
-	for (; (r = tidx_rec(t, ix[h])); h = (h + 1) & (TIDX_SLOTS - 1))
-		if (r->ptr == ptr)
-			return r;
-	return NULL;
-}
-
-/*
- * Empties the thread's buffer and its index. The index is emptied by moving
- * to the next generation, so a flush does not clear its 16 KiB (a thread
- * that sends a few records at a time would otherwise touch all of it);
- * only when the generations run out is it cleared.
- */
+/* Empties the thread's buffer (the slots' positions in it go stale: the
+ * records they name are checked before a cancel). */
 static void tbuf_reset(struct tstate *t)
 {
-	if (t->buf && t->n && ++t->tgen == TIDX_GENS) {
-		memset(tidx(t), 0, TIDX_SLOTS * sizeof(uint16_t));
-		t->tgen = 1;
-	}
 	t->n = 0;
 }
 
-/* A free of ptr whose allocation has tag: 1 if it cancelled against it. */
-static inline int cancel_buffered(struct tstate *t, uint64_t ptr, int64_t tag)
+/*
+ * A free of ptr, whose allocation has tag (slot: ptr's): 1 if it cancelled
+ * against that allocation's record in this thread's buffer. Only a record
+ * of an allocation at ptr with the tag is it: the tag is the allocation's
+ * stamp, and stamps at one address only grow.
+ */
+static inline int cancel_buffered(struct tstate *t, const struct recent *slot, uint64_t ptr,
+				  int64_t tag)
 {
+	uint32_t i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
 	struct pmm_record *r;
 
-	if (tag < 0 || !t->n)
+	if (tag < 0 || i >= t->n)
 		return 0;
-	r = tidx_find(t, ptr);
-	if (!r || (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
+	r = &t->buf[i];
+	if (r->ptr != ptr || r->op == PMM_OP_FREE ||
+	    (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
 	    (int64_t)(r->time_ns & TAG_MASK) != tag)
 		return 0;
 	r->flags |= PMM_REC_F_FREED;
@@ -725,8 +678,6 @@ static int tbuf_get(struct tstate *t)
 	}
 	t->buf = p;
 	t->n = 0;
-	t->tgen = 1;	/* the new mapping is zeroed: every entry is empty */
-	populate(tidx(t), TIDX_SLOTS * sizeof(uint16_t));	/* read first */
 	if (!t->keyed) {
 		t->keyed = 1;
 		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
@@ -863,7 +814,7 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		slot = recent_slot((uintptr_t)ptr);
 	if (op == PMM_OP_FREE && slot) {
 		tag = recent_tag(slot, (uintptr_t)ptr);
-		if (cancel_buffered(t, (uintptr_t)ptr, tag))
+		if (cancel_buffered(t, slot, (uintptr_t)ptr, tag))
 			return;
 	} else if (op == PMM_OP_REALLOC && prev) {
 		/* before ptr's entry replaces it */
@@ -890,8 +841,7 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	r->alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
 	if (slot && op != PMM_OP_FREE) {
 		__atomic_store_n(&slot->entry, recent_entry((uintptr_t)ptr, now), __ATOMIC_RELAXED);
-		if (r != &one)
-			tidx_add(t, (uintptr_t)ptr, t->n);
+		__atomic_store_n(&slot->at, r != &one ? t->n : NOT_BUFFERED, __ATOMIC_RELAXED);
 	}
 	if (r == &one) {
 		send_one(r);

@@ -9,7 +9,7 @@
 KVER ?= $(shell scripts/kver.sh 2>/dev/null)
 export KVER
 PY := .venv/bin/python
-SUBDIRS := hooklib examples tests/progs
+SUBDIRS := hooklib examples tests/progs bench/icount
 
 .PHONY: all setup kmod userspace test test-host test-vm bench demo check clean \
 	debug-kernel test-debug install uninstall
@@ -55,10 +55,11 @@ test-debug: setup
 
 check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check
-	.venv/bin/ruff check pmctl pmd tests
+	.venv/bin/ruff check pmctl pmd tests bench
 	.venv/bin/mypy pmctl pmd
 	.venv/bin/mypy tests/host
 	.venv/bin/mypy tests/guest tests/debug
+	.venv/bin/mypy bench
 
 install: all
 	scripts/install.sh install

@@ -10,26 +10,20 @@
 # module's own work in ioctls and at exit counts) and their ratios to the
 # bare run, for: bare; hooked, not monitored; monitored exact (PMM_START=1);
 # monitored sampled (PMM_SAMPLE=524288); heaptrack (reference).
+# The programs and configurations are bench/hook_runs.sh's, shared with
+# bench/guest_icount.sh (their instruction counts).
 #
 #   bench/guest_hook.sh [ITERATIONS]   (default 1000000 per microbenchmark run)
 set -u
 cd "$(dirname "$0")/.."
 top=$(pwd)
 iters=${1:-1000000}
-hook=$top/hooklib/libpmmhook.so
-mb=$top/hooklib/bench/bin/malloc_bench
 tmp=$(mktemp -d /tmp/guest_hook.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-if [ ! -e /dev/pmm ] && [ -z "${GUEST_HOOK_NO_DEVICE:-}" ]; then
-	echo "guest_hook: /dev/pmm missing: load kmod/pmm.ko first" >&2
-	exit 1
-fi
-for f in "$hook" "$mb"; do
-	[ -x "$f" ] || [ -f "$f" ] || { echo "guest_hook: $f missing: run make" >&2; exit 1; }
-done
-
 . bench/workloads.sh
+. bench/hook_runs.sh
+hook_check guest_hook
 write_workloads "$tmp"
 
 busy() {	# machine-wide busy jiffies
@@ -53,14 +47,8 @@ children_ticks() {
 run() {
 	local cfg=$1 t0 t1 b0 b1 c0 c1 ticks pid rc
 	shift
-	local -a env=(env -u LD_PRELOAD -u PMM_START -u PMM_SAMPLE PMM_QUIET=1)
-	case "$cfg" in
-	bare) ;;
-	unmonitored) env+=(LD_PRELOAD="$hook") ;;
-	exact) env+=(LD_PRELOAD="$hook" PMM_START=1) ;;
-	sampled) env+=(LD_PRELOAD="$hook" PMM_START=1 PMM_SAMPLE=524288) ;;
-	heaptrack) env+=(heaptrack -o "$tmp/ht") ;;
-	esac
+	local -a env
+	hook_env "$cfg"
 	sync
 	b0=$(busy)
 	t0=$(now)
@@ -78,13 +66,7 @@ run() {
 		echo "guest_hook: $cfg $* failed:" >&2
 		cat "$tmp/err" >&2
 	fi
-	# a monitored run leaves an exited entry: stop it, so that the next runs
-	# stay under MAX_PIDS, and say so if the run was not monitored at all
-	if [ "$cfg" = exact ] || [ "$cfg" = sampled ]; then
-		if [ -w /proc/pmm/cfg ] && ! echo "STOP_PID $pid" 2>/dev/null >/proc/pmm/cfg; then
-			echo "guest_hook: $cfg run (pid $pid) was not monitored" >&2
-		fi
-	fi
+	hook_stop guest_hook "$cfg" "$pid"
 	rm -f "$tmp"/ht*
 	awk -v t0="$t0" -v t1="$t1" -v b0="$b0" -v b1="$b1" -v c0="$c0" -v c1="$c1" \
 		-v hz="$(getconf CLK_TCK)" \
@@ -142,7 +124,4 @@ PY
 }
 
 echo "guest_hook: libpmmhook.so cost (machine-wide cpu from /proc/stat, $(nproc) cpus; median of $reps paired rounds, cpu ratio range; process: the run's own cpu, median ratio and interquartile range; heaptrack once, against round 0)"
-bench "malloc_bench 1 thread" "$mb" -t 1 -n "$iters"
-bench "malloc_bench 2 threads" "$mb" -t 2 -n $((iters / 2))
-bench "python3 json 10k" /usr/bin/python3 -I "$tmp/bench.py"
-bench "sqlite3 10k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit
+hook_programs "$iters"

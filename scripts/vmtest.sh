@@ -5,6 +5,7 @@
 # holds the guest's output. Exit status: the guest command's.
 #
 #   scripts/vmtest.sh [--kernel IMAGE] [--memory 1G] [-- CMD...]
+# VM_QEMU_OPTS: extra QEMU options (scripts/bench-icount.sh: a TCG plugin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -41,6 +42,11 @@ if [ -z "${VM_NO_KVM:-}" ] && [ -w /dev/kvm ]; then
 		accel=()
 	fi
 fi
+# Extra QEMU options: vng takes them last and through a shell.
+qemu_opts=()
+if [ -n "${VM_QEMU_OPTS:-}" ]; then
+	qemu_opts=(--qemu-opts="$VM_QEMU_OPTS")
+fi
 # A boot that never reaches the command (seen twice in TCG with the debug
 # kernel: QEMU busy, no output for 30 minutes) is killed after
 # VM_BOOT_TIMEOUT seconds (default 240; a TCG boot takes 45-100 s) and tried
@@ -52,7 +58,7 @@ for attempt in 1 2 3; do
 	rm -f "$started"
 	echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
 	setsid vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \
-		--rwdir "$results" --exec "$cmd" &
+		--rwdir "$results" --exec "$cmd" "${qemu_opts[@]}" &
 	vm=$!
 	for ((waited = 0; waited < boot_timeout; waited++)); do
 		[ -e "$started" ] || ! kill -0 "$vm" 2>/dev/null && break

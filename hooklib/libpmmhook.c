@@ -369,6 +369,15 @@ static void fake_clock_refresh(void)
 }
 #endif
 
+/* The coarse time at a poll (the fake-device build refreshes its page). */
+static inline uint64_t poll_ns(void)
+{
+#ifdef PMM_FAKE_DEV
+	fake_clock_refresh();
+#endif
+	return coarse_ns();
+}
+
 /*
  * The clock page, for the address clock (it reads the coarse time on every
  * record). Mapped when monitoring first starts, not at init: the module's
@@ -1108,10 +1117,7 @@ static inline uint32_t site_of(struct tstate *t, const struct src *s)
 __attribute__((noinline)) static void sampled_poll(struct tstate *t)
 {
 	t->poll = POLL_EVERY;
-#ifdef PMM_FAKE_DEV
-	fake_clock_refresh();
-#endif
-	if (t->n && (int64_t)(coarse_ns() - t->first_ns) > (int64_t)FLUSH_NS) {
+	if (t->n && (int64_t)(poll_ns() - t->first_ns) > (int64_t)FLUSH_NS) {
 		t->guard++;
 		flush(t);
 		t->guard--;
@@ -1370,10 +1376,7 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 		return;
 	}
 	t->left = POLL_BYTES;
-#ifdef PMM_FAKE_DEV
-	fake_clock_refresh();
-#endif
-	now = coarse_ns();
+	now = poll_ns();
 	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
 	if ((int64_t)(now - next) < 0 ||
 	    !__atomic_compare_exchange_n(&g_next_query, &next, now + QUERY_NS, 0,

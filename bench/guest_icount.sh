@@ -12,7 +12,11 @@
 #                                     microbenchmark run, as bench/guest_hook.sh)
 # PMM_ICOUNT_REPS=N runs every configuration N times (default 3; the report
 # takes the median: the guest's background work adds about 1 M instructions
-# a second of wall time, and now and then far more).
+# a second of wall time, and now and then far more). PMM_ICOUNT_ONLY=GLOB
+# runs only the programs whose name matches (e.g. 'malloc_bench 1*'),
+# PMM_ICOUNT_CFGS the configurations named (default "bare unmonitored exact
+# sampled"). PMM_ICOUNT_PROF=1 (scripts/bench-icount.sh's kernel profile)
+# also copies the guest's /proc/kallsyms to the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -39,6 +43,9 @@ hook_check guest_icount "$mark"
 # during a measured run
 udevadm settle 2>/dev/null || true
 sleep 5
+if [ -n "${PMM_ICOUNT_PROF:-}" ]; then
+	cp /proc/kallsyms "$PMM_RESULTS/guest_kallsyms.txt"
+fi
 write_workloads "$tmp"
 echo "rounds $rounds" >"$labels"
 
@@ -71,8 +78,10 @@ bench() {	# NAME CMD...
 	# file system (9p) into the guest's page cache, once
 	hook_env unmonitored
 	"${env[@]}" "$@" >/dev/null 2>&1 </dev/null || true
+	# shellcheck disable=SC2053 # a glob, on purpose
+	[[ $name == ${PMM_ICOUNT_ONLY:-*} ]] || return 0
 	for ((r = 0; r < reps; r++)); do
-		for cfg in bare unmonitored exact sampled; do
+		for cfg in ${PMM_ICOUNT_CFGS:-bare unmonitored exact sampled}; do
 			run "$name" "$cfg" "$@"
 		done
 	done

@@ -22,12 +22,20 @@
  * Markers seen from two host threads mean several: the plugin then writes a
  * "#" line, which bench/icount_report.py refuses.
  *
+ * With prof=FILE it also profiles the guest kernel: each kernel block's
+ * instructions go to a counter of its start address (inline adds too), and
+ * at each "mark stop" the counters of the run are appended to FILE as
+ * "ADDRESS COUNT" lines after a "= RUN" line (RUN: the stop markers so far,
+ * from 1), then cleared. bench/icount_prof.py turns them into functions and
+ * source lines with the guest's /proc/kallsyms.
+ *
  * Debian ships no qemu-plugin.h, so the few declarations used are written out
  * below from QEMU's plugin documentation (the ABI of API version 1).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -68,6 +76,7 @@ void qemu_plugin_register_vcpu_insn_exec_cb(struct plugin_insn *insn, vcpu_udata
 size_t qemu_plugin_tb_n_insns(const struct plugin_tb *tb);
 struct plugin_insn *qemu_plugin_tb_get_insn(const struct plugin_tb *tb, size_t idx);
 const void *qemu_plugin_insn_data(const struct plugin_insn *insn);
+uint64_t qemu_plugin_tb_vaddr(const struct plugin_tb *tb);
 size_t qemu_plugin_insn_size(const struct plugin_insn *insn);
 
 /* QEMU refuses a plugin without it, or newer than it supports */
@@ -77,6 +86,73 @@ EXPORT int qemu_plugin_version = 1;
 static uint64_t count;		/* instructions of all vCPUs */
 static int out_fd = -1;
 static pid_t marker_tid;	/* the host thread of the first marker */
+
+/*
+ * prof=: a counter per kernel block start address, open addressing, never
+ * moved (the translated code adds to it in place). Blocks retranslated at
+ * one address share its counter.
+ */
+#define PROF_BITS	20
+#define PROF_SLOTS	(1U << PROF_BITS)
+#define KERNEL_START	0xffff800000000000ULL
+
+struct prof_ent {
+	uint64_t vaddr;		/* 0: empty */
+	uint64_t count;		/* instructions since the last stop marker */
+};
+
+static struct prof_ent *prof;
+static unsigned int prof_used;
+static int prof_fd = -1;
+static unsigned int prof_runs;
+
+static uint64_t *prof_counter(uint64_t vaddr)
+{
+	unsigned int i = (unsigned int)(vaddr * 0x9e3779b97f4a7c15ULL >> (64 - PROF_BITS));
+
+	while (prof[i].vaddr && prof[i].vaddr != vaddr)
+		i = (i + 1) & (PROF_SLOTS - 1);
+	if (!prof[i].vaddr) {
+		if (prof_used >= PROF_SLOTS / 2)
+			return NULL;	/* full: the block counts in the total only */
+		prof[i].vaddr = vaddr;
+		prof_used++;
+	}
+	return &prof[i].count;
+}
+
+/* appends the run's counters to the prof file and clears them */
+static void prof_dump(void)
+{
+	static char buf[1 << 16];
+	size_t len;
+	unsigned int i;
+
+	len = (size_t)snprintf(buf, sizeof(buf), "= %u\n", ++prof_runs);
+	for (i = 0; i < PROF_SLOTS; i++) {
+		if (!prof[i].count)
+			continue;
+		if (len > sizeof(buf) - 64) {
+			if (write(prof_fd, buf, len) != (ssize_t)len)
+				perror("icount: prof write");
+			len = 0;
+		}
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%llx %llu\n",
+					(unsigned long long)prof[i].vaddr,
+					(unsigned long long)prof[i].count);
+		prof[i].count = 0;
+	}
+	if (write(prof_fd, buf, len) != (ssize_t)len)
+		perror("icount: prof write");
+}
+
+static void prof_clear(void)
+{
+	unsigned int i;
+
+	for (i = 0; i < PROF_SLOTS; i++)
+		prof[i].count = 0;
+}
 
 /*
  * The marker: nopl 0x504d4d00+K(%rax,%rax,1), 8 bytes, "PMM" in the top
@@ -106,14 +182,24 @@ static void marker_exec(unsigned int vcpu, void *k)
 	len = snprintf(line, sizeof(line), "%u %llu\n", (unsigned int)(uintptr_t)k,
 		       (unsigned long long)count);
 	put(line, len);
+	if (prof && (uintptr_t)k == 1)
+		prof_clear();
+	else if (prof && (uintptr_t)k == 2)
+		prof_dump();
 }
 
 static void tb_trans(plugin_id_t id, struct plugin_tb *tb)
 {
 	size_t i, n = qemu_plugin_tb_n_insns(tb);
+	uint64_t vaddr = qemu_plugin_tb_vaddr(tb), *c;
 
 	(void)id;
 	qemu_plugin_register_vcpu_tb_exec_inline(tb, INLINE_ADD_U64, &count, n);
+	if (prof && vaddr >= KERNEL_START) {
+		c = prof_counter(vaddr);
+		if (c)
+			qemu_plugin_register_vcpu_tb_exec_inline(tb, INLINE_ADD_U64, c, n);
+	}
 	for (i = 0; i < n; i++) {
 		struct plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		const unsigned char *b = qemu_plugin_insn_data(insn);
@@ -128,15 +214,28 @@ static void tb_trans(plugin_id_t id, struct plugin_tb *tb)
 EXPORT int qemu_plugin_install(plugin_id_t id, const struct plugin_info *info,
 			       int argc, char **argv)
 {
-	const char *out = NULL;
+	const char *out = NULL, *prof_out = NULL;
 	int i;
 
-	for (i = 0; i < argc; i++)
+	for (i = 0; i < argc; i++) {
 		if (!strncmp(argv[i], "out=", 4))
 			out = argv[i] + 4;
+		else if (!strncmp(argv[i], "prof=", 5))
+			prof_out = argv[i] + 5;
+	}
 	if (!out || !info->system_emulation) {
-		fprintf(stderr, "icount: usage: -plugin libicount.so,out=FILE (system emulation)\n");
+		fprintf(stderr, "icount: usage: -plugin libicount.so,out=FILE[,prof=FILE] "
+			"(system emulation)\n");
 		return -1;
+	}
+	if (prof_out) {
+		prof = calloc(PROF_SLOTS, sizeof(*prof));
+		prof_fd = open(prof_out, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+			       0644);
+		if (!prof || prof_fd < 0) {
+			perror(prof_out);
+			return -1;
+		}
 	}
 	out_fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 	if (out_fd < 0) {

@@ -754,6 +754,18 @@ static __always_inline int pmm_check_record(const struct pmm_record *r)
 	bool moves = r->op == PMM_OP_REALLOC || r->op == PMM_OP_MREMAP;
 	bool frees = r->op == PMM_OP_FREE || r->op == PMM_OP_MUNMAP;
 
+	/*
+	 * Most records are a plain malloc or a tagged free: accepted in a few
+	 * compares (the rules below accept exactly these of their shapes).
+	 */
+	if (r->weight && !r->prev_ptr) {
+		if (r->op == PMM_OP_MALLOC && !r->flags && !r->alloc_tag)
+			return 0;
+		if (r->op == PMM_OP_FREE && r->flags == PMM_REC_F_TAGGED &&
+		    !(r->alloc_tag >> PMM_ALLOC_TAG_BITS))
+			return 0;
+	}
+
 	if (r->op == PMM_OP_NONE || r->op >= PMM_OP_NR)
 		return -EINVAL;
 	if ((r->flags & ~PMM_REC_F_ALL) || !r->weight)

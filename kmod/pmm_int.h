@@ -94,6 +94,7 @@ struct pmm_block_ent {
 	struct pmm_site_stats *site;	/* never freed before the process */
 	u32 weight;
 	u16 op;
+	u8 bucket;			/* size's size bucket, for the free */
 };
 
 /* A free (or munmap) that arrived before its allocation. */

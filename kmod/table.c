@@ -501,27 +501,30 @@ block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 static __always_inline void block_unlink(struct pmm_proc *p,
 					 struct pmm_block_ent *e)
 {
-	u32 mask = block_mask(p), hole = e - p->blocks, i = hole, home;
+	/* locals: the stores below may alias p's fields (no strict aliasing) */
+	struct pmm_block_ent *tab = p->blocks;
+	u32 bits = p->block_bits, mask = (1U << bits) - 1;
+	u32 hole = e - tab, i = hole, home;
 
 	for (;;) {
 		i = (i + 1) & mask;
-		if (!slot_used(&p->blocks[i]))
+		if (!slot_used(&tab[i]))
 			break;
-		home = block_home(p->blocks[i].ptr, p->block_bits);
+		home = block_home(tab[i].ptr, bits);
 		/* the entry at i may move to the hole if its home is not in (hole, i] */
 		if (((i - home) & mask) >= ((i - hole) & mask)) {
-			p->blocks[hole] = p->blocks[i];
+			tab[hole] = tab[i];
 			hole = i;
 		}
 	}
-	p->blocks[hole].op = PMM_OP_NONE;
+	tab[hole].op = PMM_OP_NONE;
 }
 
 static __always_inline void count_alloc(struct pmm_proc *p,
 					struct pmm_site_stats *s, u16 op,
-					u64 size, u32 w)
+					unsigned int bucket, u64 size, u32 w)
 {
-	struct pmm_bucket_stats *bs = &p->stats.buckets[size_bucket(size)];
+	struct pmm_bucket_stats *bs = &p->stats.buckets[bucket];
 
 	s->alloc_count[op] += w;
 	s->alloc_bytes += size * w;
@@ -534,12 +537,15 @@ static __always_inline void count_alloc(struct pmm_proc *p,
 	bs->alloc_bytes += size * w;
 }
 
-/* A free of len bytes of a block of size bsize that belongs to site s. */
+/*
+ * A free of len bytes of a block of size bucket "bucket" (of its size before
+ * the free) that belongs to site s.
+ */
 static __always_inline void count_free(struct pmm_proc *p,
 				       struct pmm_site_stats *s, u16 fop,
-				       u64 bsize, u64 len, u32 w)
+				       unsigned int bucket, u64 len, u32 w)
 {
-	struct pmm_bucket_stats *bs = &p->stats.buckets[size_bucket(bsize)];
+	struct pmm_bucket_stats *bs = &p->stats.buckets[bucket];
 
 	bs->free_count += w;
 	bs->free_bytes += len * w;
@@ -639,6 +645,7 @@ static struct pmm_pending *pending_find(struct pmm_proc *p, u64 ptr, u64 t,
 static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 				     u64 prev, u64 size, u64 t, u32 site, u32 w)
 {
+	unsigned int bucket = size_bucket(size);
 	struct pmm_block_ent *b = NULL;
 	struct pmm_pending *pe = NULL;
 	struct pmm_site_stats *s;
@@ -657,16 +664,17 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 	s = site_get(p, site);
 	if (!s)
 		goto drop;
-	count_alloc(p, s, op, size, w);
+	count_alloc(p, s, op, bucket, size, w);
 	if (pe) {
 		/* its free arrived first: the pair cancels */
 		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
-		count_free(p, s, pe->op, size, len, w);
+		count_free(p, s, pe->op, bucket, len, w);
 		pending_del(p, pe);
 		if (!need_block)
 			return;
 		ptr += len;
 		size -= len;
+		bucket = size_bucket(size);
 		b = block_slot_for(p->blocks, p->block_bits, ptr);
 	}
 	b->ptr = ptr;
@@ -676,6 +684,7 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 	b->site = s;
 	b->weight = w;
 	b->op = op;
+	b->bucket = bucket;
 	p->nblocks++;
 	p->live_bytes += size * w;
 	s->live_bytes += size * w;
@@ -697,16 +706,17 @@ static __always_inline bool free_now(struct pmm_proc *p, u64 ptr, u64 len,
 		return false;
 	if (map && len < b->size) {
 		/* trimmed from the start: it moves to its new address */
-		count_free(p, b->site, fop, b->size, len, b->weight);
+		count_free(p, b->site, fop, b->bucket, len, b->weight);
 		live_sub(p, b->site, len * b->weight);
 		moved = *b;
 		block_unlink(p, b);
 		moved.ptr += len;
 		moved.size -= len;
+		moved.bucket = size_bucket(moved.size);
 		*block_slot_for(p->blocks, p->block_bits, moved.ptr) = moved;
 		return true;
 	}
-	count_free(p, b->site, fop, b->size, b->size, b->weight);
+	count_free(p, b->site, fop, b->bucket, b->size, b->weight);
 	block_remove(p, b);
 	return true;
 }
@@ -725,17 +735,18 @@ static __always_inline void do_free(struct pmm_proc *p, u64 ptr, u64 len,
  * site counts both, no block is made, and no pending free can be its pair
  * (only its own thread freed it, and that free never left the thread).
  */
-static __always_inline void alloc_and_free(struct pmm_proc *p,
+static __always_inline void alloc_and_free(struct pmm_proc *p, u16 op,
 					   const struct pmm_record *r)
 {
 	struct pmm_site_stats *s = site_get(p, r->site);
+	unsigned int bucket = size_bucket(r->size);
 
 	if (!s) {
 		pmm_drop(p);
 		return;
 	}
-	count_alloc(p, s, r->op, r->size, r->weight);
-	count_free(p, s, PMM_OP_FREE, r->size, r->size, r->weight);
+	count_alloc(p, s, op, bucket, r->size, r->weight);
+	count_free(p, s, PMM_OP_FREE, bucket, r->size, r->weight);
 }
 
 /* The block a successful allocation record makes, or its counts if FREED. */
@@ -743,28 +754,17 @@ static __always_inline void alloc_rec(struct pmm_proc *p,
 				      const struct pmm_record *r)
 {
 	if (r->flags & PMM_REC_F_FREED)
-		alloc_and_free(p, r);
+		alloc_and_free(p, r->op, r);
 	else
 		do_alloc(p, r->op, r->ptr, r->prev_ptr, r->size, r->time_ns,
 			 r->site, r->weight);
 }
 
-static __always_inline int pmm_check_record(const struct pmm_record *r)
+/* The rules a record must keep (see struct pmm_record and its flags). */
+static int pmm_check_record_rules(const struct pmm_record *r)
 {
 	bool moves = r->op == PMM_OP_REALLOC || r->op == PMM_OP_MREMAP;
 	bool frees = r->op == PMM_OP_FREE || r->op == PMM_OP_MUNMAP;
-
-	/*
-	 * Most records are a plain malloc or a tagged free: accepted in a few
-	 * compares (the rules below accept exactly these of their shapes).
-	 */
-	if (r->weight && !r->prev_ptr) {
-		if (r->op == PMM_OP_MALLOC && !r->flags && !r->alloc_tag)
-			return 0;
-		if (r->op == PMM_OP_FREE && r->flags == PMM_REC_F_TAGGED &&
-		    !(r->alloc_tag >> PMM_ALLOC_TAG_BITS))
-			return 0;
-	}
 
 	if (r->op == PMM_OP_NONE || r->op >= PMM_OP_NR)
 		return -EINVAL;
@@ -791,6 +791,23 @@ static __always_inline int pmm_check_record(const struct pmm_record *r)
 	return 0;
 }
 
+static __always_inline int pmm_check_record(const struct pmm_record *r)
+{
+	/*
+	 * Most records are a malloc (as it was, or freed before it left) or a
+	 * tagged free: accepted in a few compares. The rules accept exactly
+	 * these of their shapes; every other record is judged by them.
+	 */
+	if (r->weight && !r->prev_ptr && !(r->alloc_tag >> PMM_ALLOC_TAG_BITS)) {
+		if (r->op == PMM_OP_MALLOC && !r->alloc_tag &&
+		    (!r->flags || (r->flags == PMM_REC_F_FREED && r->ptr)))
+			return 0;
+		if (r->op == PMM_OP_FREE && r->flags == PMM_REC_F_TAGGED)
+			return 0;
+	}
+	return pmm_check_record_rules(r);
+}
+
 /* How many of the n records, from the first, are valid. */
 u32 pmm_check_records(const struct pmm_record *r, u32 n)
 {
@@ -810,13 +827,37 @@ u32 pmm_check_records(const struct pmm_record *r, u32 n)
 static __always_inline void pmm_apply_record(struct pmm_proc *p,
 					     const struct pmm_record *r)
 {
-	bool failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
-	u16 fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
-	u32 tag = r->flags & PMM_REC_F_TAGGED ? r->alloc_tag : NO_TAG;
-	bool found = false;
+	bool failed, found = false;
+	u16 fop;
+	u32 tag;
 
 	lockdep_assert_held(&p->lock);
 	p->records++;
+	/*
+	 * The shapes of most records first, each in code of its own where its
+	 * op and flags are constants (a third fewer instructions a record than
+	 * the general case below, which does the same with them): a malloc,
+	 * sent as it was or freed before it left, and a tagged free. A checked
+	 * MALLOC has no prev_ptr.
+	 */
+	if (r->op == PMM_OP_MALLOC && r->ptr) {
+		if (!r->flags) {
+			do_alloc(p, PMM_OP_MALLOC, r->ptr, 0, r->size,
+				 r->time_ns, r->site, r->weight);
+			return;
+		}
+		if (r->flags == PMM_REC_F_FREED) {
+			alloc_and_free(p, PMM_OP_MALLOC, r);
+			return;
+		}
+	} else if (r->op == PMM_OP_FREE && r->flags == PMM_REC_F_TAGGED) {
+		do_free(p, r->ptr, 0, r->time_ns, PMM_OP_FREE, r->alloc_tag);
+		return;
+	}
+
+	failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
+	fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
+	tag = r->flags & PMM_REC_F_TAGGED ? r->alloc_tag : NO_TAG;
 	switch (r->op) {
 	case PMM_OP_FREE:
 		do_free(p, r->ptr, 0, r->time_ns, PMM_OP_FREE, tag);

@@ -63,10 +63,10 @@ struct pmm_queued {
 /*
  * Live blocks of one kind that may share an address. Several are normal
  * while records of other threads are in flight: in a request/response
- * ping-pong one thread's batch can hold an allocation at the same address
- * for every other record (2048 in the hook's buffer of 4096, PMM_MAX_BATCH)
- * before the other thread's frees arrive. A cluster this long costs its own
- * process probes.
+ * ping-pong one thread's buffer can hold an allocation at the same address
+ * for every other record before the other thread's frees arrive (the hook
+ * sends its buffer once it holds PMM_MAX_BATCH / 2 frees of other threads'
+ * blocks, so 2048 here). A cluster this long costs its own process probes.
  */
 #define PMM_MAX_SAME_ADDR	PMM_MAX_BATCH
 

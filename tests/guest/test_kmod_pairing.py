@@ -356,8 +356,8 @@ def test_stop_frees_everything(dev: Dev) -> None:
 
 
 def test_same_address_cap(dev: Dev) -> None:
-    """At most MAX_BATCH (4096: a full hook buffer, whose ping-pong holds
-    2048) live blocks of a kind share an address; the next is dropped. A
+    """At most MAX_BATCH (4096: a hook's buffer, whose ping-pong holds 2048
+    before it is sent) live blocks of a kind share an address; the next is dropped. A
     mapping at the same address is of the other kind and still fits."""
     cap = uapi.MAX_BATCH
     dev.send([rec(Op.MALLOC, 0x4000, 8, 100 + i) for i in range(cap + 1)])

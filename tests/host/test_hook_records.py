@@ -101,6 +101,40 @@ def test_race_frees_carry_their_allocations_tags(tmp_path: Path, clock: str) -> 
     assert crossed >= n // 5, crossed
 
 
+def test_frees_of_other_threads_blocks_bound_a_batch(tmp_path: Path) -> None:
+    """threads cross: thread A allocates 5000 blocks and holds their records;
+    thread B frees them all. A buffer holds 8 batches of records, but one
+    that holds MAX_BATCH / 2 frees of other threads' blocks is sent at once:
+    the module keeps such frees pending until their allocations arrive (and
+    ping-pong piles allocations up at one address), both bounded at
+    MAX_BATCH. So B sends 2048, 2048 and 904 frees, each tagged with its
+    block's allocation, and A its 5000 allocations."""
+    n, half = 5000, uapi.MAX_BATCH // 2
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1",
+                    PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(THREADS), "cross", str(n), "24"], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    data, off = log.read_bytes(), 0
+    batches: list[tuple[int, list[uapi.Record]]] = []
+    size = ctypes.sizeof(uapi.Record)
+    while off < len(data):
+        tid, count = struct.unpack_from("II", data, off)
+        off += 8
+        batches.append((tid, [uapi.Record.from_buffer_copy(data, off + i * size)
+                              for i in range(count)]))
+        off += count * size
+    allocs = {r.ptr: r for _, recs in batches for r in recs
+              if r.op == Op.MALLOC and r.size == 24}
+    assert len(allocs) == n
+    frees = [[r for r in recs if r.op == Op.FREE and r.ptr in allocs] for _, recs in batches]
+    assert [len(f) for f in frees if f] == [half, half, n - 2 * half]
+    for r in (r for f in frees for r in f):
+        assert (r.flags, r.alloc_tag) == (uapi.REC_F_TAGGED,
+                                          allocs[r.ptr].time_ns & TAG_MASK)
+
+
 BUDGET = TOP / "hooklib" / "bench" / "bin" / "budget"
 HUGE = [2**64 - 1, 2**63, 2**63 + 4096, 2**64 - 4096]
 

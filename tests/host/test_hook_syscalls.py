@@ -1,17 +1,21 @@
 """System calls made by libpmmhook.so, counted with strace on the host,
 using the fake-device build (its batch and query "ioctls" are getppid()):
 not monitored, a process makes no system call per allocation; monitored,
-one per batch of 512 records."""
+one per batch of at most MAX_BATCH records."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 from hook_env import clean_env
+
+from pmctl import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
@@ -42,12 +46,24 @@ def test_unmonitored_no_syscall_per_allocation(tmp_path: Path) -> None:
 
 
 def test_monitored_one_syscall_per_batch(tmp_path: Path) -> None:
-    # 200000 allocation records, always sent, and up to 200000 frees (the
-    # first free of each of the 4096 window slots is free(NULL), not
-    # recorded; a free whose allocation is still in the buffer is not sent
-    # either), in batches of 4096, plus the few the 100 ms deadline sends
-    n = getppid_calls(tmp_path, 200000)
-    assert 200000 // 4096 <= n <= 400000 // 4096 + 40
+    # 200000 allocations and up to 200000 frees (the first free of each of
+    # the 4096 window slots is free(NULL), not recorded; a free whose
+    # allocation is still in the buffer is not sent, and such allocations
+    # merge), sent in batches of at most 4096 (MAX_BATCH): one system call
+    # each, besides a query or two (the log: each batch's thread and count)
+    log = tmp_path / "records.bin"
+    n = getppid_calls(tmp_path, 200000, PMM_FAKE_LOG=str(log))
+    data, off, counts = log.read_bytes(), 0, []
+    while off < len(data):
+        count = struct.unpack_from("II", data, off)[1]
+        counts.append(count)
+        off += 8 + count * ctypes.sizeof(uapi.Record)
+    assert off == len(data)
+    assert max(counts) == uapi.MAX_BATCH and 50000 <= sum(counts) <= 400000, counts
+    # a flush sends up to 8 full batches and one partial; flushes: when the
+    # buffer fills, and the few the 100 ms deadline sends
+    assert len(counts) <= sum(counts) // uapi.MAX_BATCH + 40, counts
+    assert len(counts) <= n <= len(counts) + 5
 
 
 def test_sampled_few_syscalls(tmp_path: Path) -> None:

@@ -67,13 +67,16 @@
 /*
  * Records per thread buffer: 8 batches (PMM_RECORD_LOG takes PMM_MAX_BATCH at
  * a time), 1.5 MiB mmap'd per thread, touched only as far as a thread fills
- * it in a flush period. The longer a record waits in the buffer, the likelier
- * its block dies there and the pair never reaches the module's tables: on the
- * microbenchmark (a window of 4096 live blocks) a fifth of the frees cancel
- * with 4096 records, 0.7 with 32768, and exact mode costs 3.53x -> 2.95x (4
- * batches) -> 2.71x bare's guest instructions (scripts/bench-icount.sh).
+ * it in a flush period; PMM_BUFFER=N takes N (TBUF_MIN_RECORDS at least,
+ * TBUF_RECORDS at most) where memory counts more than cpu. The longer a
+ * record waits in the buffer, the likelier its block dies there and the pair
+ * never reaches the module's tables: on the microbenchmark (a window of 4096
+ * live blocks) a fifth of the frees cancel with 4096 records, 0.7 with
+ * 32768, and exact mode costs 3.53x -> 2.95x (4 batches) -> 2.70x bare's
+ * guest instructions (scripts/bench-icount.sh).
  */
 #define TBUF_RECORDS	(8 * PMM_MAX_BATCH)
+#define TBUF_MIN_RECORDS	512
 #define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
 #define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
 #define POLL_EVERY	16			/* hook calls between clock reads */
@@ -154,6 +157,7 @@ static int g_errors;		/* consecutive refusals other than ENOLINK */
 static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
 static uint64_t g_sample;	/* PMM_SAMPLE bytes, 0: exact */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
+static uint32_t g_tbuf_records = TBUF_RECORDS;	/* PMM_BUFFER */
 
 struct tstate {
 	/*
@@ -612,7 +616,7 @@ static int start_self(void)
 #define RECENT_BITS	14
 #define RECENT_SLOTS	(1U << RECENT_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
-#define TBUF_BYTES	((TBUF_RECORDS * sizeof(struct pmm_record) + 4095) & ~4095UL)
+#define TBUF_BYTES	((g_tbuf_records * sizeof(struct pmm_record) + 4095) & ~4095UL)
 #define NOT_BUFFERED	UINT32_MAX	/* recent.at of an allocation sent alone */
 
 /*
@@ -695,7 +699,7 @@ static void tbuf_reset(struct tstate *t)
 {
 	t->n = 0;
 	t->cross = 0;
-	t->full = TBUF_RECORDS;
+	t->full = g_tbuf_records;
 }
 
 /*
@@ -1321,6 +1325,10 @@ static void pmm_init(void)
 		g_unwind = UNWIND_EH;
 	v = env_num("PMM_SAMPLE", 0);
 	g_sample = v > 0 ? (uint64_t)v : 0;
+	v = env_num("PMM_BUFFER", TBUF_RECORDS);
+	if (v >= 0)	/* a number out of range takes the nearest bound */
+		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
+				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
 
 	if (!real.malloc || !real.free || !real.calloc || !real.realloc || !real.mmap ||
 	    !real.munmap || !real.mremap) {

@@ -364,6 +364,17 @@ def run(
             show_default=False,
         ),
     ] = None,
+    buffer: Annotated[
+        int | None,
+        typer.Option(
+            "--buffer",
+            help="Records each thread buffers before sending, 512-32768 (PMM_BUFFER; "
+            "default 32768, 1.5 MiB a thread at most: fewer use less memory and more cpu).",
+            min=512,
+            max=32768,
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run a command with the hook preloaded, monitored from its first allocation.
@@ -376,7 +387,7 @@ def run(
 
     hooklib = find_hooklib()
     Device.open().close()  # fail early: module missing or not permitted
-    env = child_env(dict(os.environ), hooklib, follow_fork, depth, sample)
+    env = child_env(dict(os.environ), hooklib, follow_fork, depth, sample, buffer)
 
     def on_start(pid: int) -> None:
         if json_:

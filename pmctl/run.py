@@ -61,6 +61,7 @@ def child_env(
     follow_fork: bool = False,
     depth: int | None = None,
     sample: int | None = None,
+    buffer: int | None = None,
 ) -> dict[str, str]:
     """The environment of the command (pure: returns a new dict)."""
     env = dict(base)
@@ -73,6 +74,8 @@ def child_env(
         env["PMM_DEPTH"] = str(depth)
     if sample is not None:
         env["PMM_SAMPLE"] = str(sample)
+    if buffer is not None:
+        env["PMM_BUFFER"] = str(buffer)
     return env
 
 

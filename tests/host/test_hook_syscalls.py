@@ -45,6 +45,33 @@ def test_unmonitored_no_syscall_per_allocation(tmp_path: Path) -> None:
     assert 1 <= n <= 5
 
 
+def batch_counts(log: Path) -> list[int]:
+    """The record count of each batch in a PMM_FAKE_LOG file."""
+    data, off, counts = log.read_bytes(), 0, []
+    while off < len(data):
+        count = struct.unpack_from("II", data, off)[1]
+        counts.append(count)
+        off += 8 + count * ctypes.sizeof(uapi.Record)
+    assert off == len(data)
+    return counts
+
+
+@pytest.mark.parametrize(("value", "records"), [
+    ("1000", 1000), ("100", 512), ("99999999", uapi.MAX_BATCH), ("abc", uapi.MAX_BATCH)])
+def test_buffer_size_from_the_environment(tmp_path: Path, value: str, records: int) -> None:
+    # PMM_BUFFER=N: a thread sends its records every N (512-32768, a number
+    # out of range takes the nearest bound, anything else the default 32768,
+    # which goes in batches of MAX_BATCH); the microbenchmark fills its
+    # buffer within the 100 ms deadline, and a fifth of its buffers at least
+    # merge nothing (a buffer that merged less than an eighth is followed by
+    # 7 sent as they are)
+    log = tmp_path / "records.bin"
+    getppid_calls(tmp_path, 100000, PMM_FAKE_LOG=str(log), PMM_BUFFER=value)
+    counts = batch_counts(log)
+    assert max(counts) == records
+    assert counts.count(records) >= len(counts) // 5, counts
+
+
 def test_monitored_one_syscall_per_batch(tmp_path: Path) -> None:
     # 200000 allocations and up to 200000 frees (the first free of each of
     # the 4096 window slots is free(NULL), not recorded; a free whose
@@ -53,12 +80,7 @@ def test_monitored_one_syscall_per_batch(tmp_path: Path) -> None:
     # each, besides a query or two (the log: each batch's thread and count)
     log = tmp_path / "records.bin"
     n = getppid_calls(tmp_path, 200000, PMM_FAKE_LOG=str(log))
-    data, off, counts = log.read_bytes(), 0, []
-    while off < len(data):
-        count = struct.unpack_from("II", data, off)[1]
-        counts.append(count)
-        off += 8 + count * ctypes.sizeof(uapi.Record)
-    assert off == len(data)
+    counts = batch_counts(log)
     assert max(counts) == uapi.MAX_BATCH and 50000 <= sum(counts) <= 400000, counts
     # a flush sends up to 8 full batches and one partial; flushes: when the
     # buffer fills, and the few the 100 ms deadline sends

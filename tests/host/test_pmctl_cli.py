@@ -240,9 +240,10 @@ def test_run_env_and_hooklib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     lib.write_bytes(b"")
     monkeypatch.setenv("PMM_HOOKLIB", str(lib))
     assert run.find_hooklib() == lib.resolve()
-    env = run.child_env({"LD_PRELOAD": "/x.so", "A": "1"}, lib, True, 4, 524288)
+    env = run.child_env({"LD_PRELOAD": "/x.so", "A": "1"}, lib, True, 4, 524288, 4096)
     assert env == {"LD_PRELOAD": f"{lib} /x.so", "A": "1", "PMM_START": "1",
-                   "PMM_FOLLOW_FORK": "1", "PMM_DEPTH": "4", "PMM_SAMPLE": "524288"}
+                   "PMM_FOLLOW_FORK": "1", "PMM_DEPTH": "4", "PMM_SAMPLE": "524288",
+                   "PMM_BUFFER": "4096"}
     assert run.child_env({}, lib) == {"LD_PRELOAD": str(lib), "PMM_START": "1"}
     monkeypatch.setenv("PMM_HOOKLIB", str(tmp_path / "missing.so"))
     monkeypatch.setattr(run, "hooklib_candidates", lambda: [tmp_path / "missing.so"])

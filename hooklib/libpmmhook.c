@@ -32,6 +32,8 @@
  *   PMM_SAMPLE=BYTES   sampled tracking, one sample per BYTES on average
  *   PMM_CLOCK=mono     stamp records with CLOCK_MONOTONIC (default: the
  *                      address clock, see next_stamp(); for tests)
+ *   PMM_FASTPATH=0     exact mode without its fast paths (malloc_exact,
+ *                      free_exact): tests compare them with the general path
  *
  * Fork policy (pthread_atfork): the child starts with empty buffers and is
  * not monitored (the parent's buffered records are the parent's to send);
@@ -159,6 +161,18 @@ static uint64_t g_sample;	/* PMM_SAMPLE bytes, 0: exact */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
 static uint32_t g_tbuf_records = TBUF_RECORDS;	/* PMM_BUFFER */
 
+/*
+ * Exact mode's fast paths (malloc_exact, free_exact) run while a thread's
+ * exact_key equals this: the epoch, while monitoring is exact with one-frame
+ * sites, stamps from the clock page and no PMM_CLOCK=mono; EXACT_OFF (which
+ * no thread's key ever is) otherwise. A thread takes the key once its buffer
+ * and site cache belong to the epoch (exact_ready), so one compare stands
+ * for the general path's checks of epoch, buffer, mode and site depth.
+ */
+#define EXACT_OFF	UINT_MAX
+static unsigned int g_exact_key = EXACT_OFF;
+static int g_fastpath = 1;	/* PMM_FASTPATH=0: never */
+
 struct tstate {
 	/*
 	 * malloc's budget: the bytes the entry point passes straight to libc
@@ -185,6 +199,8 @@ struct tstate {
 	unsigned int full;	/* n at which buf is sent (see CROSS_MAX) */
 	unsigned int cross;	/* frees in buf of other threads' blocks */
 	uint32_t id;		/* this thread's, in struct recent.owner; 0: none yet */
+	unsigned int exact_key;	/* g_exact_key when this thread's buffer and
+				 * site cache are ready for the fast paths */
 	struct {		/* recent return addresses and their site ids */
 		void *ra;
 		uint32_t id;
@@ -512,6 +528,7 @@ int pmm_dev_ioctl(unsigned long cmd, void *arg)
 static void disable(int err, const char *what)
 {
 	g_active = 0;
+	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
 	say(what, err, "; allocations pass through to libc");
 }
@@ -544,17 +561,25 @@ static void populate_tables(void);
 
 static void start_monitoring(void)
 {
+	unsigned int e;
+
 	t_st.left = 0;	/* this thread's malloc: the others' see it when their budget is spent */
 	t_st.sampling = 0;
 	populate_tables();
 	map_kernel_clock();
-	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
+	e = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
+	if (g_fastpath && !g_sample && g_depth == 1 && !g_precise && e && e != EXACT_OFF &&
+	    __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&g_exact_key, e, __ATOMIC_RELEASE);
+	else
+		__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_fast.hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
 }
 
 static void stop_monitoring(void)
 {
 	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
 }
 
@@ -640,18 +665,17 @@ static struct recent g_recent[RECENT_SLOTS] __attribute__((aligned(64)));
 
 /*
  * The slot: the address's low bits (a run of neighbouring blocks spreads
- * out) mixed with a hash of its high bits, because glibc's per-thread arenas
- * are 64 MiB-aligned and their blocks at the same offset would otherwise
+ * out) xor its next ones, because glibc's per-thread arenas are 64 MiB-
+ * aligned (bit 26 up) and their blocks at the same offset would otherwise
  * share a slot, leaving the frees of exactly the blocks that threads pass to
- * each other untagged. The entry keeps the high bits, and with the slot they
- * give back the low ones, so a match is still exact.
+ * each other untagged; bits 26-31 land on the slot's bits 8-13. The entry
+ * keeps the high bits, and with the slot they give back the low ones, so a
+ * match is still exact. (A multiplicative hash of the high bits spread them
+ * as well, at twice the instructions.)
  */
 static inline struct recent *recent_slot(uint64_t ptr)
 {
-	uint64_t high = ptr >> (4 + RECENT_BITS);
-
-	return &g_recent[((ptr >> 4) ^ (high * 0x9e3779b97f4a7c15ULL >> (64 - RECENT_BITS))) &
-			 (RECENT_SLOTS - 1)];
+	return &g_recent[((ptr >> 4) ^ (ptr >> (4 + RECENT_BITS))) & (RECENT_SLOTS - 1)];
 }
 
 /* The entry for ptr allocated at time t (never 0 for a valid ptr). */
@@ -871,6 +895,23 @@ static void send_one(const struct pmm_record *r)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
 }
 
+/*
+ * The thread's buffer holds records of epoch e (record() has just written
+ * one): the fast paths may run, if e is still exact's key. The site cache
+ * is emptied first if it is from another epoch (site_of's rule), since the
+ * fast path reads it directly.
+ */
+__attribute__((noinline)) static void exact_ready(struct tstate *t, unsigned int e)
+{
+	if (!t->buf || t->exiting || e != __atomic_load_n(&g_exact_key, __ATOMIC_ACQUIRE))
+		return;
+	if (t->site_gen != e) {
+		memset(t->site_cache, 0, sizeof(t->site_cache));
+		t->site_gen = e;
+	}
+	t->exact_key = e;
+}
+
 static inline __attribute__((always_inline)) void
 record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		   uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
@@ -935,6 +976,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		t->first_ns = now;
 	if (t->n >= t->full || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS)
 		flush(t);
+	if (unlikely(t->exact_key != e))
+		exact_ready(t, e);
 }
 
 /* Thread exit (pthread key destructor): flush and drop the buffer. */
@@ -943,6 +986,7 @@ static void thread_exit(void *arg)
 	struct tstate *t = arg;
 
 	t->guard++;
+	t->exact_key = 0;
 	if (t->buf) {
 		flush(t);
 		real.munmap(t->buf, TBUF_BYTES);
@@ -1323,6 +1367,7 @@ static void pmm_init(void)
 		g_unwind = UNWIND_FP;
 	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
 		g_unwind = UNWIND_EH;
+	g_fastpath = env_num("PMM_FASTPATH", 1) != 0;
 	v = env_num("PMM_SAMPLE", 0);
 	g_sample = v > 0 ? (uint64_t)v : 0;
 	v = env_num("PMM_BUFFER", TBUF_RECORDS);
@@ -1393,6 +1438,7 @@ static void at_fork_child(void)
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	t->left = 0;
 	t->sampling = 0;
+	g_exact_key = EXACT_OFF;
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;
@@ -1537,6 +1583,155 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 }
 
 /*
+ * Exact mode's fast paths: the thread holds exact's key (exact_ready) and
+ * not the guard. They do what note_alloc and note_free do in the commonest
+ * cases, with every test that the key answers left out: a malloc whose
+ * return address is in the site cache, and a free that cancels against its
+ * allocation in the thread's buffer (most frees: all but 184 of sqlite3's
+ * 330687 in bench/workloads.sh). Other
+ * cases take the general code from where the fast path stands. The guard is
+ * held while they touch the buffer, as the general path holds it.
+ */
+static inline int exact_fast(const struct tstate *t)
+{
+	return !t->guard && t->exact_key == __atomic_load_n(&g_exact_key, __ATOMIC_RELAXED);
+}
+
+/* next_stamp, where the clock page is known to be mapped (exact's key). */
+static inline uint64_t exact_stamp(struct tstate *t, uint64_t at)
+{
+	const struct pmm_clock *k = __atomic_load_n(&g_kclock, __ATOMIC_RELAXED);
+	uint64_t v = __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED);
+
+	if (v <= t->clock)
+		v = t->clock + 1;
+	if (v <= at)
+		v = at + 1;
+	t->clock = v;
+	return v;
+}
+
+/* malloc_exact's call whose site is not in the cache: the general path. */
+__attribute__((noinline)) static void *exact_malloc_miss(size_t n, void *ra)
+{
+	struct tstate *t = &t_st;
+	struct src s = SRC(ra, NULL);	/* one-frame sites: no walk */
+	void *p;
+
+	t->guard = 1;
+	p = real.malloc(n);
+	note_alloc(t, PMM_OP_MALLOC, p, n, &s, NULL);
+	t->guard = 0;
+	return p;
+}
+
+/* malloc_exact's failed call: the record it began is the general path's. */
+__attribute__((noinline, cold)) static void exact_malloc_failed(struct tstate *t)
+{
+	const struct pmm_record *r = &t->buf[t->n];
+
+	record(t, PMM_OP_MALLOC, NULL, NULL, r->size, r->site, 1, 0);
+}
+
+/*
+ * The record is begun before libc's call (size and site are known) and
+ * finished after it from the thread's state, so nothing of the caller's
+ * has to outlive the call in a saved register.
+ */
+__attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
+{
+	struct tstate *t = &t_st;
+	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
+	struct pmm_record *r;
+	struct recent *slot;
+	uint64_t now;
+	uint32_t at;
+	void *p;
+
+	if (unlikely(t->site_cache[i].ra != ra || !t->site_cache[i].id))
+		return exact_malloc_miss(n, ra);
+	t->guard = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
+	r = &t->buf[t->n];
+	r->prev_ptr = 0;
+	r->size = n;
+	r->site = t->site_cache[i].id;
+	r->weight = 1;
+	r->op = PMM_OP_MALLOC;
+	r->flags = 0;
+	r->alloc_tag = 0;
+	p = real.malloc(n);
+	t = &t_st;
+	if (unlikely(!p)) {
+		exact_malloc_failed(t);
+		t->guard = 0;
+		return p;
+	}
+	at = t->n;
+	r = &t->buf[at];
+	slot = recent_slot((uintptr_t)p);
+	now = exact_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
+	__atomic_store_n(&slot->stamp, now, __ATOMIC_RELAXED);
+	r->ptr = (uintptr_t)p;
+	r->time_ns = now;
+	__atomic_store_n(&slot->entry, recent_entry((uintptr_t)p, now), __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->owner, t->id, __ATOMIC_RELAXED);
+	t->n = at + 1;
+	if (!at)
+		t->first_ns = now;
+	if (unlikely(at + 1 >= t->full || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS))
+		flush(t);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+	return p;
+}
+
+/* free_exact's free that does not cancel: the general path. */
+__attribute__((noinline)) static void exact_free_miss(void *p)
+{
+	struct tstate *t = &t_st;
+
+	t->guard = 1;
+	note_free(t, PMM_OP_FREE, p, 0, NULL);
+	t->guard = 0;
+	real.free(p);
+}
+
+/* cancel_buffered, with the slot's entry read here. */
+__attribute__((noinline)) static void free_exact(void *p)
+{
+	struct tstate *t = &t_st;
+	struct recent *slot;
+	struct pmm_record *r;
+	uint64_t e;
+	uint32_t i;
+
+	slot = recent_slot((uintptr_t)p);
+	e = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
+	i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
+	if (unlikely(!p || e >> PMM_ALLOC_TAG_BITS != (uintptr_t)p >> (4 + RECENT_BITS) ||
+		     i >= t->n)) {
+		exact_free_miss(p);	/* free(NULL) included: it records nothing */
+		return;
+	}
+	t->guard = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
+	r = &t->buf[i];
+	if (unlikely(r->ptr != (uintptr_t)p || r->op == PMM_OP_FREE ||
+		     (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
+		     ((r->time_ns ^ e) & TAG_MASK))) {
+		t->guard = 0;
+		exact_free_miss(p);
+		return;
+	}
+	r->flags |= PMM_REC_F_FREED;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+	real.free(p);
+}
+
+/*
  * t->left -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
  * spends it too). On x86-64 one instruction on the thread's variable and a
  * branch: a compiler loads, compares, subtracts and stores.
@@ -1566,6 +1761,8 @@ PMM_EXPORT void *malloc(size_t n)
 		return real.malloc(n);
 	if (likely(g_fast.hot == HOT_MON)) {
 		t_st.left = 0;	/* exact: every call records */
+		if (likely(exact_fast(&t_st)))
+			return malloc_exact(n, __builtin_return_address(0));
 		return malloc_slow(n, __builtin_return_address(0));
 	}
 	return malloc_spent(n, __builtin_return_address(0));
@@ -1600,6 +1797,10 @@ PMM_EXPORT __attribute__((optimize("no-crossjumping"))) void free(void *p)
 	}
 	if (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
 		real.free(p);	/* surely not a sampled block */
+		return;
+	}
+	if (hot == HOT_MON && exact_fast(&t_st)) {
+		free_exact(p);	/* and no block of the arena exists */
 		return;
 	}
 	do_free(p);

@@ -139,7 +139,7 @@ BUDGET = TOP / "hooklib" / "bench" / "bin" / "budget"
 HUGE = [2**64 - 1, 2**63, 2**63 + 4096, 2**64 - 4096]
 
 
-@pytest.mark.parametrize("mode", ["exact", "unmonitored", "sampled"])
+@pytest.mark.parametrize("mode", ["exact", "exact, general path", "unmonitored", "sampled"])
 def test_malloc_budget_after_huge_and_zero_sizes(tmp_path: Path, mode: str) -> None:
     """malloc's entry point takes each size from a per-thread budget that
     exact mode keeps spent. budget mallocs, in each of 32 rounds, one size
@@ -154,6 +154,8 @@ def test_malloc_budget_after_huge_and_zero_sizes(tmp_path: Path, mode: str) -> N
         env["PMM_FAKE_UNMONITORED"] = "1"
     elif mode == "sampled":
         env["PMM_SAMPLE"] = "64"
+    elif mode == "exact, general path":
+        env["PMM_FASTPATH"] = "0"
     done = subprocess.run([str(BUDGET), "32"], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
@@ -179,3 +181,53 @@ def test_malloc_budget_after_huge_and_zero_sizes(tmp_path: Path, mode: str) -> N
     # every block freed: by a FREE record, or cancelled in the buffer
     assert sum(r.weight for r in sent if r.op == Op.FREE) + sum(
         r.weight for r in sent if r.op == Op.MALLOC and r.flags & uapi.REC_F_FREED) == 352
+
+
+MALLOC_BENCH = TOP / "hooklib" / "bench" / "bin" / "malloc_bench"
+
+
+def malloc_bench_sizes(rounds: int) -> Counter[int]:
+    """The sizes malloc_bench's first thread allocates in rounds rounds
+    (its xorshift, seeded as the program seeds it)."""
+    x, m, sizes = 88172645463325252 ^ 1, (1 << 64) - 1, Counter[int]()
+    for _ in range(rounds):
+        x ^= (x << 13) & m
+        x ^= x >> 7
+        x ^= (x << 17) & m
+        sizes[16 + (x >> 32) % 512] += 1
+    return sizes
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_exact_fast_path_records_what_the_general_path_does(tmp_path: Path,
+                                                             fastpath: str) -> None:
+    """malloc_bench, 1 thread, 30000 rounds over a window of 300 blocks, in
+    buffers of 1024 records: its malloc site must show exactly the sizes
+    the program allocated (weights summed over plain and FREED records),
+    and every block freed, whether exact mode's fast paths ran (the
+    default) or PMM_FASTPATH=0 kept every call on the general path; most
+    blocks die in the buffer (FREED), and the frees that leave it are all
+    tagged with their allocation's stamp."""
+    rounds, window = 30000, 300
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1", PMM_BUFFER="1024",
+                    PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(MALLOC_BENCH), "-t", "1", "-n", str(rounds), "-w", str(window)],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    sent = [s.rec for s in sent_records(log)]
+    by_site: dict[int, Counter[int]] = {}
+    for r in sent:
+        if r.op == Op.MALLOC and r.ptr:
+            by_site.setdefault(r.site, Counter())[r.size] += r.weight
+    site = max(by_site, key=lambda k: by_site[k].total())
+    assert by_site[site] == malloc_bench_sizes(rounds)
+    allocs = {(r.ptr, r.time_ns & TAG_MASK) for r in sent
+              if r.op == Op.MALLOC and r.site == site and not r.flags & uapi.REC_F_FREED}
+    freed = sum(r.weight for r in sent
+                if r.op == Op.MALLOC and r.site == site and r.flags & uapi.REC_F_FREED)
+    frees = [r for r in sent if r.op == Op.FREE and (r.ptr, r.alloc_tag) in allocs]
+    assert all(r.flags == uapi.REC_F_TAGGED for r in frees)
+    assert freed + len(frees) == rounds
+    assert freed > rounds // 2, freed

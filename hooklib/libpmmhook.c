@@ -440,17 +440,21 @@ static void map_kernel_clock(void)
 	errno = saved;
 }
 
-/* The thread's next stamp, after both its last and at (a slot's last). */
-static inline uint64_t next_stamp(struct tstate *t, uint64_t at)
+/* The thread's next stamp from the coarse time v: after both its last and
+ * at (a slot's last). */
+static inline uint64_t stamp_from(struct tstate *t, uint64_t v, uint64_t at)
 {
-	uint64_t v = coarse_ns();
-
 	if (v <= t->clock)
 		v = t->clock + 1;
 	if (v <= at)
 		v = at + 1;
 	t->clock = v;
 	return v;
+}
+
+static inline uint64_t next_stamp(struct tstate *t, uint64_t at)
+{
+	return stamp_from(t, coarse_ns(), at);
 }
 
 /* A mapping's record: after every earlier mapping record of the process. */
@@ -1601,14 +1605,8 @@ static inline int exact_fast(const struct tstate *t)
 static inline uint64_t exact_stamp(struct tstate *t, uint64_t at)
 {
 	const struct pmm_clock *k = __atomic_load_n(&g_kclock, __ATOMIC_RELAXED);
-	uint64_t v = __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED);
 
-	if (v <= t->clock)
-		v = t->clock + 1;
-	if (v <= at)
-		v = at + 1;
-	t->clock = v;
-	return v;
+	return stamp_from(t, __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED), at);
 }
 
 /* malloc_exact's call whose site is not in the cache: the general path. */

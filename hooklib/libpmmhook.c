@@ -799,9 +799,11 @@ static int tbuf_get(struct tstate *t)
 #define MERGE_PROBES	8
 #define MERGE_SKIP	7
 
+/* FREED, and no old block to free (none, or its allocation FREED too). */
 static inline int mergeable(const struct pmm_record *r)
 {
-	return r->flags == PMM_REC_F_FREED && !r->prev_ptr;
+	return r->flags == PMM_REC_F_FREED ? !r->prev_ptr :
+	       r->flags == (PMM_REC_F_FREED | PMM_REC_F_PREV_FREED);
 }
 
 /*
@@ -944,6 +946,15 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		/* before ptr's entry replaces it */
 		tagged = recent_slot((uintptr_t)prev);
 		tag = recent_tag(tagged, (uintptr_t)prev);
+		/*
+		 * The old block's allocation still in the buffer: it cancels
+		 * as a free would (FREED), and this record says so, keeping
+		 * prev_ptr for display; it may cancel and merge in turn.
+		 */
+		if (ptr && cancel_buffered(t, tagged, (uintptr_t)prev, tag)) {
+			flags = PMM_REC_F_PREV_FREED;
+			tag = -1;
+		}
 	}
 	if (tag >= 0 && __atomic_load_n(&tagged->owner, __ATOMIC_RELAXED) != t->id &&
 	    ++t->cross >= CROSS_MAX)

@@ -18,7 +18,8 @@
  *    free, and its block never appears. Expired or evicted pending frees are
  *    unmatched frees;
  *  - REALLOC is a free of prev_ptr and a new block at ptr, both at the
- *    record's time; MREMAP likewise for mappings;
+ *    record's time (with PMM_REC_F_PREV_FREED only the new block: the old
+ *    one's allocation was sent FREED); MREMAP likewise for mappings;
  *  - at most PMM_MAX_SAME_ADDR blocks may share an address (more cannot be
  *    in flight at once from the hook); a further one is dropped, which
  *    also bounds the probes of the block table;
@@ -786,6 +787,10 @@ static int pmm_check_record_rules(const struct pmm_record *r)
 		return -EINVAL;
 	if (!moves && r->prev_ptr)
 		return -EINVAL;
+	if ((r->flags & PMM_REC_F_PREV_FREED) &&
+	    (r->op != PMM_OP_REALLOC || !r->ptr || !r->prev_ptr ||
+	     (r->flags & (PMM_REC_F_TAGGED | PMM_REC_F_FAILED))))
+		return -EINVAL;
 	if (r->op == PMM_OP_MUNMAP && !r->size)
 		return -EINVAL;
 	return 0;
@@ -880,6 +885,10 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 		 * added last, so that an in-place realloc never pairs with
 		 * its own free.
 		 */
+		if (r->flags & PMM_REC_F_PREV_FREED) {
+			alloc_rec(p, r);	/* the old block's free is counted */
+			break;
+		}
 		if (r->prev_ptr)
 			found = free_now(p, r->prev_ptr, U64_MAX, r->time_ns,
 					 fop, tag);

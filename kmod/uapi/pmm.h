@@ -64,7 +64,17 @@ enum pmm_op {
  * and reused the address in between and its records are still in flight.
  */
 #define PMM_REC_F_TAGGED	(1U << 2)
-#define PMM_REC_F_ALL		(PMM_REC_F_FAILED | PMM_REC_F_FREED | PMM_REC_F_TAGGED)
+/*
+ * REALLOC with prev_ptr whose old block's allocation the same thread sent
+ * FREED before it (earlier in this batch, or in one of its earlier ones):
+ * that record counted the old block's free already, so none is applied for
+ * prev_ptr, which is kept for display ("Prev Pointer"). A block grown by
+ * steps then costs the kernel no table work until its last step. Only with
+ * REALLOC, a non-zero ptr and prev_ptr; not with TAGGED or FAILED.
+ */
+#define PMM_REC_F_PREV_FREED	(1U << 3)
+#define PMM_REC_F_ALL		(PMM_REC_F_FAILED | PMM_REC_F_FREED | PMM_REC_F_TAGGED | \
+				 PMM_REC_F_PREV_FREED)
 #define PMM_ALLOC_TAG_BITS	24
 
 /*

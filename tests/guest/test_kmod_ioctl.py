@@ -240,6 +240,14 @@ def test_record_log_refusals(dev: Dev) -> None:
         rec(Op.FREE, 0x9000, flags=uapi.REC_F_FAILED),
         rec(Op.MALLOC, 0x9000, 1, prev=0x8000),
         rec(Op.MUNMAP, 0x9000, 0),
+        rec(Op.MALLOC, 0x9000, 1, flags=1 << 4),
+        rec(Op.MALLOC, 0x9000, 1, flags=uapi.REC_F_PREV_FREED),
+        rec(Op.FREE, 0x9000, flags=uapi.REC_F_PREV_FREED),
+        rec(Op.REALLOC, 0x9000, 1, flags=uapi.REC_F_PREV_FREED),
+        rec(Op.REALLOC, 0, 1, prev=0x8000, flags=uapi.REC_F_PREV_FREED),
+        rec(Op.REALLOC, 0x9000, 1, prev=0x8000, flags=uapi.REC_F_PREV_FREED | uapi.REC_F_TAGGED,
+            alloc_tag=1),
+        rec(Op.MREMAP, 0x9000, 4096, prev=0x8000, flags=uapi.REC_F_PREV_FREED),
     ]
     for i, bad in enumerate(bad_records):
         recs = [rec(Op.MALLOC, 0x10000 * (i + 1), 5), rec(Op.MALLOC, 0x10000 * (i + 1) + 64, 6),

@@ -101,6 +101,40 @@ def test_freed_in_batch(dev: Dev) -> None:
             for b in st.buckets][:3] == [(4, 0, 0, 4), (2, 1, 1, 4), (0, 0, 0, 0)]
 
 
+def test_realloc_of_a_block_freed_in_batch(dev: Dev) -> None:
+    """PMM_REC_F_PREV_FREED: the hook cancelled the old block's allocation
+    (FREED) when the realloc came, so the REALLOC frees nothing: a block
+    grown in three steps leaves one block, its Prev Pointer the step before,
+    every step counted at its site, and no pending free; one grown and freed
+    in the batch leaves nothing. Its prev_ptr is not a free: a block live at
+    that address stays."""
+    t = 4_000_000_000
+    pf, freed = uapi.REC_F_PREV_FREED, uapi.REC_F_FREED
+    dev.send([
+        rec(Op.MALLOC, 0xE000, 8, t, site=4),  # lives at a later step's prev_ptr
+        rec(Op.MALLOC, 0xA000, 100, t + 1, site=1, flags=freed),
+        rec(Op.REALLOC, 0xB000, 200, t + 2, site=2, prev=0xA000, flags=freed | pf),
+        rec(Op.REALLOC, 0xC000, 300, t + 3, site=2, prev=0xB000, flags=pf),
+        rec(Op.MALLOC, 0xD000, 10, t + 4, site=3, weight=3, flags=freed),
+        rec(Op.REALLOC, 0xD100, 20, t + 5, site=3, weight=3, prev=0xE000,
+            flags=freed | pf),
+    ])
+    sites = dev.sites()
+    assert counts(sites[1]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 100,
+                                "free_bytes": 100, "malloc": 1, "free": 1}
+    assert counts(sites[2]) == {"live_bytes": 300, "live_blocks": 1, "alloc_bytes": 500,
+                                "free_bytes": 200, "realloc": 2, "free": 1}
+    assert counts(sites[3]) == {"live_bytes": 0, "live_blocks": 0, "alloc_bytes": 90,
+                                "free_bytes": 90, "malloc": 3, "realloc": 3, "free": 6}
+    assert counts(sites[4]) == {"live_bytes": 8, "live_blocks": 1, "alloc_bytes": 8,
+                                "free_bytes": 0, "malloc": 1}
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.records) == (2, 308, 6)
+    assert (info.pending_frees, info.unmatched_frees) == (0, 0)
+    blocks = sorted((b.ptr, b.prev_ptr, b.size, b.op, b.site) for b in dev.blocks())
+    assert blocks == [(0xC000, 0xB000, 300, Op.REALLOC, 2), (0xE000, 0, 8, Op.MALLOC, 4)]
+
+
 def test_tagged_frees_pair_across_reuse(dev: Dev) -> None:
     """Thread A: malloc X @1 ... free X @4; thread B in between: free X @2,
     malloc X @3 (ping-pong). A's records arrive first. Untagged, A's free

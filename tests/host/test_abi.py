@@ -19,7 +19,7 @@ HEADER_DIR = TOP / "kmod" / "uapi"
 # Python names whose C name is PMM_<name>; ioctls, structs and enums are listed apart.
 CONSTANTS = [
     "ABI_VERSION", "COMM_LEN", "MAX_FRAMES", "SITE_FILE_LEN", "SITE_FUNC_LEN", "MAX_BATCH",
-    "MAX_READ", "OP_NR", "REC_F_FAILED", "REC_F_FREED", "REC_F_TAGGED",
+    "MAX_READ", "OP_NR", "REC_F_FAILED", "REC_F_FREED", "REC_F_TAGGED", "REC_F_PREV_FREED",
     "REC_F_ALL", "ALLOC_TAG_BITS", "SITE_F_SOURCE", "SITE_F_ALL",
     "CFG_INTERVAL", "CFG_SCAN", "CFG_START_PID", "CFG_STOP_PID", "CFG_MAX_PIDS",
     "CFG_MAX_BLOCKS", "CFG_MAX_SITES", "CFG_MAX_SAMPLES", "CFG_ALL", "INTERVAL_MIN_MS",

@@ -231,3 +231,45 @@ def test_exact_fast_path_records_what_the_general_path_does(tmp_path: Path,
     assert all(r.flags == uapi.REC_F_TAGGED for r in frees)
     assert freed + len(frees) == rounds
     assert freed > rounds // 2, freed
+
+
+GROW = TOP / "hooklib" / "bench" / "bin" / "grow"
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_blocks_grown_by_realloc_cancel_step_by_step(tmp_path: Path, fastpath: str) -> None:
+    """grow: 200 blocks malloc'd (777 bytes), realloc'd to 1555 and 2333 and
+    freed, then one grown to 1555 and kept. Each step's old block is still
+    in the thread's buffer when the realloc comes: its allocation is
+    cancelled (FREED) and the REALLOC says so (PREV_FREED), keeping prev_ptr
+    for /proc's Prev Pointer, so none of these frees reaches the module's
+    tables. Merged, the whole run is a handful of records: all counts
+    exact, the kept block a REALLOC of 1555 bytes whose prev_ptr is the
+    malloc'd block, and no FREE or TAGGED record of any of them."""
+    rounds = 200
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1",
+                    PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(GROW), str(rounds)], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    first, kept = (int(x, 16) for x in done.stdout.split())
+    sent = [s.rec for s in sent_records(log) if s.rec.size in (777, 1555, 2333)]
+    freed, prev_freed = uapi.REC_F_FREED, uapi.REC_F_PREV_FREED
+    weights: Counter[tuple[int, int, int]] = Counter()
+    for r in sent:
+        weights[r.op, r.size, r.flags] += r.weight
+        assert r.op in (Op.MALLOC, Op.REALLOC)
+        assert not r.flags & uapi.REC_F_TAGGED
+        assert (r.prev_ptr != 0) == (r.op == Op.REALLOC and r.flags & prev_freed != 0)
+    assert weights == Counter({
+        (Op.MALLOC, 777, freed): rounds + 1,
+        (Op.REALLOC, 1555, freed | prev_freed): rounds,
+        (Op.REALLOC, 2333, freed | prev_freed): rounds,
+        (Op.REALLOC, 1555, prev_freed): 1,
+    })
+    live = [r for r in sent if not r.flags & freed]
+    assert [(r.ptr, r.prev_ptr) for r in live] == [(kept, first)]
+    # merged: one record per site, op, size and flags (the loop's malloc and
+    # realloc to 1555 are other call sites than the kept block's)
+    assert len(sent) == 5

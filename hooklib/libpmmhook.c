@@ -901,6 +901,27 @@ static void send_one(const struct pmm_record *r)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
 }
 
+/* ptr, allocated at now by t, is the last allocation at its slot; at: its
+ * record's position in t's buffer (NOT_BUFFERED: sent alone). */
+static inline void slot_note(struct tstate *t, struct recent *slot, uint64_t ptr, uint64_t now,
+			     uint32_t at)
+{
+	__atomic_store_n(&slot->entry, recent_entry(ptr, now), __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->owner, t->id, __ATOMIC_RELAXED);
+}
+
+/* The record at at (t->n), stamped now, is written: count it and send the
+ * buffer if it is full or its first record waited FLUSH_NS. */
+static inline void tbuf_append(struct tstate *t, uint32_t at, uint64_t now)
+{
+	t->n = at + 1;
+	if (!at)
+		t->first_ns = now;
+	if (unlikely(at + 1 >= t->full || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS))
+		flush(t);
+}
+
 /*
  * The thread's buffer holds records of epoch e (record() has just written
  * one): the fast paths may run, if e is still exact's key. The site cache
@@ -978,21 +999,15 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	r->op = op;
 	r->flags = flags;
 	r->alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
-	if (slot && op != PMM_OP_FREE) {
-		__atomic_store_n(&slot->entry, recent_entry((uintptr_t)ptr, now), __ATOMIC_RELAXED);
-		__atomic_store_n(&slot->at, r != &one ? t->n : NOT_BUFFERED, __ATOMIC_RELAXED);
-		__atomic_store_n(&slot->owner, t->id, __ATOMIC_RELAXED);
-	}
+	if (slot && op != PMM_OP_FREE)
+		slot_note(t, slot, (uintptr_t)ptr, now, r != &one ? t->n : NOT_BUFFERED);
 	if (r == &one) {
 		send_one(r);
 		return;
 	}
-	if (t->n++ == 0)
-		t->first_ns = now;
-	if (t->n >= t->full || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS)
-		flush(t);
-	if (unlikely(t->exact_key != e))
-		exact_ready(t, e);
+	tbuf_append(t, t->n, now);
+	if (unlikely(t->exact_key != e) && e == __atomic_load_n(&g_exact_key, __ATOMIC_RELAXED))
+		exact_ready(t, e);	/* not on every record while the key is off */
 }
 
 /* Thread exit (pthread key destructor): flush and drop the buffer. */
@@ -1683,14 +1698,8 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	__atomic_store_n(&slot->stamp, now, __ATOMIC_RELAXED);
 	r->ptr = (uintptr_t)p;
 	r->time_ns = now;
-	__atomic_store_n(&slot->entry, recent_entry((uintptr_t)p, now), __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->owner, t->id, __ATOMIC_RELAXED);
-	t->n = at + 1;
-	if (!at)
-		t->first_ns = now;
-	if (unlikely(at + 1 >= t->full || (int64_t)(now - t->first_ns) > (int64_t)FLUSH_NS))
-		flush(t);
+	slot_note(t, slot, (uintptr_t)p, now, at);
+	tbuf_append(t, at, now);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->guard = 0;
 	return p;
@@ -1707,36 +1716,23 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
 	real.free(p);
 }
 
-/* cancel_buffered, with the slot's entry read here. */
+/* A free that cancels against its allocation in the buffer (free(NULL)
+ * has no tag: the general path, which records nothing). */
 __attribute__((noinline)) static void free_exact(void *p)
 {
 	struct tstate *t = &t_st;
-	struct recent *slot;
-	struct pmm_record *r;
-	uint64_t e;
-	uint32_t i;
+	struct recent *slot = recent_slot((uintptr_t)p);
+	int cancelled;
 
-	slot = recent_slot((uintptr_t)p);
-	e = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
-	i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
-	if (unlikely(!p || e >> PMM_ALLOC_TAG_BITS != (uintptr_t)p >> (4 + RECENT_BITS) ||
-		     i >= t->n)) {
-		exact_free_miss(p);	/* free(NULL) included: it records nothing */
-		return;
-	}
 	t->guard = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
-	r = &t->buf[i];
-	if (unlikely(r->ptr != (uintptr_t)p || r->op == PMM_OP_FREE ||
-		     (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
-		     ((r->time_ns ^ e) & TAG_MASK))) {
-		t->guard = 0;
+	cancelled = cancel_buffered(t, slot, (uintptr_t)p, recent_tag(slot, (uintptr_t)p));
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+	if (unlikely(!cancelled)) {
 		exact_free_miss(p);
 		return;
 	}
-	r->flags |= PMM_REC_F_FREED;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->guard = 0;
 	real.free(p);
 }
 

@@ -833,6 +833,7 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 					     const struct pmm_record *r)
 {
 	bool failed, found = false;
+	u64 prev;
 	u16 fop;
 	u32 tag;
 
@@ -883,19 +884,15 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 		/*
 		 * The old block is looked up first and a pending free for it
 		 * added last, so that an in-place realloc never pairs with
-		 * its own free.
+		 * its own free. PREV_FREED: its free is counted already.
 		 */
-		if (r->flags & PMM_REC_F_PREV_FREED) {
-			alloc_rec(p, r);	/* the old block's free is counted */
-			break;
-		}
-		if (r->prev_ptr)
-			found = free_now(p, r->prev_ptr, U64_MAX, r->time_ns,
-					 fop, tag);
+		prev = r->flags & PMM_REC_F_PREV_FREED ? 0 : r->prev_ptr;
+		if (prev)
+			found = free_now(p, prev, U64_MAX, r->time_ns, fop,
+					 tag);
 		alloc_rec(p, r);
-		if (r->prev_ptr && !found)
-			pending_add(p, r->prev_ptr, U64_MAX, r->time_ns, fop,
-				    tag);
+		if (prev && !found)
+			pending_add(p, prev, U64_MAX, r->time_ns, fop, tag);
 		break;
 	default:
 		if (failed) {

@@ -3,7 +3,8 @@
  * Blocks grown by realloc, the way string builders grow them.
  *   grow ROUNDS   each round: malloc(777), realloc to 1555, then 2333, free;
  *                 then one more block grown to 1555 and kept. Prints the
- *                 kept block's first and last address ("0x... 0x...").
+ *                 kept block's first and last address ("0x... 0x..."); exit 2
+ *                 if an allocation failed.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,10 +17,11 @@ int main(int argc, char **argv)
 	char *p, *q;
 
 	for (int r = 0; r < rounds; r++) {
-		p = malloc(777);
-		q = realloc(p, 1555);
-		p = realloc(q ? q : p, 2333);
-		free(p ? p : q);
+		q = realloc(malloc(777), 1555);
+		p = q ? realloc(q, 2333) : NULL;
+		if (!p)
+			return 2;
+		free(p);
 	}
 	p = malloc(777);
 	first = (uintptr_t)p;

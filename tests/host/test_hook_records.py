@@ -4,15 +4,13 @@ order, must describe exactly what the program did."""
 
 from __future__ import annotations
 
-import ctypes
-import struct
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hook_env import clean_env
+from hook_env import clean_env, fake_log_batches
 
 from pmctl import uapi
 from pmctl.uapi import Op
@@ -37,16 +35,7 @@ class Sent:
 
 
 def sent_records(log: Path) -> list[Sent]:
-    data, off, out = log.read_bytes(), 0, []
-    size = ctypes.sizeof(uapi.Record)
-    while off < len(data):
-        tid, count = struct.unpack_from("II", data, off)
-        off += 8
-        for _ in range(count):
-            out.append(Sent(tid, uapi.Record.from_buffer_copy(data, off)))
-            off += size
-    assert off == len(data)
-    return out
+    return [Sent(tid, r) for tid, recs in fake_log_batches(log) for r in recs]
 
 
 @pytest.mark.parametrize("clock", ["logical", "mono"])
@@ -116,15 +105,7 @@ def test_frees_of_other_threads_blocks_bound_a_batch(tmp_path: Path) -> None:
     done = subprocess.run([str(THREADS), "cross", str(n), "24"], env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
-    data, off = log.read_bytes(), 0
-    batches: list[tuple[int, list[uapi.Record]]] = []
-    size = ctypes.sizeof(uapi.Record)
-    while off < len(data):
-        tid, count = struct.unpack_from("II", data, off)
-        off += 8
-        batches.append((tid, [uapi.Record.from_buffer_copy(data, off + i * size)
-                              for i in range(count)]))
-        off += count * size
+    batches = fake_log_batches(log)
     allocs = {r.ptr: r for _, recs in batches for r in recs
               if r.op == Op.MALLOC and r.size == 24}
     assert len(allocs) == n

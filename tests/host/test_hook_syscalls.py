@@ -5,15 +5,13 @@ one per batch of at most MAX_BATCH records."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 import shutil
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
-from hook_env import clean_env
+from hook_env import clean_env, fake_log_batches
 
 from pmctl import uapi
 
@@ -47,13 +45,7 @@ def test_unmonitored_no_syscall_per_allocation(tmp_path: Path) -> None:
 
 def batch_counts(log: Path) -> list[int]:
     """The record count of each batch in a PMM_FAKE_LOG file."""
-    data, off, counts = log.read_bytes(), 0, []
-    while off < len(data):
-        count = struct.unpack_from("II", data, off)[1]
-        counts.append(count)
-        off += 8 + count * ctypes.sizeof(uapi.Record)
-    assert off == len(data)
-    return counts
+    return [len(recs) for _, recs in fake_log_batches(log)]
 
 
 @pytest.mark.parametrize(("value", "records"), [

@@ -117,6 +117,8 @@ static struct {
 #define SET_TAG		15ULL
 #define SET_FILTER	(SET_BUCKETS / 8)
 
+static void free_generic(void *p);
+
 /*
  * What the unmonitored and sampled fast paths read, in one page: a free in
  * sampled mode reads the sampled set's filter, and a filter of its own page
@@ -137,8 +139,14 @@ static struct {
 		 */
 		uint32_t hot_no_arena;
 	};
+	/*
+	 * What free() jumps to, set with hot (set_hot): not monitored, libc's
+	 * free itself; sampled and exact, their own checks without a mode
+	 * test; the general code while the arena has blocks or before init.
+	 */
+	void (*free)(void *);
 	uint8_t sampled_filter[SET_FILTER];
-} g_fast __attribute__((aligned(4096)));
+} g_fast __attribute__((aligned(4096))) = { .free = free_generic };
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hot_no_arena: hot in the low half");
 
@@ -219,6 +227,48 @@ static inline int in_arena(const void *p)
 	return (uintptr_t)p - (uintptr_t)g_arena < ARENA_SIZE;
 }
 
+static void free_sampled(void *p);
+static void free_exact(void *p);
+static void do_free(void *p);
+
+/* free()'s target for hot and arena (see g_fast.free). */
+static void (*free_for(uint32_t hot_no_arena))(void *)
+{
+	switch (hot_no_arena) {
+	case HOT_PASS:
+		return real.free ? real.free : free_generic;
+	case HOT_SAMPLE:
+		return free_sampled;
+	case HOT_MON:
+		return free_exact;
+	default:
+		return free_generic;
+	}
+}
+
+/*
+ * Sets g_fast.free for g_fast's current hot and arena. Mode changes may
+ * race (a stop and a start from two threads): each writer reads the state
+ * again after its store and repeats until the state it stored for is still
+ * the state, so the last store is always for the last state.
+ */
+static void free_follow_hot(void)
+{
+	uint32_t now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST), was;
+
+	do {
+		was = now;
+		__atomic_store_n(&g_fast.free, free_for(was), __ATOMIC_SEQ_CST);
+		now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST);
+	} while (now != was);
+}
+
+static void set_hot(uint16_t hot)
+{
+	__atomic_store_n(&g_fast.hot, hot, __ATOMIC_SEQ_CST);
+	free_follow_hot();
+}
+
 static void *arena_alloc(size_t size, size_t align)
 {
 	size_t off, start, end;
@@ -236,7 +286,10 @@ static void *arena_alloc(size_t size, size_t align)
 	} while (!__atomic_compare_exchange_n(&g_arena_used, &off, end, 0,
 					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	*(size_t *)(g_arena + start - 16) = size;
-	__atomic_store_n(&g_fast.arena, 1, __ATOMIC_RELEASE);
+	if (!__atomic_load_n(&g_fast.arena, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&g_fast.arena, 1, __ATOMIC_SEQ_CST);
+		free_follow_hot();	/* its blocks need the general free */
+	}
 	return g_arena + start;	/* zeroed: the arena is never reused */
 }
 
@@ -533,7 +586,7 @@ static void disable(int err, const char *what)
 {
 	g_active = 0;
 	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
+	set_hot(HOT_PASS);
 	say(what, err, "; allocations pass through to libc");
 }
 
@@ -577,14 +630,14 @@ static void start_monitoring(void)
 		__atomic_store_n(&g_exact_key, e, __ATOMIC_RELEASE);
 	else
 		__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	__atomic_store_n(&g_fast.hot, g_sample ? HOT_SAMPLE : HOT_MON, __ATOMIC_RELEASE);
+	set_hot(g_sample ? HOT_SAMPLE : HOT_MON);
 }
 
 static void stop_monitoring(void)
 {
 	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	__atomic_store_n(&g_fast.hot, HOT_PASS, __ATOMIC_RELEASE);
+	set_hot(HOT_PASS);
 }
 
 /* The module refused an ioctl with err (positive errno). */
@@ -1424,10 +1477,10 @@ static void pmm_init(void)
 		    "; allocations pass through to libc");
 		errno = 0;
 		g_active = 0;
-		g_fast.hot = HOT_PASS;
+		set_hot(HOT_PASS);
 	} else {
 		g_active = 1;
-		g_fast.hot = HOT_PASS;
+		set_hot(HOT_PASS);
 		choose_clock();
 		g_next_query = coarse_ns() + QUERY_NS;
 		if (env_num("PMM_START", 0) > 0) {
@@ -1472,7 +1525,7 @@ static void at_fork_child(void)
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;
-	g_fast.hot = HOT_PASS;
+	set_hot(HOT_PASS);
 	g_next_query = coarse_ns() + QUERY_NS;
 	if (g_follow_fork) {
 		int r;
@@ -1716,14 +1769,22 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
 	real.free(p);
 }
 
-/* A free that cancels against its allocation in the buffer (free(NULL)
- * has no tag: the general path, which records nothing). */
-__attribute__((noinline)) static void free_exact(void *p)
+/*
+ * free() while exact with no block of the arena: a free that cancels
+ * against its allocation in the buffer (free(NULL) has no tag: the general
+ * path, which records nothing), where the thread holds exact's key.
+ */
+static void free_exact(void *p)
 {
 	struct tstate *t = &t_st;
-	struct recent *slot = recent_slot((uintptr_t)p);
+	struct recent *slot;
 	int cancelled;
 
+	if (unlikely(!exact_fast(t))) {
+		do_free(p);
+		return;
+	}
+	slot = recent_slot((uintptr_t)p);
 	t->guard = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
 	cancelled = cancel_buffered(t, slot, (uintptr_t)p, recent_tag(slot, (uintptr_t)p));
@@ -1790,9 +1851,8 @@ static void do_free(void *p)
 	t->guard--;
 }
 
-/* no-crossjumping: the sampled case keeps its own jump to libc (shared
- * with the unmonitored case's, it is two jumps). */
-PMM_EXPORT __attribute__((optimize("no-crossjumping"))) void free(void *p)
+/* Before init, with blocks of the arena, or mid-change of mode. */
+static void free_generic(void *p)
 {
 	uint32_t hot = g_fast.hot_no_arena;
 
@@ -1800,15 +1860,36 @@ PMM_EXPORT __attribute__((optimize("no-crossjumping"))) void free(void *p)
 		real.free(p);	/* not monitored */
 		return;
 	}
-	if (hot == HOT_SAMPLE && !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
-		real.free(p);	/* surely not a sampled block */
+	if (hot == HOT_SAMPLE) {
+		free_sampled(p);
 		return;
 	}
-	if (hot == HOT_MON && exact_fast(&t_st)) {
+	if (hot == HOT_MON) {
 		free_exact(p);	/* and no block of the arena exists */
 		return;
 	}
 	do_free(p);
+}
+
+/* free() while sampled with no block of the arena. */
+static void free_sampled(void *p)
+{
+	if (!__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
+		real.free(p);	/* surely not a sampled block */
+		return;
+	}
+	do_free(p);
+}
+
+/*
+ * One jump: to libc's free when not monitored, to the mode's checks
+ * otherwise (g_fast.free). A jump through memory the hook writes only when
+ * the mode changes, where a test of the mode was a load, two compares and
+ * their branches before libc's free.
+ */
+PMM_EXPORT void free(void *p)
+{
+	__atomic_load_n(&g_fast.free, __ATOMIC_RELAXED)(p);
 }
 
 static void *do_calloc(size_t n, size_t m, const struct src *s)

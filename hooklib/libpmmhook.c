@@ -118,6 +118,7 @@ static struct {
 #define SET_FILTER	(SET_BUCKETS / 8)
 
 static void free_generic(void *p);
+static void *malloc_spent(size_t n, void *ra);
 
 /*
  * What the unmonitored and sampled fast paths read, in one page: a free in
@@ -145,8 +146,11 @@ static struct {
 	 * test; the general code while the arena has blocks or before init.
 	 */
 	void (*free)(void *);
+	/* What malloc() jumps to once its budget is spent: exact mode's fast
+	 * path while exact, else the general code (set_hot, as free). */
+	void *(*malloc_spent)(size_t, void *);
 	uint8_t sampled_filter[SET_FILTER];
-} g_fast __attribute__((aligned(4096))) = { .free = free_generic };
+} g_fast __attribute__((aligned(4096))) = { .free = free_generic, .malloc_spent = malloc_spent };
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hot_no_arena: hot in the low half");
 
@@ -230,6 +234,7 @@ static inline int in_arena(const void *p)
 static void free_sampled(void *p);
 static void free_exact(void *p);
 static void do_free(void *p);
+static void *malloc_exact(size_t n, void *ra);
 
 /* free()'s target for hot and arena (see g_fast.free). */
 static void (*free_for(uint32_t hot_no_arena))(void *)
@@ -247,10 +252,11 @@ static void (*free_for(uint32_t hot_no_arena))(void *)
 }
 
 /*
- * Sets g_fast.free for g_fast's current hot and arena. Mode changes may
- * race (a stop and a start from two threads): each writer reads the state
- * again after its store and repeats until the state it stored for is still
- * the state, so the last store is always for the last state.
+ * Sets g_fast.free and g_fast.malloc_spent for g_fast's current hot and
+ * arena. Mode changes may race (a stop and a start from two threads): each
+ * writer reads the state again after its stores and repeats until the
+ * state it stored for is still the state, so the last stores are always
+ * for the last state.
  */
 static void free_follow_hot(void)
 {
@@ -259,6 +265,9 @@ static void free_follow_hot(void)
 	do {
 		was = now;
 		__atomic_store_n(&g_fast.free, free_for(was), __ATOMIC_SEQ_CST);
+		__atomic_store_n(&g_fast.malloc_spent,
+				 (uint16_t)was == HOT_MON ? malloc_exact : malloc_spent,
+				 __ATOMIC_SEQ_CST);
 		now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST);
 	} while (now != was);
 }
@@ -1634,7 +1643,8 @@ __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
 }
 
 /*
- * malloc's budget is spent, and not in exact mode. Not monitored: poll,
+ * malloc's budget is spent, and not in exact mode (or mid-change: exact
+ * takes the general path here). Not monitored: poll,
  * which grants the next. Sampled with no sample point in these n bytes:
  * the budget stopped short of it because records wait; check their
  * deadline, and go on to the sample point.
@@ -1651,7 +1661,7 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 		return real.malloc(n);
 	}
 	if (hot != HOT_SAMPLE) {
-		t->left = 0;	/* starting: every call comes here */
+		t->left = 0;	/* exact, or starting: every call comes here */
 		return malloc_slow(n, ra);
 	}
 	rest = sample_gap_left(t);	/* after these n bytes */
@@ -1725,6 +1735,9 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	uint32_t at;
 	void *p;
 
+	t->left = 0;	/* exact: every call records */
+	if (unlikely(!exact_fast(t)))
+		return malloc_slow(n, ra);
 	if (unlikely(t->site_cache[i].ra != ra || !t->site_cache[i].id))
 		return exact_malloc_miss(n, ra);
 	t->guard = 1;
@@ -1820,18 +1833,14 @@ spent:
 }
 
 /* Not monitored, or sampled with no sample point in these n bytes:
- * nothing to record until the budget is spent. */
+ * nothing to record until the budget is spent; then the mode's code
+ * (g_fast.malloc_spent). */
 PMM_EXPORT void *malloc(size_t n)
 {
 	if (likely(budget_take(n)))
 		return real.malloc(n);
-	if (likely(g_fast.hot == HOT_MON)) {
-		t_st.left = 0;	/* exact: every call records */
-		if (likely(exact_fast(&t_st)))
-			return malloc_exact(n, __builtin_return_address(0));
-		return malloc_slow(n, __builtin_return_address(0));
-	}
-	return malloc_spent(n, __builtin_return_address(0));
+	return __atomic_load_n(&g_fast.malloc_spent, __ATOMIC_RELAXED)(n,
+								__builtin_return_address(0));
 }
 
 static void do_free(void *p)

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -353,6 +353,54 @@ def test_hook_unmonitored_picked_up_by_start_pid(dev: Device, exe_name: str) -> 
     # 40 iterations over ~4 s, started after ~0.5 s, noticed within ~1 s
     assert 15 <= s.live_blocks < 40, s
     assert s.live_bytes == 2000 * s.live_blocks
+    prog.finish()
+
+
+def wait_for(what: str, ok: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("exe_name", ["leak_shim", "leak"])
+def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
+    """START_PID, STOP_PID, START_PID on a preloaded program (60
+    iterations, 100 ms apart): the hook notices the stop (its next batch is
+    refused) and passes every call through, notices the second start, and
+    from then records every block again. The module forgot the first
+    session at the stop, so the leak site holds the leaks since the second
+    start only, 2000 bytes each, and each of churn's blocks made since
+    (malloc 100, realloc 200, free) is freed: free follows the mode both
+    ways (it jumps through a pointer set at each change)."""
+    exe = EX / exe_name
+    prog = Prog([str(exe), "-n", "60", "-s", "100", "-b", "2000", "-w"])
+    m = re.match(r"leak: pid (\d+) line (\d+)", prog.line("leak: pid"))
+    assert m
+    cfg = Path("/proc/pmm/cfg")
+
+    def site_of(func: str) -> list[Site]:
+        sites = dev.sites(prog.pid)
+        if exe_name == "leak_shim":
+            return [x for x in sites if x.func == func]
+        return [x for x in sites if symbol_of(prog.pid, exe, x.frames[0]) == func]
+
+    cfg.write_text(f"START_PID {prog.pid}\n")
+    wait_for("leak recorded", lambda: any(x.live_blocks for x in site_of("leak_here")))
+    cfg.write_text(f"STOP_PID {prog.pid}\n")
+    assert dev.pid_info(prog.pid) is None
+    time.sleep(1)
+    cfg.write_text(f"START_PID {prog.pid}\n")
+    prog.line("leak: done")
+    [s] = site_of("leak_here")
+    # at least ~15 iterations ran before the second start (0.5 s at least
+    # until the first was noticed, 1 s stopped)
+    assert 0 < s.live_blocks < 50, s
+    assert s.live_bytes == 2000 * s.live_blocks
+    churn = site_of("churn")
+    assert len(churn) == 2  # the malloc and the realloc
+    assert all(x.alloc_count[1] + x.alloc_count[3] > 0 for x in churn)
+    assert [x.live_bytes for x in churn] == [0, 0]
     prog.finish()
 
 

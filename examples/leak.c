@@ -9,10 +9,11 @@
  * bin/leak_shim (with pmm_hooks.h: file, function, line). Prints
  * "leak: pid P line L bytes B" at start and "leak: done T" after the loop
  * (T = total leaked bytes), having flushed its records; with -w it then
- * waits until stdin reaches end of file.
+ * waits until stdin reaches end of file. SIGUSR1 ends the loop early.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ __attribute__((noinline)) static void churn(void)
 	free(c);
 }
 
+static volatile sig_atomic_t stop_loop;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	stop_loop = 1;
+}
+
 static void flush_records(void)
 {
 	/* libpmmhook.so's pmm_flush, if it is loaded: send buffered records */
@@ -68,9 +77,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	signal(SIGUSR1, on_usr1);
 	printf("leak: pid %d line %d bytes %zu\n", (int)getpid(), LEAK_LINE, bytes);
 	fflush(stdout);
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && !stop_loop; i++) {
 		if (leak_here(bytes))
 			total += bytes;
 		churn();

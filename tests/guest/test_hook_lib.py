@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -118,19 +119,36 @@ def site_at(sites: list[Site], func: str, line: int, file: str) -> Site:
     return found[0]
 
 
-def symbol_of(pid: int, exe: Path, addr: int) -> str:
-    """function name of a return address in exe (PIE), via its load base."""
-    base = None
+def load_base(pid: int, exe: Path) -> int:
+    """Where exe (PIE) is mapped in pid."""
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             parts = line.split()
             if len(parts) >= 6 and parts[5] == str(exe) and parts[2] == "00000000":
-                base = int(parts[0].split("-")[0], 16)
-                break
-    assert base is not None
-    out = subprocess.run(["addr2line", "-f", "-e", str(exe), hex(addr - base - 1)],
+                return int(parts[0].split("-")[0], 16)
+    raise AssertionError(f"{exe} not mapped in {pid}")
+
+
+def symbol_of(pid: int, exe: Path, addr: int) -> str:
+    """function name of a return address in exe (PIE), via its load base."""
+    out = subprocess.run(["addr2line", "-f", "-e", str(exe), hex(addr - load_base(pid, exe) - 1)],
                          capture_output=True, text=True, check=True).stdout.split()
     return out[0]
+
+
+def function_ranges(pid: int, exe: Path) -> dict[str, range]:
+    """The addresses of exe's functions in pid (by nm: one run, where
+    symbol_of runs addr2line for each address)."""
+    base = load_base(pid, exe)
+    out = subprocess.run(["nm", "-S", "--defined-only", str(exe)], capture_output=True,
+                         text=True, check=True).stdout
+    ranges = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tT":
+            lo = base + int(parts[0], 16)
+            ranges[parts[3]] = range(lo, lo + int(parts[1], 16))
+    return ranges
 
 
 def test_hook_leak_exact_bytes_at_line(dev: Device) -> None:
@@ -356,7 +374,7 @@ def test_hook_unmonitored_picked_up_by_start_pid(dev: Device, exe_name: str) -> 
     prog.finish()
 
 
-def wait_for(what: str, ok: Callable[[], bool], timeout: float = 10) -> None:
+def wait_for(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
         assert time.monotonic() < deadline, f"no {what} within {timeout} s"
@@ -365,25 +383,27 @@ def wait_for(what: str, ok: Callable[[], bool], timeout: float = 10) -> None:
 
 @pytest.mark.parametrize("exe_name", ["leak_shim", "leak"])
 def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
-    """START_PID, STOP_PID, START_PID on a preloaded program (60
-    iterations, 100 ms apart): the hook notices the stop (its next batch is
-    refused) and passes every call through, notices the second start, and
-    from then records every block again. The module forgot the first
+    """START_PID, STOP_PID, START_PID on a preloaded program (an iteration
+    every 20 ms until SIGUSR1): the hook notices the stop (its next batch
+    is refused) and passes every call through, notices the second start,
+    and from then records every block again. The module forgot the first
     session at the stop, so the leak site holds the leaks since the second
-    start only, 2000 bytes each, and each of churn's blocks made since
-    (malloc 100, realloc 200, free) is freed: free follows the mode both
-    ways (it jumps through a pointer set at each change)."""
+    start only (fewer than the program made), 2000 bytes each, and each of
+    churn's blocks made since (malloc 100, realloc 200, free) is freed:
+    free follows the mode both ways (it jumps through a pointer set at
+    each change)."""
     exe = EX / exe_name
-    prog = Prog([str(exe), "-n", "60", "-s", "100", "-b", "2000", "-w"])
+    prog = Prog([str(exe), "-n", "100000", "-s", "20", "-b", "2000", "-w"])
     m = re.match(r"leak: pid (\d+) line (\d+)", prog.line("leak: pid"))
     assert m
     cfg = Path("/proc/pmm/cfg")
+    funcs = function_ranges(prog.pid, exe)
 
     def site_of(func: str) -> list[Site]:
         sites = dev.sites(prog.pid)
         if exe_name == "leak_shim":
             return [x for x in sites if x.func == func]
-        return [x for x in sites if symbol_of(prog.pid, exe, x.frames[0]) == func]
+        return [x for x in sites if x.frames[0] in funcs[func]]
 
     cfg.write_text(f"START_PID {prog.pid}\n")
     wait_for("leak recorded", lambda: any(x.live_blocks for x in site_of("leak_here")))
@@ -391,11 +411,13 @@ def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
     assert dev.pid_info(prog.pid) is None
     time.sleep(1)
     cfg.write_text(f"START_PID {prog.pid}\n")
-    prog.line("leak: done")
+    wait_for("second start noticed", lambda: any(x.live_blocks for x in site_of("leak_here")))
+    time.sleep(0.5)
+    os.kill(prog.pid, signal.SIGUSR1)
+    done = re.match(r"leak: done (\d+)$", prog.line("leak: done"))
+    assert done
     [s] = site_of("leak_here")
-    # at least ~15 iterations ran before the second start (0.5 s at least
-    # until the first was noticed, 1 s stopped)
-    assert 0 < s.live_blocks < 50, s
+    assert 0 < s.live_blocks < int(done.group(1)) // 2000, s
     assert s.live_bytes == 2000 * s.live_blocks
     churn = site_of("churn")
     assert len(churn) == 2  # the malloc and the realloc

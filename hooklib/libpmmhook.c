@@ -117,7 +117,7 @@ static struct {
 #define SET_TAG		15ULL
 #define SET_FILTER	(SET_BUCKETS / 8)
 
-static void free_generic(void *p);
+static void do_free(void *p);
 static void *malloc_spent(size_t n, void *ra);
 
 /*
@@ -134,23 +134,25 @@ static struct {
 		};
 		/*
 		 * Both in one load: equal to a HOT_* value only while no block
-		 * of the arena exists, so a free that reads it need not check
-		 * whether its pointer is one (nor will in most processes: the
-		 * arena serves only what dlsym allocates, often nothing).
+		 * of the arena exists, so free's pointer (entries_follow_hot)
+		 * and an unmonitored realloc need not check whether a pointer
+		 * is one (nor will in most processes: the arena serves only
+		 * what dlsym allocates, often nothing).
 		 */
 		uint32_t hot_no_arena;
 	};
 	/*
 	 * What free() jumps to, set with hot (set_hot): not monitored, libc's
 	 * free itself; sampled and exact, their own checks without a mode
-	 * test; the general code while the arena has blocks or before init.
+	 * test; the general code (do_free) while the arena has blocks, before
+	 * init, and for the instant a mode change leaves it behind.
 	 */
 	void (*free)(void *);
 	/* What malloc() jumps to once its budget is spent: exact mode's fast
 	 * path while exact, else the general code (set_hot, as free). */
 	void *(*malloc_spent)(size_t, void *);
 	uint8_t sampled_filter[SET_FILTER];
-} g_fast __attribute__((aligned(4096))) = { .free = free_generic, .malloc_spent = malloc_spent };
+} g_fast __attribute__((aligned(4096))) = { .free = do_free, .malloc_spent = malloc_spent };
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hot_no_arena: hot in the low half");
 
@@ -233,7 +235,6 @@ static inline int in_arena(const void *p)
 
 static void free_sampled(void *p);
 static void free_exact(void *p);
-static void do_free(void *p);
 static void *malloc_exact(size_t n, void *ra);
 
 /* free()'s target for hot and arena (see g_fast.free). */
@@ -241,13 +242,13 @@ static void (*free_for(uint32_t hot_no_arena))(void *)
 {
 	switch (hot_no_arena) {
 	case HOT_PASS:
-		return real.free ? real.free : free_generic;
+		return real.free ? real.free : do_free;
 	case HOT_SAMPLE:
 		return free_sampled;
 	case HOT_MON:
 		return free_exact;
 	default:
-		return free_generic;
+		return do_free;
 	}
 }
 
@@ -258,7 +259,7 @@ static void (*free_for(uint32_t hot_no_arena))(void *)
  * state it stored for is still the state, so the last stores are always
  * for the last state.
  */
-static void free_follow_hot(void)
+static void entries_follow_hot(void)
 {
 	uint32_t now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST), was;
 
@@ -275,7 +276,7 @@ static void free_follow_hot(void)
 static void set_hot(uint16_t hot)
 {
 	__atomic_store_n(&g_fast.hot, hot, __ATOMIC_SEQ_CST);
-	free_follow_hot();
+	entries_follow_hot();
 }
 
 static void *arena_alloc(size_t size, size_t align)
@@ -297,7 +298,7 @@ static void *arena_alloc(size_t size, size_t align)
 	*(size_t *)(g_arena + start - 16) = size;
 	if (!__atomic_load_n(&g_fast.arena, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&g_fast.arena, 1, __ATOMIC_SEQ_CST);
-		free_follow_hot();	/* its blocks need the general free */
+		entries_follow_hot();	/* its blocks need the general free */
 	}
 	return g_arena + start;	/* zeroed: the arena is never reused */
 }
@@ -1858,26 +1859,6 @@ static void do_free(void *p)
 	note_free(t, PMM_OP_FREE, p, 0, NULL);
 	real.free(p);
 	t->guard--;
-}
-
-/* Before init, with blocks of the arena, or mid-change of mode. */
-static void free_generic(void *p)
-{
-	uint32_t hot = g_fast.hot_no_arena;
-
-	if (likely(hot == HOT_PASS)) {
-		real.free(p);	/* not monitored */
-		return;
-	}
-	if (hot == HOT_SAMPLE) {
-		free_sampled(p);
-		return;
-	}
-	if (hot == HOT_MON) {
-		free_exact(p);	/* and no block of the arena exists */
-		return;
-	}
-	do_free(p);
 }
 
 /* free() while sampled with no block of the arena. */

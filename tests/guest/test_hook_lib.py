@@ -129,16 +129,8 @@ def load_base(pid: int, exe: Path) -> int:
     raise AssertionError(f"{exe} not mapped in {pid}")
 
 
-def symbol_of(pid: int, exe: Path, addr: int) -> str:
-    """function name of a return address in exe (PIE), via its load base."""
-    out = subprocess.run(["addr2line", "-f", "-e", str(exe), hex(addr - load_base(pid, exe) - 1)],
-                         capture_output=True, text=True, check=True).stdout.split()
-    return out[0]
-
-
 def function_ranges(pid: int, exe: Path) -> dict[str, range]:
-    """The addresses of exe's functions in pid (by nm: one run, where
-    symbol_of runs addr2line for each address)."""
+    """The addresses of exe's functions in pid (nm, and exe's load base)."""
     base = load_base(pid, exe)
     out = subprocess.run(["nm", "-S", "--defined-only", str(exe)], capture_output=True,
                          text=True, check=True).stdout
@@ -149,6 +141,16 @@ def function_ranges(pid: int, exe: Path) -> dict[str, range]:
             lo = base + int(parts[0], 16)
             ranges[parts[3]] = range(lo, lo + int(parts[1], 16))
     return ranges
+
+
+def function_at(ranges: dict[str, range], addr: int) -> str:
+    """The function whose call returns to addr ("??": none of exe's)."""
+    return next((name for name, r in ranges.items() if addr - 1 in r), "??")
+
+
+def symbol_of(pid: int, exe: Path, addr: int) -> str:
+    """function name of a return address in exe (PIE)."""
+    return function_at(function_ranges(pid, exe), addr)
 
 
 def test_hook_leak_exact_bytes_at_line(dev: Device) -> None:
@@ -403,15 +405,18 @@ def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
         sites = dev.sites(prog.pid)
         if exe_name == "leak_shim":
             return [x for x in sites if x.func == func]
-        return [x for x in sites if x.frames[0] in funcs[func]]
+        return [x for x in sites if function_at(funcs, x.frames[0]) == func]
+
+    def leak_recorded() -> bool:
+        return any(x.live_blocks for x in site_of("leak_here"))
 
     cfg.write_text(f"START_PID {prog.pid}\n")
-    wait_for("leak recorded", lambda: any(x.live_blocks for x in site_of("leak_here")))
+    wait_for("leak recorded", leak_recorded)
     cfg.write_text(f"STOP_PID {prog.pid}\n")
     assert dev.pid_info(prog.pid) is None
     time.sleep(1)
     cfg.write_text(f"START_PID {prog.pid}\n")
-    wait_for("second start noticed", lambda: any(x.live_blocks for x in site_of("leak_here")))
+    wait_for("second start noticed", leak_recorded)
     time.sleep(0.5)
     os.kill(prog.pid, signal.SIGUSR1)
     done = re.match(r"leak: done (\d+)$", prog.line("leak: done"))

@@ -709,6 +709,10 @@ static int start_self(void)
 #define RECENT_SLOTS	(1U << RECENT_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
 #define TBUF_BYTES	((g_tbuf_records * sizeof(struct pmm_record) + 4095) & ~4095UL)
+#define MERGE_BITS	10
+/* A thread's mapping: its buffer, then merge_freed's table, which is too
+ * big for the stack of a hook (the program chose the thread's stack). */
+#define TBUF_MAP_BYTES	(TBUF_BYTES + (sizeof(struct merge_slot) << MERGE_BITS))
 #define NOT_BUFFERED	UINT32_MAX	/* recent.at of an allocation sent alone */
 
 /*
@@ -720,6 +724,12 @@ static int start_self(void)
  * they were when a buffer was one batch, which held at most this many.
  */
 #define CROSS_MAX	(PMM_MAX_BATCH / 2)
+
+struct merge_slot {
+	uint64_t key;		/* merge_key, 0: empty */
+	uint32_t at;		/* the kept record's index */
+	uint32_t weight;	/* its weight, written back at the end */
+};
 
 struct recent {
 	uint64_t entry;		/* the last allocation: high bits, tag */
@@ -825,7 +835,7 @@ static int tbuf_get(struct tstate *t)
 
 	if (t->exiting)
 		return 0;
-	p = real.mmap(NULL, TBUF_BYTES, PROT_READ | PROT_WRITE,
+	p = real.mmap(NULL, TBUF_MAP_BYTES, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		errno = saved;
@@ -858,39 +868,50 @@ static int tbuf_get(struct tstate *t)
  * 512 sizes), a batch that merged less than an eighth of its records is
  * followed by MERGE_SKIP batches sent as they are.
  */
-#define MERGE_BITS	10
 #define MERGE_PROBES	8
 #define MERGE_SKIP	7
+#define MERGE_SIZE_LIMIT	(1ULL << 28)
 
-/* FREED, and no old block to free (none, or its allocation FREED too). */
+/* FREED, and no old block to free (none, or its allocation FREED too); a
+ * size below MERGE_SIZE_LIMIT, so that merge_key is exact. */
 static inline int mergeable(const struct pmm_record *r)
 {
+	if (r->size >= MERGE_SIZE_LIMIT)
+		return 0;
 	return r->flags == PMM_REC_F_FREED ? !r->prev_ptr :
 	       r->flags == (PMM_REC_F_FREED | PMM_REC_F_PREV_FREED);
 }
 
 /*
- * Adds r's weight to a kept record of its key (at: 1 + kept index, 0:
- * empty); 1 if it did. Else r will be kept at out, and a free slot of its
- * key's probes remembers that.
+ * Site, size and op in one word: equal keys are equal fields (sizes below
+ * MERGE_SIZE_LIMIT, ops below 16), and never 0 (op is not PMM_OP_NONE),
+ * which marks an empty slot.
  */
-static inline int merge_one(uint16_t *at, struct pmm_record *buf, const struct pmm_record *r,
-			    uint32_t out)
+static inline uint64_t merge_key(const struct pmm_record *r)
 {
-	uint64_t key = (uint64_t)r->site << 32 ^ r->size << 4 ^ r->op;
+	return (uint64_t)r->site << 32 | r->size << 4 | r->op;
+}
+
+/*
+ * Adds r's weight to the kept record of its key; 1 if it did. Else r will
+ * be kept at out, and a free slot of its key's probes remembers that.
+ */
+static inline int merge_one(struct merge_slot *tab, const struct pmm_record *r, uint32_t out)
+{
+	uint64_t key = merge_key(r);
 	unsigned int h = (unsigned int)(key * 0x9e3779b97f4a7c15ULL >> (64 - MERGE_BITS));
 	unsigned int k;
 
 	for (k = 0; k < MERGE_PROBES; k++, h = (h + 1) & ((1U << MERGE_BITS) - 1)) {
-		struct pmm_record *m;
+		struct merge_slot *m = &tab[h];
 
-		if (!at[h]) {
-			at[h] = (uint16_t)(out + 1);
+		if (!m->key) {
+			m->key = key;
+			m->at = out;
+			m->weight = r->weight;
 			return 0;
 		}
-		m = &buf[at[h] - 1];
-		if (m->site == r->site && m->size == r->size && m->op == r->op &&
-		    m->weight <= UINT32_MAX - r->weight) {
+		if (m->key == key && m->weight <= UINT32_MAX - r->weight) {
 			m->weight += r->weight;
 			return 1;
 		}
@@ -900,17 +921,20 @@ static inline int merge_one(uint16_t *at, struct pmm_record *buf, const struct p
 
 static uint32_t merge_freed(struct pmm_record *buf, uint32_t n)
 {
-	uint16_t at[1U << MERGE_BITS];
+	struct merge_slot *tab = (struct merge_slot *)((char *)buf + TBUF_BYTES);
 	uint32_t i, out = 0;
 
-	memset(at, 0, sizeof(at));
+	memset(tab, 0, sizeof(*tab) << MERGE_BITS);
 	for (i = 0; i < n; i++) {
-		if (mergeable(&buf[i]) && merge_one(at, buf, &buf[i], out))
+		if (mergeable(&buf[i]) && merge_one(tab, &buf[i], out))
 			continue;
 		if (out != i)
 			buf[out] = buf[i];
 		out++;
 	}
+	for (i = 0; i < 1U << MERGE_BITS; i++)	/* the kept records' sums */
+		if (tab[i].key)
+			buf[tab[i].at].weight = tab[i].weight;
 	return out;
 }
 
@@ -1082,7 +1106,7 @@ static void thread_exit(void *arg)
 	t->exact_key = 0;
 	if (t->buf) {
 		flush(t);
-		real.munmap(t->buf, TBUF_BYTES);
+		real.munmap(t->buf, TBUF_MAP_BYTES);
 		t->buf = NULL;
 	}
 	t->exiting = 1;
@@ -1292,11 +1316,13 @@ static inline uint32_t site_of(struct tstate *t, const struct src *s)
 		memset(t->site_cache, 0, sizeof(t->site_cache));
 		t->site_gen = e;
 	}
-	if (likely(t->site_cache[i].ra == s->ra && t->site_cache[i].id))
+	if (likely(t->site_cache[i].ra == s->ra))
 		return t->site_cache[i].id;
 	id = pmm_site_addr(s->ra, s->frame);
-	t->site_cache[i].ra = s->ra;
-	t->site_cache[i].id = id;
+	if (id) {	/* a cached entry's id is never 0: the table is tried again */
+		t->site_cache[i].ra = s->ra;
+		t->site_cache[i].id = id;
+	}
 	return id;
 }
 
@@ -1739,7 +1765,7 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	t->left = 0;	/* exact: every call records */
 	if (unlikely(!exact_fast(t)))
 		return malloc_slow(n, ra);
-	if (unlikely(t->site_cache[i].ra != ra || !t->site_cache[i].id))
+	if (unlikely(t->site_cache[i].ra != ra))
 		return exact_malloc_miss(n, ra);
 	t->guard = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */

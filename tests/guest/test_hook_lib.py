@@ -11,11 +11,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import as_nobody
+from kmod_dev import wait_for
 
 from pmctl.device import Device
 from pmctl.model import Site
@@ -121,12 +122,10 @@ def site_at(sites: list[Site], func: str, line: int, file: str) -> Site:
 
 def load_base(pid: int, exe: Path) -> int:
     """Where exe (PIE) is mapped in pid."""
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 6 and parts[5] == str(exe) and parts[2] == "00000000":
-                return int(parts[0].split("-")[0], 16)
-    raise AssertionError(f"{exe} not mapped in {pid}")
+    maps = parse_maps(Path(f"/proc/{pid}/maps").read_text())
+    base = next((m.start for m in maps if m.path == str(exe) and m.offset == 0), None)
+    assert base is not None, f"{exe} not mapped in {pid}"
+    return base
 
 
 def function_ranges(pid: int, exe: Path) -> dict[str, range]:
@@ -376,13 +375,6 @@ def test_hook_unmonitored_picked_up_by_start_pid(dev: Device, exe_name: str) -> 
     prog.finish()
 
 
-def wait_for(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("exe_name", ["leak_shim", "leak"])
 def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
     """START_PID, STOP_PID, START_PID on a preloaded program (an iteration
@@ -411,12 +403,12 @@ def test_hook_stop_then_start_again(dev: Device, exe_name: str) -> None:
         return any(x.live_blocks for x in site_of("leak_here"))
 
     cfg.write_text(f"START_PID {prog.pid}\n")
-    wait_for("leak recorded", leak_recorded)
+    assert wait_for(leak_recorded, timeout=60), "no leak recorded within 60 s"
     cfg.write_text(f"STOP_PID {prog.pid}\n")
     assert dev.pid_info(prog.pid) is None
     time.sleep(1)
     cfg.write_text(f"START_PID {prog.pid}\n")
-    wait_for("second start noticed", leak_recorded)
+    assert wait_for(leak_recorded, timeout=60), "second start not noticed within 60 s"
     time.sleep(0.5)
     os.kill(prog.pid, signal.SIGUSR1)
     done = re.match(r"leak: done (\d+)$", prog.line("leak: done"))

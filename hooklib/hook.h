@@ -36,6 +36,13 @@ extern int g_unwind;		/* UNWIND_*: stack walker for depth > 1 */
 enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
 
 /* libpmmhook.c */
+/*
+ * Non-zero while the hook calls code of others that may allocate (dlsym,
+ * dlopen, pthread_setspecific, pthread_getattr_np, libgcc's unwinder): an
+ * allocation that reaches the hook while its guard is held is then that
+ * code's, and goes straight to libc; otherwise it is a signal handler's.
+ */
+extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
 void pmm_dev_refused(int err, const char *what);
 

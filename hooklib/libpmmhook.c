@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -164,7 +165,7 @@ int g_unwind = UNWIND_AUTO;
 
 static int g_init;		/* 0: not started, 1: resolving, 2: done */
 static int g_resolved;		/* real.* are set */
-static int g_fd = -1;		/* /dev/pmm */
+static int g_fd = -1;		/* /dev/pmm, 3 or above (dev_open) */
 static int g_active;		/* device usable; 0: pure passthrough */
 static int g_quiet;
 static int g_said;		/* the one stderr line was written */
@@ -222,6 +223,7 @@ struct tstate {
 };
 
 static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
+__thread int pmm_internal __attribute__((tls_model("initial-exec")));
 
 /* ---- bootstrap arena: allocations made while dlsym runs ----------------- */
 
@@ -473,6 +475,8 @@ static inline uint64_t poll_ns(void)
 	return coarse_ns();
 }
 
+static int dev_ours(int fd);
+
 /*
  * The clock page, for the address clock (it reads the coarse time on every
  * record). Mapped when monitoring first starts, not at init: the module's
@@ -481,7 +485,7 @@ static inline uint64_t poll_ns(void)
  */
 static void map_kernel_clock(void)
 {
-	int saved = errno;
+	int saved = errno, fd;
 	const struct pmm_clock *none = NULL;
 	void *p;
 
@@ -490,11 +494,17 @@ static void map_kernel_clock(void)
 		return;
 #ifdef PMM_FAKE_DEV
 	(void)p;
+	(void)fd;
 	fake_clock_refresh();
 	__atomic_compare_exchange_n(&g_kclock, &none, &g_fake_clock, 0, __ATOMIC_RELEASE,
 				    __ATOMIC_RELAXED);
 #else
-	p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, g_fd, PMM_CLOCK_OFFSET);
+	fd = __atomic_load_n(&g_fd, __ATOMIC_RELAXED);
+	if (!dev_ours(fd)) {
+		errno = saved;
+		return;	/* the next ioctl finds out */
+	}
+	p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, fd, PMM_CLOCK_OFFSET);
 	if (p != MAP_FAILED &&
 	    !__atomic_compare_exchange_n(&g_kclock, &none, p, 0, __ATOMIC_RELEASE,
 					 __ATOMIC_RELAXED))
@@ -535,55 +545,170 @@ static inline uint64_t stamp_map(struct tstate *t)
 	return v;
 }
 
-/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default). */
-static void choose_clock(void)
-{
-	const char *u = getenv("PMM_CLOCK");
+/* ---- the device ---------------------------------------------------------- */
 
-	g_precise = u && !strcmp(u, "mono");
+static pid_t g_pid;		/* this process (init) */
+
+/* g_fd's file as dev_open found it (fstat). */
+static dev_t g_dev_dev, g_dev_rdev;
+static ino_t g_dev_ino;
+
+#ifdef PMM_FAKE_DEV
+#define DEV_PATH	"/dev/null"
+#else
+#define DEV_PATH	"/dev/" PMM_DEVICE_NAME
+#endif
+
+/*
+ * Opens the device at fd 3 or above, close-on-exec: a program started with
+ * fds 0-2 closed gets them back from its own next open()s, as POSIX
+ * promises, and never finds the device on its stdin, stdout or stderr. Its
+ * identity is kept, so that dev_ours can tell it from a file the program
+ * later opens at the same number. Returns the fd or -errno.
+ */
+static int dev_open(void)
+{
+	struct stat st;
+	int fd = open(DEV_PATH, O_RDWR | O_CLOEXEC), err, high;
+
+	if (fd < 0)
+		return -errno;
+	if (fd <= STDERR_FILENO) {
+		high = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+		err = errno;
+		close(fd);
+		if (high < 0)
+			return -err;
+		fd = high;
+	}
+	if (fstat(fd, &st) < 0) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	g_dev_dev = st.st_dev;
+	g_dev_ino = st.st_ino;
+	g_dev_rdev = st.st_rdev;
+	return fd;
 }
 
-/* ---- the device ---------------------------------------------------------- */
+/*
+ * fd is still the file dev_open opened. A program may close every fd
+ * (closefrom, close_range, a daemon's loop) and open another file that gets
+ * the device's number: that file must never see the hook's ioctls. One
+ * fstat before each ioctl (per batch, not per record).
+ */
+static int dev_ours(int fd)
+{
+	struct stat st;
+
+	return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev_dev &&
+	       st.st_ino == g_dev_ino && st.st_rdev == g_dev_rdev;
+}
 
 #ifdef PMM_FAKE_DEV
 /*
- * PMM_FAKE_LOG=FILE: each batch is appended to FILE as the sending thread's
- * id and the record count (two u32) and the records, one writev (appends do
- * not interleave), so that tests can check the records themselves.
+ * The module, modelled for host tests and benchmarks. Each call is an
+ * ioctl on the hook's fd, /dev/null (ENOTTY: a system call's cost and no
+ * kernel work), so strace shows which file the hook's ioctls reach. The
+ * module attributes a call to the calling process: one pid is monitored,
+ * this process's at init (none with PMM_FAKE_UNMONITORED), and a START_PID
+ * 0 names the caller; from any other pid (a forked or vfork'd child)
+ * RECORD_LOG and REGISTER_SITE fail with ENOLINK and QUERY_SELF answers 0.
+ *
+ * PMM_FAKE_LOG=FILE: every call is appended to FILE as one writev (appends
+ * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
+ * number, the result, a count and the bytes that follow), then the
+ * records of a RECORD_LOG, the struct pmm_site of a REGISTER_SITE or the
+ * struct pmm_config of a SET_CONFIG. The file is opened for each call: a
+ * program that closes every fd cannot take it.
  */
-static void fake_log(const struct pmm_record_batch *b)
-{
-	static int fd = -1;
-	uint32_t head[2] = { (uint32_t)syscall(SYS_gettid), b->count };
-	struct iovec iov[2] = {
-		{ head, sizeof(head) },
-		{ (void *)(uintptr_t)b->records, b->count * sizeof(struct pmm_record) },
-	};
-	const char *path = getenv("PMM_FAKE_LOG");
+static int g_fake_unmonitored;
+static pid_t g_fake_monitored;
+static char g_fake_log[4096];
 
-	if (!path)
+static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
+{
+	const struct pmm_record_batch *b = arg;
+	uint32_t head[6] = { (uint32_t)pid, (uint32_t)syscall(SYS_gettid), _IOC_NR(cmd),
+			     (uint32_t)result, 0, 0 };
+	struct iovec iov[2] = { { head, sizeof(head) }, { NULL, 0 } };
+	int fd;
+
+	if (!g_fake_log[0])
 		return;
-	if (fd < 0)
-		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-	if (fd >= 0 && writev(fd, iov, 2) < 0)
+	switch (cmd) {
+	case PMM_RECORD_LOG:
+		head[4] = b->count;
+		iov[1].iov_base = (void *)(uintptr_t)b->records;
+		iov[1].iov_len = b->count * sizeof(struct pmm_record);
+		break;
+	case PMM_REGISTER_SITE:
+		head[4] = 1;
+		iov[1].iov_base = (void *)arg;
+		iov[1].iov_len = sizeof(struct pmm_site);
+		break;
+	case PMM_SET_CONFIG:
+		head[4] = 1;
+		iov[1].iov_base = (void *)arg;
+		iov[1].iov_len = sizeof(struct pmm_config);
+		break;
+	}
+	head[5] = (uint32_t)iov[1].iov_len;
+	fd = open(g_fake_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0 || writev(fd, iov, 2) != (ssize_t)(sizeof(head) + iov[1].iov_len))
 		abort();	/* a test's log must be whole */
+	close(fd);
+}
+
+static int fake_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	const struct pmm_config *c = arg;
+	int r;
+
+	r = ioctl(fd, cmd, arg);	/* the system call; /dev/null refuses it */
+	(void)r;
+	fake_clock_refresh();
+	switch (cmd) {
+	case PMM_SET_CONFIG:
+		if ((c->set & PMM_CFG_START_PID) && !c->start_pid && !g_fake_unmonitored)
+			__atomic_store_n(&g_fake_monitored, me, __ATOMIC_RELAXED);
+		r = 0;
+		break;
+	case PMM_QUERY_SELF:
+		r = me == __atomic_load_n(&g_fake_monitored, __ATOMIC_RELAXED);
+		break;
+	default:
+		r = me == __atomic_load_n(&g_fake_monitored, __ATOMIC_RELAXED) ? 0 : -ENOLINK;
+		break;
+	}
+	fake_log(me, cmd, r, arg);
+	if (r < 0) {
+		errno = -r;
+		r = -1;
+	}
+	return r;
 }
 #endif
+
+static void dev_lost(void);
 
 int pmm_dev_ioctl(unsigned long cmd, void *arg)
 {
 	int saved = errno, r, tries = 0;
+	int fd = __atomic_load_n(&g_fd, __ATOMIC_RELAXED);
 
+	if (!dev_ours(fd)) {
+		dev_lost();
+		errno = saved;
+		return -EBADF;
+	}
 	do {
 #ifdef PMM_FAKE_DEV
-		/* bench/profiling build: a system call's cost, no kernel work */
-		r = (int)syscall(SYS_getppid);
-		fake_clock_refresh();
-		r = cmd == PMM_QUERY_SELF ? !getenv("PMM_FAKE_UNMONITORED") : 0;
-		if (cmd == PMM_RECORD_LOG)
-			fake_log(arg);
+		r = fake_ioctl(fd, cmd, arg);
 #else
-		r = ioctl(g_fd, cmd, arg);
+		r = ioctl(fd, cmd, arg);
 #endif
 	} while (r < 0 && errno == EINTR && ++tries < 3);
 	if (r < 0)
@@ -592,12 +717,31 @@ int pmm_dev_ioctl(unsigned long cmd, void *arg)
 	return r;
 }
 
-static void disable(int err, const char *what)
+/* Everything passes straight to libc from now on; 1 if this call ended it. */
+static int deactivate(void)
 {
-	g_active = 0;
+	if (!__atomic_exchange_n(&g_active, 0, __ATOMIC_SEQ_CST))
+		return 0;
 	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
 	set_hot(HOT_PASS);
-	say(what, err, "; allocations pass through to libc");
+	return 1;
+}
+
+static void disable(int err, const char *what)
+{
+	if (deactivate())
+		say(what, err, "; allocations pass through to libc");
+}
+
+/*
+ * The program closed the device's fd (and may have opened another file at
+ * its number): pass through, quietly, since nothing went wrong that the
+ * program should hear of, and never use that number again.
+ */
+static void dev_lost(void)
+{
+	__atomic_store_n(&g_fd, -1, __ATOMIC_RELAXED);
+	deactivate();
 }
 
 /* madvise(advice) on the pages of [lo, hi); advice only, errno kept. */
@@ -850,7 +994,9 @@ static int tbuf_get(struct tstate *t)
 	}
 	if (!t->keyed) {
 		t->keyed = 1;
+		pmm_internal++;
 		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
+		pmm_internal--;
 	}
 	errno = saved;
 	return 1;
@@ -1102,6 +1248,8 @@ static void thread_exit(void *arg)
 {
 	struct tstate *t = arg;
 
+	int saved = errno;
+
 	t->guard++;
 	t->exact_key = 0;
 	if (t->buf) {
@@ -1111,6 +1259,7 @@ static void thread_exit(void *arg)
 	}
 	t->exiting = 1;
 	t->guard--;
+	errno = saved;
 }
 
 /* ---- address sets: sampled blocks, recorded anonymous mappings ------------ */
@@ -1397,9 +1546,49 @@ static void *sym(const char *name)
 	return dlsym(RTLD_NEXT, name);
 }
 
-static long env_num(const char *name, long dflt)
+extern char **environ;
+extern void *__libc_stack_end __attribute__((weak));
+
+/*
+ * The environment pmm_init reads. environ is still NULL when the first
+ * allocation comes before libc's own initialisation, from a .preinit_array
+ * function (glibc 2.36 sets it in libc's init, which runs after them), and
+ * getenv then finds nothing. The initial environment is where the kernel
+ * put it, after argv on the first stack, whose start ld.so exports as
+ * __libc_stack_end: argc, argv[argc], NULL, envp[], NULL (ld.so run as a
+ * command shifts them in place). No malloc, no system call.
+ */
+static char **init_env(void)
 {
-	const char *v = getenv(name);
+	const long *sp;
+	char **argv;
+	long argc;
+
+	if (environ)
+		return environ;
+	if (!&__libc_stack_end || !__libc_stack_end)
+		return NULL;
+	sp = __libc_stack_end;
+	argc = sp[0];
+	argv = (char **)(sp + 1);
+	if (argc < 0 || argc > (1L << 24) || argv[argc])
+		return NULL;
+	return argv + argc + 1;
+}
+
+static const char *env_get(char **env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; env && *env; env++)
+		if (!strncmp(*env, name, n) && (*env)[n] == '=')
+			return *env + n + 1;
+	return NULL;
+}
+
+static long env_num(char **env, const char *name, long dflt)
+{
+	const char *v = env_get(env, name);
 	long n = 0;
 
 	if (!v || !*v)
@@ -1444,11 +1633,18 @@ static void no_huge_pages(void)
 	advise(lo, hi, MADV_NOHUGEPAGE);
 }
 
+/*
+ * Once, from the library's constructor or from the first hook called before
+ * it (another library's constructor, a .preinit_array function). errno is
+ * the program's on return, whatever dlsym, dlopen, open or the ioctls did to
+ * it; everything it calls that may allocate is the hook's own (internal).
+ */
 static void pmm_init(void)
 {
 	struct tstate *t = &t_st;
-	int expected = 0, r;
+	int expected = 0, saved = errno, r, fd;
 	const char *u;
+	char **env;
 	long v;
 
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
@@ -1457,6 +1653,7 @@ static void pmm_init(void)
 					 __ATOMIC_ACQUIRE))
 		return;
 	t->guard++;
+	pmm_internal++;
 	real.malloc = sym("malloc");
 	real.free = sym("free");
 	real.calloc = sym("calloc");
@@ -1476,23 +1673,36 @@ static void pmm_init(void)
 		real.mmap64 = real.mmap;
 	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
 	find_vdso_clock();
+	g_pid = (pid_t)syscall(SYS_getpid);
 
-	g_quiet = env_num("PMM_QUIET", 0) > 0;
-	g_follow_fork = env_num("PMM_FOLLOW_FORK", 0) > 0;
-	v = env_num("PMM_DEPTH", 1);
+	env = init_env();
+	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
+	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
+	v = env_num(env, "PMM_DEPTH", 1);
 	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
-	u = getenv("PMM_UNWIND");
+	u = env_get(env, "PMM_UNWIND");
 	if (u && u[0] == 'f' && u[1] == 'p' && !u[2])
 		g_unwind = UNWIND_FP;
 	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
 		g_unwind = UNWIND_EH;
-	g_fastpath = env_num("PMM_FASTPATH", 1) != 0;
-	v = env_num("PMM_SAMPLE", 0);
+	g_fastpath = env_num(env, "PMM_FASTPATH", 1) != 0;
+	v = env_num(env, "PMM_SAMPLE", 0);
 	g_sample = v > 0 ? (uint64_t)v : 0;
-	v = env_num("PMM_BUFFER", TBUF_RECORDS);
+	v = env_num(env, "PMM_BUFFER", TBUF_RECORDS);
 	if (v >= 0)	/* a number out of range takes the nearest bound */
 		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
 				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
+	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
+	u = env_get(env, "PMM_CLOCK");
+	g_precise = u && !strcmp(u, "mono");
+#ifdef PMM_FAKE_DEV
+	u = env_get(env, "PMM_FAKE_LOG");
+	if (u && strlen(u) < sizeof(g_fake_log))
+		strcpy(g_fake_log, u);
+	g_fake_unmonitored = env_num(env, "PMM_FAKE_UNMONITORED", 0) != 0;
+	if (!g_fake_unmonitored)
+		g_fake_monitored = g_pid;
+#endif
 
 	if (!real.malloc || !real.free || !real.calloc || !real.realloc || !real.mmap ||
 	    !real.munmap || !real.mremap) {
@@ -1503,23 +1713,20 @@ static void pmm_init(void)
 	r = pthread_key_create(&g_key, thread_exit);
 	pthread_atfork(NULL, NULL, at_fork_child);
 
-#ifdef PMM_FAKE_DEV
-	g_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-#else
-	g_fd = open("/dev/" PMM_DEVICE_NAME, O_RDWR | O_CLOEXEC);
-#endif
-	if (g_fd < 0 || r != 0) {
-		say("cannot open /dev/" PMM_DEVICE_NAME, g_fd < 0 ? errno : r,
+	fd = dev_open();
+	if (fd < 0 || r != 0) {
+		if (fd >= 0)
+			close(fd);
+		say("cannot open /dev/" PMM_DEVICE_NAME, fd < 0 ? -fd : r,
 		    "; allocations pass through to libc");
-		errno = 0;
 		g_active = 0;
 		set_hot(HOT_PASS);
 	} else {
+		g_fd = fd;
 		g_active = 1;
 		set_hot(HOT_PASS);
-		choose_clock();
 		g_next_query = coarse_ns() + QUERY_NS;
-		if (env_num("PMM_START", 0) > 0) {
+		if (env_num(env, "PMM_START", 0) > 0) {
 			r = start_self();
 			if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
 				say("PMM_START=1: START_PID refused", -r, "");
@@ -1531,7 +1738,9 @@ static void pmm_init(void)
 			pmm_dev_refused(-r, "PMM_QUERY_SELF");
 	}
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
+	pmm_internal--;
 	t->guard--;
+	errno = saved;
 }
 
 __attribute__((constructor)) static void pmm_ctor(void)

@@ -16,6 +16,7 @@
  * the loader's lock (dl_iterate_phdr); see the README for figures.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <unwind.h>
@@ -27,12 +28,16 @@ static __thread uintptr_t t_stack_lo
 static __thread uintptr_t t_stack_hi
 	__attribute__((tls_model("initial-exec")));
 
+/* pthread_getattr_np reads /proc/self/maps for the main thread (malloc,
+ * stdio): the hook's own call (pmm_internal), errno kept. */
 static void stack_bounds(uintptr_t sp)
 {
 	pthread_attr_t attr;
+	int saved = errno;
 	void *addr;
 	size_t size;
 
+	pmm_internal++;
 	if (pthread_getattr_np(pthread_self(), &attr) == 0) {
 		if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
 			t_stack_lo = (uintptr_t)addr;
@@ -40,6 +45,8 @@ static void stack_bounds(uintptr_t sp)
 		}
 		pthread_attr_destroy(&attr);
 	}
+	pmm_internal--;
+	errno = saved;
 	if (t_stack_hi <= sp || t_stack_lo > sp) {
 		/* unknown stack: allow only the page-rounded 64 KiB above sp */
 		t_stack_lo = sp;
@@ -110,8 +117,12 @@ __attribute__((noinline))
 int pmm_unwind_eh(uint64_t *out, int max, void *ra0)
 {
 	struct eh_walk w = { .out = out, .ra0 = (uintptr_t)ra0, .max = max };
+	int saved = errno;
 
+	pmm_internal++;	/* libgcc may malloc (its FDE tables) */
 	_Unwind_Backtrace(eh_step, &w);
+	pmm_internal--;
+	errno = saved;
 	if (w.n == 0) {
 		out[0] = (uintptr_t)ra0;
 		w.n = 1;

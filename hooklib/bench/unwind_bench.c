@@ -15,6 +15,8 @@
 
 #include "../hook.h"
 
+__thread int pmm_internal;	/* the library's; unwind.c marks its calls */
+
 static long calls = 200000;
 static int depth = 8;
 static volatile int sink;

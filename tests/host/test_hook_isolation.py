@@ -1,0 +1,159 @@
+"""The hook never changes the program (DESIGN decision 9), on the host:
+errno, the environment before libc sets environ, the program's file
+descriptors, vfork children. The real library finds no /dev/pmm here; the
+fake-device build (hooklib/bench/bin/libpmmhook-fake.so) models the module:
+its calls are ioctls on its fd (/dev/null), attributed to the calling pid,
+and logged to PMM_FAKE_LOG."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hook_env import (
+    NR_QUERY_SELF,
+    NR_RECORD_LOG,
+    NR_SET_CONFIG,
+    clean_env,
+    fake_log_batches,
+    fake_log_calls,
+)
+
+from pmctl import uapi
+
+TOP = Path(__file__).resolve().parents[2]
+HOOK = TOP / "hooklib" / "libpmmhook.so"
+FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
+HBIN = TOP / "hooklib" / "bench" / "bin"
+LIBS = {"real": HOOK, "fake": FAKE}
+NO_DEVICE_LINE = ("pmm: cannot open /dev/pmm: no such file (is pmm.ko loaded?) (errno 2); "
+                  "allocations pass through to libc\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+
+
+def no_device() -> None:
+    if Path("/dev/pmm").exists():
+        pytest.skip("/dev/pmm exists here")
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_errno_kept_when_the_hook_starts_in_preinit(lib: str) -> None:
+    """preinit's .preinit_array function sets errno to EBADF and calls
+    malloc, calloc, realloc and free, the first of which starts the hook
+    (before libc's own initialisation: environ is still NULL there, which
+    the program reports). errno stays EBADF after each, with no /dev/pmm
+    (the real library's open fails with ENOENT) and with the fake device;
+    the hook used to set errno to 0 when the open failed. PMM_QUIET=1,
+    which the hook has to find without environ, keeps stderr empty."""
+    no_device()
+    env = clean_env(LD_PRELOAD=str(LIBS[lib]), PMM_QUIET="1")
+    r = subprocess.run([str(HBIN / "preinit")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "preinit: environ NULL, errno kept\n", "")
+
+
+def test_one_line_without_quiet_from_preinit() -> None:
+    """Without PMM_QUIET the missing device is still said once."""
+    no_device()
+    env = clean_env(LD_PRELOAD=str(HOOK))
+    r = subprocess.run([str(HBIN / "preinit")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "preinit: environ NULL, errno kept\n", NO_DEVICE_LINE)
+
+
+def test_settings_taken_when_the_hook_starts_in_preinit(tmp_path: Path) -> None:
+    """The PMM_* variables are read from the initial environment when the
+    hook starts before environ is set: PMM_START=1 asks START_PID 0 first
+    thing, PMM_DEPTH=4 describes sites by up to 4 frames (the preinit
+    function's sites have 3 below them: the loader's), PMM_BUFFER=512 sends
+    main's 2000 live blocks in batches of 512. When getenv was asked, none
+    of them took effect."""
+    log = tmp_path / "calls.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_DEPTH="4", PMM_BUFFER="512",
+                    PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "preinit"), "2000"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "preinit: environ NULL, errno kept\n", "")
+    calls = fake_log_calls(log)
+    first = calls[0]
+    assert first.config is not None
+    assert (first.nr, first.result, first.config.set, first.config.start_pid) == (
+        NR_SET_CONFIG, 0, uapi.CFG_START_PID, 0)
+    assert (calls[1].nr, calls[1].result) == (NR_QUERY_SELF, 1)
+    depths = sorted(c.site.depth for c in calls if c.site is not None)
+    assert depths and depths[0] >= 3 and depths[-1] == 4, depths
+    sizes = [len(recs) for _, recs in fake_log_batches(log)]
+    assert sizes[:3] == [512, 512, 512], sizes
+    kept = sum(r.weight for _, recs in fake_log_batches(log) for r in recs
+               if r.op == uapi.Op.MALLOC and r.size == 48)
+    assert kept == 2000
+
+
+def close_std_fds() -> None:
+    for fd in range(3):
+        os.close(fd)
+
+
+def test_device_fd_above_stdio(tmp_path: Path) -> None:
+    """A program started with fds 0-2 closed: the hook's device (the fake's
+    /dev/null) is opened at 3 or above, and the program's own three open()s
+    get 0, 1 and 2, as POSIX promises. The hook used to take fd 0, and the
+    program's files became 1, 2 and 3."""
+    out = tmp_path / "fds.txt"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1")
+    r = subprocess.run([str(HBIN / "fds"), "std", str(out)], env=env,
+                       preexec_fn=close_std_fds, timeout=60)
+    assert r.returncode == 0
+    assert out.read_text() == "opened 0 1 2, device 3\n"
+
+
+def test_real_library_without_device_keeps_stdio(tmp_path: Path) -> None:
+    """The same with the real library and no /dev/pmm: no fd is taken."""
+    no_device()
+    out = tmp_path / "fds.txt"
+    env = clean_env(LD_PRELOAD=str(HOOK), PMM_QUIET="1")
+    r = subprocess.run([str(HBIN / "fds"), "std", str(out)], env=env,
+                       preexec_fn=close_std_fds, timeout=60)
+    assert r.returncode == 0
+    assert out.read_text() == "opened 0 1 2, device -1\n"
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
+@pytest.mark.parametrize("how", ["close", "close_range"])
+def test_device_fd_closed_by_the_program(tmp_path: Path, how: str) -> None:
+    """fds: 3000 blocks of 55 bytes (sent in batches of 512 records), then
+    the program closes the hook's fd (close, or close_range(3, ~0U, 0) as a
+    daemon or a spawn helper does) and opens a file, which gets the same
+    number; then 3000 blocks of 77 bytes. The hook finds its fd is another
+    file before its next ioctl (fstat) and passes through from then on,
+    quietly: that file sees no ioctl (strace), no record of the 77-byte
+    blocks is sent, nothing is printed on stderr (PMM_QUIET unset), errno
+    is kept. The hook used to send its batches to whatever file held the
+    number."""
+    file, log, trace = tmp_path / "file", tmp_path / "calls.bin", tmp_path / "strace.txt"
+    env = clean_env(PMM_BUFFER="512", PMM_FAKE_LOG=str(log))
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=ioctl,openat", "-o", str(trace),
+                        "env", f"LD_PRELOAD={FAKE}", str(HBIN / "fds"), how, str(file)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "FILE at 3, errno kept\n", "")
+    lines = trace.read_text().splitlines()
+    opened = [i for i, line in enumerate(lines) if f'"{file}"' in line]
+    assert len(opened) == 1 and lines[opened[0]].endswith("= 3")
+    before = [line for line in lines[:opened[0]] if re.search(r"ioctl\(3, _IOC\(.*0xb7", line)]
+    after = [line for line in lines[opened[0]:] if "ioctl(3," in line]
+    assert before and after == []
+    sizes = {rec.size for _, recs in fake_log_batches(log) for rec in recs}
+    assert 55 in sizes and 77 not in sizes
+    assert all(c.nr != NR_RECORD_LOG or 77 not in {x.size for x in c.records}
+               for c in fake_log_calls(log))

@@ -52,6 +52,7 @@ from pmctl.device import Device
 from pmctl.errors import ExitCode, PmmError
 from pmctl.model import SITE_F_SOURCE, Block, ConfigInfo, PidInfo, Site, op_name
 from pmctl.output import dump_json, format_table, human_age, human_bytes
+from pmctl.text import printable
 
 app = typer.Typer(
     name="pmctl",
@@ -79,7 +80,8 @@ PidArg = Annotated[int, typer.Argument(help="Process id (the tgid).", min=1, sho
 
 
 def err(msg: str) -> None:
-    sys.stderr.write(f"pmctl: {msg}\n")
+    # messages can quote what a process supplied (an object path, a name)
+    sys.stderr.write(f"pmctl: {printable(msg)}\n")
     sys.stderr.flush()
 
 
@@ -145,7 +147,7 @@ def start(
     if json_:
         echo_json({"pid": pid, "monitored": True, "interval_ms": interval})
         return
-    comm = f" ({info.comm})" if info else ""
+    comm = f" ({printable(info.comm)})" if info else ""
     typer.echo(f"monitoring pid {pid}{comm}")
 
 
@@ -441,7 +443,8 @@ def block_dict(b: Block, site: Site | None, now_mono: int) -> dict[str, Any]:
 
 
 def proc_line(d: dict[str, Any], now_mono: int, now_real: int | None = None) -> str:
-    """A block in /proc/pmm/pid's format (the time is UTC, as the module prints it)."""
+    """A block in /proc/pmm/pid's format (the time is UTC, as the module prints it);
+    the function and file names the program registered are escaped."""
     real = time.time_ns() if now_real is None else now_real
     wall_s = (d["time_ns"] + (real - now_mono)) // 1_000_000_000
     t = time.strftime("%H:%M:%S", time.gmtime(wall_s))
@@ -450,7 +453,7 @@ def proc_line(d: dict[str, Any], now_mono: int, now_real: int | None = None) -> 
         s += f"Prev Pointer: 0x{d['prev_ptr']:x} "
     s += f"Pointer: 0x{d['ptr']:x} Caller: 0x{d['caller'] or 0:x}"
     if d["func"] is not None:
-        s += f" {d['func']}() {d['line']} {d['file']}"
+        s += f" {printable(d['func'])}() {d['line']} {printable(str(d['file']))}"
     return s
 
 
@@ -513,8 +516,8 @@ def logs(
         )
         return
     typer.echo(
-        f"PID: {info.pid}, Comp: {info.comm}, PPID: {info.ppid}, State: {info.state}, "
-        f"Log count: {info.live_blocks}"
+        f"PID: {info.pid}, Comp: {printable(info.comm)}, PPID: {info.ppid}, "
+        f"State: {info.state}, Log count: {info.live_blocks}"
     )
     if info.dropped_records or info.unmatched_frees or info.pending_frees:  # as /proc does
         typer.echo(
@@ -618,7 +621,8 @@ def leaks(
         )
         return
     typer.echo(
-        f"pid {pid} ({info.comm}, {info.state_name}): {sum(g.blocks for g in groups)} live "
+        f"pid {pid} ({printable(info.comm)}, {info.state_name}): "
+        f"{sum(g.blocks for g in groups)} live "
         f"blocks, {leaks_mod.total_bytes(groups)} bytes in {len(groups)} sites"
     )
     if not entries:

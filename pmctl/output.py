@@ -1,6 +1,8 @@
 """Output helpers shared by pmctl's commands (and `pmctl trend`, pmd).
 
-- `format_table`: aligned plain-text columns for people.
+- `format_table`: aligned plain-text columns for people; every cell goes
+  through `pmctl.text.printable` (cells often hold what a monitored process
+  named itself or its sites), so callers pass raw strings.
 - `dump_json`: the machine form: UTF-8 JSON, 2-space indent, keys in the
   documented order, one document per command run.
 - `human_bytes`, `human_age`: short human renderings (tables only; JSON
@@ -13,6 +15,8 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from pmctl.text import printable
+
 
 def format_table(
     headers: Sequence[str],
@@ -20,7 +24,10 @@ def format_table(
     right: Collection[int] = (),
     sep: str = "  ",
 ) -> str:
-    """Columns padded to their widest cell; columns in `right` align right."""
+    """Columns padded to their widest cell; columns in `right` align right.
+    Cells are escaped for the terminal (pmctl.text.printable)."""
+    headers = [printable(h) for h in headers]
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):

@@ -44,6 +44,7 @@ import typer
 
 from pmctl.errors import NoSuchPid, NotMonitored, PmmError
 from pmctl.output import dump_json, format_table, human_age, human_bytes
+from pmctl.text import printable
 from pmctl.trend import Trend, Verdict, detect, seconds_until_exhausted, site_growth
 
 EXIT_STABLE = 0
@@ -344,8 +345,8 @@ def build(d: Data) -> tuple[Trend, dict[str, Any]]:
 def render(d: Data, r: Trend, doc: dict[str, Any]) -> str:
     src = {"db": f"pmd database {d.db}", "kmod": "the module's sample ring",
            "proc": "/proc (--watch)"}[d.source]
-    out = [f"pid {d.pid} ({d.comm or '?'}): {r.samples} samples over {human_age(r.span_s)} "
-           f"from {src}", ""]
+    out = [f"pid {d.pid} ({printable(d.comm or '?')}): {r.samples} samples over "
+           f"{human_age(r.span_s)} from {printable(src)}", ""]
     rows = [[f"+{human_age(ts)}", human_bytes(rss), human_bytes(vm)]
             for ts, rss, vm in table_rows(d)]
     out.append(format_table(["time", "rss", "vm"], rows, right={1, 2}))
@@ -393,7 +394,7 @@ def _errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except PmmError as e:
-            typer.echo(f"pmctl: {e}", err=True)
+            typer.echo(f"pmctl: {printable(str(e))}", err=True)
             raise typer.Exit(int(e.exit_code)) from None
 
     return wrapper

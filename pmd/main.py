@@ -21,6 +21,9 @@ up to 60 s, one log line per retry) while samples wait in memory (at most
 unloaded pmd keeps running and reconnects when it is back. A malformed event
 is logged and skipped.
 
+Log lines escape control characters (pmctl.text.printable): process names,
+command lines and site names come from the monitored processes.
+
 Exit status: 0 after SIGTERM/SIGINT with everything written, 1 if the
 database cannot be opened or the last flush failed, 2 bad arguments.
 """
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pmctl import uapi
+from pmctl.text import printable
 from pmctl.trend import Params, Verdict, detect, site_growth
 from pmd import procsampler
 from pmd.genl import Event, Listener, MalformedEvent
@@ -455,13 +459,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
+class PrintableFormatter(logging.Formatter):
+    """One line per record, with control characters escaped: the messages
+    quote what monitored processes named themselves and their sites."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     a = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if a.verbose else logging.INFO,
-        format="pmd: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("pmd: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
+                        handlers=[handler])
     logging.getLogger("pyroute2").setLevel(logging.CRITICAL)
     db = a.db or default_db_path()
     try:

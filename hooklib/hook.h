@@ -46,7 +46,9 @@ extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
 void pmm_dev_refused(int err, const char *what);
 
-/* site.c: site id for a call site (non-zero, or 0 when the table is full). */
+/* site.c: site id for a call site: 1, 2, 3... in order of first use; 0 when
+ * the table is full, or the site's id is being stored by an interrupted or
+ * concurrent first use. */
 uint32_t pmm_site_addr(void *ra, void *frame);
 uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);

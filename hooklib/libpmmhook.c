@@ -615,6 +615,8 @@ static int dev_ours(int fd)
  * this process's at init (none with PMM_FAKE_UNMONITORED), and a START_PID
  * 0 names the caller; from any other pid (a forked or vfork'd child)
  * RECORD_LOG and REGISTER_SITE fail with ENOLINK and QUERY_SELF answers 0.
+ * PMM_FAKE_STOP_AT=N: the Nth RECORD_LOG fails with ENOLINK, as if pmctl
+ * had stopped the process and started it again.
  *
  * PMM_FAKE_LOG=FILE: every call is appended to FILE as one writev (appends
  * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
@@ -625,6 +627,8 @@ static int dev_ours(int fd)
  */
 static int g_fake_unmonitored;
 static pid_t g_fake_monitored;
+static long g_fake_stop_at;
+static long g_fake_logs;	/* RECORD_LOGs so far */
 static char g_fake_log[4096];
 
 static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
@@ -681,6 +685,9 @@ static int fake_ioctl(int fd, unsigned long cmd, void *arg)
 		break;
 	default:
 		r = me == __atomic_load_n(&g_fake_monitored, __ATOMIC_RELAXED) ? 0 : -ENOLINK;
+		if (!r && cmd == PMM_RECORD_LOG &&
+		    __atomic_add_fetch(&g_fake_logs, 1, __ATOMIC_RELAXED) == g_fake_stop_at)
+			r = -ENOLINK;
 		break;
 	}
 	fake_log(me, cmd, r, arg);
@@ -1700,6 +1707,7 @@ static void pmm_init(void)
 	if (u && strlen(u) < sizeof(g_fake_log))
 		strcpy(g_fake_log, u);
 	g_fake_unmonitored = env_num(env, "PMM_FAKE_UNMONITORED", 0) != 0;
+	g_fake_stop_at = env_num(env, "PMM_FAKE_STOP_AT", 0);
 	if (!g_fake_unmonitored)
 		g_fake_monitored = g_pid;
 #endif

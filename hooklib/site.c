@@ -4,12 +4,18 @@
  * described to the kernel once per monitoring epoch (PMM_REGISTER_SITE).
  *
  * The table is a fixed-size, lock-free open-addressing hash (no malloc):
- * a slot is claimed with one compare-and-swap on its key and never freed;
- * the site id is the slot index + 1, so it is non-zero and stable for the
- * life of the process. Keys: the return address itself for depth 1; a hash
- * of the frames (top bit set) for depth > 1; a hash of (file, func, line)
- * pointers and value (top two bits set) for pmm_hooks.h sites. User-space
- * addresses on x86-64 never have the top bit set.
+ * a slot is claimed with one compare-and-swap on its key and never freed.
+ * Keys: the return address itself for depth 1; a hash of the frames (top
+ * bit set) for depth > 1; a hash of (file, func, line) pointers and value
+ * (top two bits set) for pmm_hooks.h sites. User-space addresses on x86-64
+ * never have the top bit set.
+ *
+ * The site id is a process-wide counter, 1, 2, 3... in the order slots are
+ * claimed, stored in the slot: stable for the life of the process (and in a
+ * forked child), and it says nothing of where code is loaded. Ids travel
+ * to readers who may not see the process's addresses (netlink events,
+ * pmd's database); the slot index of a hash of the return address that the
+ * id used to be gave the load base away from a few ids.
  *
  * Registration is lazy: the first record that uses a slot in the current
  * epoch (g_epoch, bumped whenever monitoring starts) registers it, so a
@@ -32,10 +38,11 @@
 struct site_slot {
 	uint64_t key;		/* 0: free */
 	unsigned int reg_epoch;	/* epoch it was registered in */
-	unsigned int pad;
+	uint32_t id;		/* 0 until the claiming thread has stored it */
 };
 
 static struct site_slot g_sites[SITE_SLOTS];
+static uint32_t g_site_ids;	/* the last id given */
 
 /* The table's extent (pmm_init keeps huge pages off it). */
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi)
@@ -54,14 +61,19 @@ static inline uint64_t mix64(uint64_t x)
 	return x;
 }
 
+/*
+ * The slot of key, claimed if new; *id its id. A thread that finds the key
+ * claimed but no id yet (the claiming thread is between its compare-and-
+ * swap and its store, or is the very thread a signal handler interrupted
+ * there) gets NULL, site 0 for that one record, rather than wait.
+ */
 static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 {
 	uint64_t h = mix64(key);
 	unsigned int i;
 
 	for (i = 0; i < SITE_PROBES; i++) {
-		uint32_t idx = (uint32_t)(h + i) & (SITE_SLOTS - 1);
-		struct site_slot *s = &g_sites[idx];
+		struct site_slot *s = &g_sites[(uint32_t)(h + i) & (SITE_SLOTS - 1)];
 		uint64_t k = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
 
 		if (k == 0) {
@@ -69,14 +81,16 @@ static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 
 			if (__atomic_compare_exchange_n(&s->key, &zero, key, 0,
 							__ATOMIC_ACQ_REL,
-							__ATOMIC_ACQUIRE))
-				k = key;
-			else
-				k = zero;
+							__ATOMIC_ACQUIRE)) {
+				*id = __atomic_add_fetch(&g_site_ids, 1, __ATOMIC_RELAXED);
+				__atomic_store_n(&s->id, *id, __ATOMIC_RELEASE);
+				return s;
+			}
+			k = zero;
 		}
 		if (k == key) {
-			*id = idx + 1;
-			return s;
+			*id = __atomic_load_n(&s->id, __ATOMIC_ACQUIRE);
+			return *id ? s : NULL;
 		}
 	}
 	return NULL;

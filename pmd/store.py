@@ -21,12 +21,27 @@ alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
 start_time is the process start (task->start_boottime) rounded down to the
 clock tick (1/CLK_TCK s): /proc/PID/stat only has ticks, the module has
 nanoseconds, and both must name the same process.
+
+Permissions: the database holds other users' command lines, rss series and
+code addresses. The writer (pmd) creates it 0640 with group $PMM_GROUP
+(default "pmm") when that group exists, else 0600, and its -wal and -shm
+with the database's mode and group (before SQLite would make them); a
+directory it creates is 0750 (that group) or 0700, and systemd's
+StateDirectory (0750 root:root) is given to that group. A database, -wal or
+-shm file pmd owns that is more open than that is tightened when pmd opens
+it (one log line). Readers open it read-only (`Store.open(path,
+readonly=True)`), also from a directory they cannot write (see
+`_open_readonly`).
 """
 
 from __future__ import annotations
 
+import grp
+import logging
 import os
 import sqlite3
+import stat
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +54,181 @@ from pmctl.errors import PmmError
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
+log = logging.getLogger("pmd")
 
 
 class StoreError(PmmError):
     """The database cannot be opened, read or written."""
+
+
+def db_group() -> int | None:
+    """The gid that may read pmd's database: group $PMM_GROUP, else "pmm";
+    None if there is no such group."""
+    try:
+        return grp.getgrnam(os.environ.get("PMM_GROUP") or "pmm").gr_gid
+    except KeyError:
+        return None
+
+
+def _state_dirs() -> set[Path]:
+    # systemd's StateDirectory= (set up by systemd, owned by pmd's user)
+    return {Path(p) for p in os.environ.get("STATE_DIRECTORY", "").split(":") if p}
+
+
+def _prepare_dir(d: Path, gid: int | None) -> None:
+    """Creates the database's directory 0750 (group gid) or 0700. An existing
+    one keeps its mode, except that the unit's StateDirectory gets group gid
+    (systemd creates it owned by root:root)."""
+    if not d.exists():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            return
+        if gid is not None:
+            try:
+                os.chown(d, -1, gid)
+                os.chmod(d, 0o750)
+                return
+            except OSError:
+                pass
+        os.chmod(d, 0o700)
+        return
+    if gid is not None and d in _state_dirs():
+        st = os.stat(d)
+        if st.st_uid == os.geteuid() and st.st_gid != gid:
+            try:
+                os.chown(d, -1, gid)
+            except OSError as e:
+                log.warning("cannot give %s to group %d: %s", d, gid, e.strerror or e)
+
+
+def _create_file(path: Path, mode: int, gid: int | None) -> None:
+    """A new, empty file with exactly `mode` (and group gid: else the group
+    bits go), made before SQLite opens it: SQLite would create the database
+    0644 less the umask, and -wal and -shm with the database's mode but,
+    when pmd is not root, pmd's group."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return  # exists, or cannot be created: SQLite says why, with a hint
+    try:
+        if gid is None:
+            mode &= 0o600
+        else:
+            try:
+                os.fchown(fd, -1, gid)
+            except OSError:
+                mode &= 0o600  # not a member of the group: the owner alone reads it
+        os.fchmod(fd, mode)  # exact, whatever the umask
+    finally:
+        os.close(fd)
+
+
+def _tighten(path: Path, limit: int, gid: int | None) -> tuple[int, int, str] | None:
+    """Takes the bits beyond `limit` (0640 or 0600) away from a file pmd owns,
+    and gives it to group gid if the group may read it. (mode, gid, what
+    changed or "") of the file afterwards; None if it is absent or not pmd's.
+    The file is held by an O_PATH descriptor: no symlink is followed, the
+    checked file is the changed one, and closing it drops no SQLite lock of
+    this process (closing a plain descriptor of the file would)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None  # absent, or in a directory we cannot search
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            return None
+        via = f"/proc/self/fd/{fd}"  # the inode fd holds
+        old = new = stat.S_IMODE(st.st_mode)
+        group = st.st_gid
+        if gid is not None and group != gid and old & 0o070:
+            try:
+                os.chown(via, -1, gid)
+                group = gid
+            except OSError:
+                pass
+        new = old & (limit if gid is not None and group == gid else limit & 0o600)
+        if new != old:
+            try:
+                os.chmod(via, new)
+            except OSError:
+                new = old  # a read-only file system: SQLite will say so
+        what = ""
+        if new != old or group != st.st_gid:
+            what = f"{path.name} {old:04o} -> {new:04o}"
+            if group != st.st_gid:
+                what += f" group {_group_name(group)}"
+        return new, group, what
+    finally:
+        os.close(fd)
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _secure_files(path: Path, gid: int | None) -> list[str]:
+    """The database and its -wal and -shm: created or tightened (see the
+    module docstring) before SQLite opens them; what was tightened."""
+    changed: list[str] = []
+    db = _tighten(path, 0o640, gid)
+    if db is None:
+        _create_file(path, 0o640, gid)
+        db = _tighten(path, 0o640, gid)
+    if db is None:  # not pmd's file: its owner chose its mode
+        return changed
+    mode, group, what = db
+    changed += [what] if what else []
+    # never more open than the database (but writable by pmd)
+    side_gid = group if mode & 0o070 else None
+    side_mode = (mode & 0o070) | 0o600
+    for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        t = _tighten(side, side_mode, side_gid)
+        if t is None:
+            _create_file(side, side_mode, side_gid)
+        elif t[2]:
+            changed.append(t[2])
+    return changed
+
+
+def _uri(path: Path, query: str) -> str:
+    # quoted: "?", "#" and "%" are part of a file name, not of the URI
+    return f"file:{urllib.parse.quote(str(path))}?{query}"
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection. A WAL database needs its -shm file even to be
+    read; while pmd runs it exists and SQLite (>= 3.22) reads it read-only.
+    When pmd has stopped (clean close: no -wal, no -shm), a reader that
+    cannot write the directory cannot create the -shm and SQLite refuses;
+    then the file is opened immutable=1, which needs no -shm and no locks.
+    That is safe because without a -wal file (or with an empty one) every
+    committed transaction is in the database file and no writer has it open (a pmd starting at that
+    very moment could make this one read fail, never corrupt anything)."""
+    conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True)
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as e:
+        conn.close()
+        low = str(e).lower()
+        try:
+            wal = os.lstat(f"{path}-wal").st_size
+        except FileNotFoundError:
+            wal = 0
+        # an empty -wal holds no transaction either
+        if not ("readonly" in low or "unable to open" in low) or wal:
+            raise
+    conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True)
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    return conn
 
 
 def default_db_path() -> Path:
@@ -149,18 +335,20 @@ class Store:
             if readonly:
                 if not path.exists():
                     raise StoreError(f"no database at {path} (is pmd running? use --db)")
-                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-                conn.execute("PRAGMA busy_timeout=5000")
-                db = sqlite_utils.Database(conn, execute_plugins=False)
-                db.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                db = sqlite_utils.Database(_open_readonly(path), execute_plugins=False)
                 return cls(db, path, readonly=True)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            gid = db_group()
+            _prepare_dir(path.parent, gid)
+            changed = _secure_files(path, gid)
             db = sqlite_utils.Database(path, execute_plugins=False)
             db.conn.execute("PRAGMA busy_timeout=5000")
             db.enable_wal()
             # WAL + NORMAL: a crash of pmd (kill -9) loses nothing committed;
             # only a power loss may lose the last transactions.
             db.conn.execute("PRAGMA synchronous=NORMAL")
+            if changed:
+                log.warning("%s was more open than its contents allow; tightened: %s",
+                            path, ", ".join(changed))
             store = cls(db, path, readonly=False)
             store._create()
             return store

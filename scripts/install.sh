@@ -3,7 +3,9 @@
 #   DESTDIR   staging root (default: none, the real system)
 #   PREFIX    default /usr/local
 #   KVER      kernel the module was built for (default: scripts/kver.sh)
-#   PMM_GROUP group allowed to use /dev/pmm (default: root only)
+#   PMM_GROUP group allowed to use /dev/pmm and to read pmd's database (default:
+#             root only; a group named pmm reads the database all the same). Created
+#             as a system group when installing to the real system if missing.
 #   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
 #   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
 #   PMM_KO    the module file to install (default kmod/pmm.ko)
@@ -73,6 +75,10 @@ put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
 put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 
+if [ -n "${PMM_GROUP:-}" ] && [ -z "$destdir" ] && ! getent group "$PMM_GROUP" >/dev/null; then
+	groupadd --system "$PMM_GROUP"
+fi
+
 rules=$(mktemp)
 if [ -n "${PMM_GROUP:-}" ]; then
 	sed "s/GROUP=\"root\", MODE=\"0600\"/GROUP=\"$PMM_GROUP\", MODE=\"0660\"/" packaging/60-pmm.rules >"$rules"
@@ -98,6 +104,9 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 	if [ -f pmd/pmd.service ]; then
 		unit=$(mktemp)
 		sed "s|/usr/local/bin/pmd|$prefix/bin/pmd|g" pmd/pmd.service >"$unit"
+		if [ -n "${PMM_GROUP:-}" ]; then # pmd gives its database to this group
+			sed -i "s|^StateDirectory=pmm$|&\nEnvironment=PMM_GROUP=$PMM_GROUP|" "$unit"
+		fi
 		put 0644 "$unit" /etc/systemd/system/pmd.service
 		rm -f "$unit"
 	fi

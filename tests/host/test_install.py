@@ -45,7 +45,12 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
     assert "extra/pmm.ko:" in (stage / f"lib/modules/{k}/modules.dep").read_text()
     rules = (stage / "etc/udev/rules.d/60-pmm.rules").read_text()
     assert 'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmm", MODE="0660"' in rules
-    assert "ExecStart=/usr/local/bin/pmd" in (stage / "etc/systemd/system/pmd.service").read_text()
+    unit = (stage / "etc/systemd/system/pmd.service").read_text().splitlines()
+    assert "ExecStart=/usr/local/bin/pmd --db /var/lib/pmm/pmm.db" in unit
+    # the database is the group's to read, no one else's
+    for line in ("StateDirectoryMode=0750", "UMask=0027", "Environment=PMM_GROUP=pmm"):
+        assert line in unit
+    assert "CAP_CHOWN" in next(ln for ln in unit if ln.startswith("CapabilityBoundingSet="))
     wrapper = (stage / "usr/local/bin/pmctl").read_text()
     assert "PYTHONPATH=/usr/local/lib/pmm/python" in wrapper
     # The wrapper names its final path; run its command with the staged tree instead.

@@ -15,6 +15,16 @@
   disconnected it also retries every `retry_s` seconds, in case a
   notification was lost.
 
+Values SQLite cannot hold: the module sends u64s, SQLite stores signed 64-bit
+integers (a value >= 2^63 made the insert raise OverflowError). Sizes and
+counters (vm, rss*, live_bytes, live_blocks, dropped, a site's live bytes and
+blocks) that large are not real, and live_bytes sums what the process itself
+reported: they are clamped to 2^63-1 (logged once per process and
+attribute) so that the process's other values still count. A start time or
+sample time that large would be a key that names nothing: that message is
+malformed. Both decoders (`decode`, `parse_message`) end in `_event`, which
+does this.
+
 pyroute2 only resolves, joins and parses here: datagrams are read with
 recv(MSG_DONTWAIT) on its socket so that the select loop sees every one
 (pyroute2's own asyncio reader would queue them out of select's sight).
@@ -115,6 +125,23 @@ _FIELDS: dict[str, tuple[str, type]] = {
     if a not in (uapi.Attr.UNSPEC, uapi.Attr.SITE, uapi.Attr.SITE_ID, uapi.Attr.PAD)
 }
 
+I64_MAX = (1 << 63) - 1
+_KEYS = ("start_time", "time")  # keys of stored rows: never clamped
+_clamped: set[tuple[int, str]] = set()  # (pid, attribute) already logged
+
+
+def _clamp(pid: int, name: str, value: int) -> int:
+    if value <= I64_MAX:
+        return value
+    if (pid, name) not in _clamped:
+        if len(_clamped) >= 4096:  # bounded; a process may be said again after this
+            _clamped.clear()
+        _clamped.add((pid, name))
+        log.warning("pid %d: PMM_A_%s %d is beyond 2^63-1: stored as 2^63-1 (said once per "
+                    "process and attribute)", pid, name.upper(), value)
+    return I64_MAX
+
+
 # attributes each command must carry (besides PID)
 _REQUIRED: dict[int, tuple[str, ...]] = {
     uapi.Cmd.SAMPLE: ("start_time", "time", "vm", "rss"),
@@ -141,11 +168,21 @@ def _event(cmd: int, values: dict[str, Any], sites: list[SiteLive]) -> Event:
     """The Event of a known command, once its PID and required attributes are there."""
     if "pid" not in values or values["pid"] <= 0:
         raise MalformedEvent(f"command {cmd}: no valid PMM_A_PID")
+    pid = values["pid"]
     missing = [k for k in _REQUIRED[cmd] if k not in values]
     if missing:
         raise MalformedEvent(
-            f"command {cmd} (pid {values['pid']}): missing "
+            f"command {cmd} (pid {pid}): missing "
             + ", ".join("PMM_A_" + m.upper() for m in missing))
+    for k in _KEYS:
+        if values.get(k, 0) > I64_MAX:
+            raise MalformedEvent(f"command {cmd} (pid {pid}): PMM_A_{k.upper()} "
+                                 f"{values[k]} is beyond 2^63-1")
+    for k, v in values.items():
+        if isinstance(v, int):
+            values[k] = _clamp(pid, k, v)
+    sites = [SiteLive(s.site, _clamp(pid, "live_bytes", s.live_bytes),
+                      _clamp(pid, "live_blocks", s.live_blocks)) for s in sites]
     return Event(cmd=cmd, sites=tuple(sites), **values)
 
 
@@ -347,6 +384,7 @@ class Listener:
         self.next_retry = 0.0
         self.connected_once = False
         self.lost = 0  # datagrams lost to ENOBUFS (kernel buffer overrun)
+        self.connects = 0  # successful joins: more than one means events may be lost
         try:
             ctrl = GenericNetlinkSocket()
             ctrl.bind("nlctrl", ctrlmsg)
@@ -392,6 +430,7 @@ class Listener:
                  "reconnected to" if self.connected_once else "connected to",
                  uapi.GENL_NAME, self.family_id, uapi.GENL_MCGRP_EVENTS)
         self.connected_once = True
+        self.connects += 1
         return True
 
     def disconnect(self, why: str) -> None:

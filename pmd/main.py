@@ -16,10 +16,17 @@ as one line.
 Robustness: SIGTERM/SIGINT flush and exit 0. A database that cannot be
 opened is a one-line error and exit 1. A write that fails at run time (disk
 full, file made read-only) is logged and retried with a growing delay (5 s
-up to 60 s, one log line per retry) while samples wait in memory (at most
-`--max-pending` rows; the oldest go first, counted). When the module is
-unloaded pmd keeps running and reconnects when it is back. A malformed event
-is logged and skipped.
+up to 60 s, one log line per retry) while rows wait in memory (at most
+`--max-pending` samples, and as many processes, exits and site snapshots;
+the oldest go first, counted). Rows the database refuses themselves (a value
+it cannot store) are found by splitting the batch, logged and skipped; the
+rest is written. When the module is unloaded pmd keeps running and
+reconnects when it is back. A malformed event is logged and skipped, and so
+is an event whose handling fails: nothing that arrives stops the loop.
+Processes whose exit event was lost (receive buffer overrun, module
+reloaded) are found every 30 s, and at once after an overrun or a
+reconnect, by checking /proc for the pid with the same start time; they are
+marked exited.
 
 Log lines escape control characters (pmctl.text.printable): process names,
 command lines and site names come from the monitored processes.
@@ -39,9 +46,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pmctl import uapi
 from pmctl.text import printable
@@ -50,6 +58,7 @@ from pmd import procsampler
 from pmd.genl import Event, Listener, MalformedEvent
 from pmd.store import (
     AlertRow,
+    BadRowError,
     ProcessRow,
     SampleRow,
     Store,
@@ -95,6 +104,7 @@ class Options:
     window: int = 3600
     genl: bool = True
     max_pending: int = 200_000
+    prune_interval: float = 30.0  # seconds between checks for lost exits
     params: Params = field(default_factory=Params)
 
 
@@ -110,7 +120,10 @@ class Daemon:
         self.pending_exits: list[tuple[int, int, int]] = []
         self.pending_snaps: list[tuple[int, int, int, int, int, int]] = []
         self.dropped_rows = 0
+        self.unsaid_drops: collections.Counter[str] = collections.Counter()
         self.malformed = 0
+        self.failed_events = 0
+        self.bad_rows = 0
         self.write_failures = 0
         self.stop_signal = 0
         self.listener: Listener | None = None
@@ -121,6 +134,9 @@ class Daemon:
         now = time.monotonic()
         self.next_sample = now
         self.next_flush = now + opts.commit_interval
+        self.next_prune = now + opts.prune_interval
+        self.seen_lost = 0  # Listener.lost and .connects at the last prune
+        self.seen_connects = 0
         self.written = 0
 
     # -- events and samples -------------------------------------------------
@@ -143,8 +159,11 @@ class Daemon:
         self.procs[key] = st
         self.pending_procs.append(row)
         # a restarted pmd must not alert twice for the same process
-        st.alerted = any(a.verdict == str(Verdict.LEAK)
-                         for a in self.store.alerts(pid) if a.start_time == start)
+        try:
+            st.alerted = any(a.verdict == str(Verdict.LEAK)
+                             for a in self.store.alerts(pid) if a.start_time == start)
+        except StoreError as e:
+            log.warning("%s (pid %d: alerts so far unknown)", e, pid)
         return st
 
     def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
@@ -263,6 +282,53 @@ class Daemon:
         elif ev.cmd == uapi.Cmd.DROPPED:
             log.info("pid %d: the module dropped %d records so far", ev.pid, ev.dropped or 0)
 
+    def handle_event_safely(self, ev: Event | MalformedEvent) -> None:
+        """handle_event, except that a failure is logged and the event skipped:
+        one event pmd cannot handle must not stop the loop."""
+        try:
+            self.handle_event(ev)
+        except Exception as e:  # noqa: BLE001 - whatever arrives, pmd keeps running
+            self.failed_events += 1
+            log.error("event skipped (%d so far): %s: %s: %r", self.failed_events,
+                      type(e).__name__, e, ev)
+
+    def prune_gone(self) -> int:
+        """Marks exited the module's processes that are gone from /proc (or are
+        another process under the same pid now) and forgets them: their exit
+        event was lost. The number forgotten."""
+        now_ns = procsampler.boottime_ns()
+        gone = []
+        for key, st in self.procs.items():
+            if st.source != "kmod":
+                continue  # --pid targets: sample_targets notices their exit
+            try:
+                ps = procsampler.read_stat(key[0])
+                alive = ps.start_time == key[1] and ps.state not in ("Z", "X")
+            except procsampler.ProcessGone:
+                alive = False
+            except OSError:
+                alive = True  # cannot tell: keep it
+            if not alive:
+                gone.append(key)
+        for key in gone:
+            st = self.procs.pop(key)
+            self.pending_exits.append((key[0], key[1], now_ns))
+            log.info("pid %d (%s) is gone; its exit event was lost: marked exited", key[0],
+                     st.comm or "?")
+        return len(gone)
+
+    def maybe_prune(self, now: float) -> None:
+        """prune_gone every opts.prune_interval, and at once when the listener
+        lost events (overrun) or connected again (the module was reloaded)."""
+        lost = self.listener.lost if self.listener is not None else 0
+        connects = self.listener.connects if self.listener is not None else 0
+        if now < self.next_prune and lost == self.seen_lost and \
+                connects == self.seen_connects:
+            return
+        self.seen_lost, self.seen_connects = lost, connects
+        self.next_prune = now + self.opts.prune_interval
+        self.prune_gone()
+
     def sample_targets(self) -> None:
         now_ns = procsampler.boottime_ns()
         stale_ns = int(2.5 * self.opts.interval * 1e9)
@@ -297,16 +363,56 @@ class Daemon:
                 + len(self.pending_snaps))
 
     def flush_now(self) -> None:
-        """Writes everything pending in one transaction; StoreError leaves it pending."""
+        """Writes everything pending in one transaction; StoreError leaves it
+        pending. Rows the database refuses (BadRowError) are logged and
+        dropped, the others written."""
         if not self.pending():
             return
         samples = list(self.pending_samples)
-        self.store.write(samples, self.pending_procs, self.pending_exits, self.pending_snaps)
-        self.written += len(samples)
+        try:
+            self.store.write(samples, self.pending_procs, self.pending_exits,
+                             self.pending_snaps)
+            self.written += len(samples)
+        except BadRowError:
+            self._write_isolating(samples)
         self.pending_samples.clear()
         self.pending_procs = []
         self.pending_exits = []
         self.pending_snaps = []
+
+    def _write_isolating(self, samples: list[SampleRow]) -> None:
+        """Writes each kind of row apart, halving a refused batch down to the
+        rows refused alone, which are logged and left out. Rows written again
+        are harmless (Store.write ignores duplicates), so a StoreError about
+        the database midway leaves everything pending for the next try."""
+        bad: list[tuple[str, object, BadRowError]] = []
+
+        def split(kind: str, rows: list[Any], write: Callable[[list[Any]], None]) -> None:
+            try:
+                write(rows)
+            except BadRowError as e:
+                if len(rows) == 1:
+                    bad.append((kind, rows[0], e))
+                    return
+                half = len(rows) // 2
+                split(kind, rows[:half], write)
+                split(kind, rows[half:], write)
+
+        st = self.store
+        if self.pending_procs:
+            split("process", self.pending_procs, lambda r: st.write(processes=r))
+        if self.pending_exits:
+            split("exit", self.pending_exits, lambda r: st.write(exits=r))
+        if samples:
+            split("sample", samples, lambda r: st.write(samples=r))
+        if self.pending_snaps:
+            split("site snapshot", self.pending_snaps, lambda r: st.write(snapshots=r))
+        self.bad_rows += len(bad)
+        self.written += len(samples) - sum(1 for kind, _, _ in bad if kind == "sample")
+        for kind, row, e in bad[:5]:
+            log.error("skipped a %s row: %s: %r", kind, e, row)
+        if len(bad) > 5:
+            log.error("skipped %d more rows the database refused", len(bad) - 5)
 
     def flush(self) -> None:
         now = time.monotonic()
@@ -324,16 +430,32 @@ class Daemon:
             self.write_failures = 0
         self.next_flush = now + self.opts.commit_interval
 
-    def _bound_pending(self) -> None:
-        over = len(self.pending_samples) - self.opts.max_pending
+    def _bound_pending(self, say: bool = True) -> None:
+        """At most opts.max_pending rows of each kind wait in memory; the
+        oldest go first, counted, and logged when `say` (at a failed retry,
+        not at every event in between)."""
+        cap = self.opts.max_pending
+        over = len(self.pending_samples) - cap
         if over > 0:
             for _ in range(over):
                 self.pending_samples.popleft()
-            self.dropped_rows += over
-            log.error("dropped the %d oldest samples (%d so far): the database is not writable",
-                      over, self.dropped_rows)
-        if len(self.pending_snaps) > self.opts.max_pending:
-            del self.pending_snaps[: len(self.pending_snaps) - self.opts.max_pending]
+            self.unsaid_drops["samples"] += over
+        lists: list[tuple[str, list[Any]]] = [
+            ("processes", self.pending_procs), ("exits", self.pending_exits),
+            ("site snapshots", self.pending_snaps)]
+        for what, rows in lists:
+            over = len(rows) - cap
+            if over > 0:
+                del rows[:over]
+                self.unsaid_drops[what] += over
+        if not say:
+            return
+        for what, n in self.unsaid_drops.items():
+            if n:
+                self.dropped_rows += n
+                log.error("dropped the %d oldest %s (%d rows so far): the database is not "
+                          "writable", n, what, self.dropped_rows)
+        self.unsaid_drops.clear()
 
     # -- the loop -----------------------------------------------------------
 
@@ -357,7 +479,7 @@ class Daemon:
             self.listener = listener
             if listener.connect():
                 for pev in listener.dump_pids():
-                    self.handle_event(pev)
+                    self.handle_event_safely(pev)
             else:
                 log.info("the pmm module is not loaded: waiting for it%s",
                          "; sampling /proc meanwhile" if self.targets else "")
@@ -390,16 +512,22 @@ class Daemon:
                             pass
                 if listener is not None:
                     for ev in listener.poll():
-                        self.handle_event(ev)
+                        self.handle_event_safely(ev)
                 now = time.monotonic()
+                self.maybe_prune(now)
                 if self.targets and now >= self.next_sample:
-                    self.sample_targets()
+                    try:
+                        self.sample_targets()
+                    except Exception as e:  # noqa: BLE001 - pmd keeps running
+                        log.error("sampling /proc failed: %s: %s", type(e).__name__, e)
                     self.next_sample += self.opts.interval
                     if self.next_sample < now:  # we were late: do not catch up in a burst
                         self.next_sample = now + self.opts.interval
                 if now >= self.next_flush or len(self.pending_samples) >= 10_000 and \
                         not self.write_failures:
                     self.flush()
+                elif self.write_failures:
+                    self._bound_pending(say=False)  # between retries too
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

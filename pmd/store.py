@@ -61,6 +61,12 @@ class StoreError(PmmError):
     """The database cannot be opened, read or written."""
 
 
+class BadRowError(StoreError):
+    """The database refused the rows themselves (a value out of SQLite's
+    range, a missing required value): writing them again cannot succeed,
+    unlike a StoreError about the database (full, read-only, locked)."""
+
+
 def db_group() -> int | None:
     """The gid that may read pmd's database: group $PMM_GROUP, else "pmm";
     None if there is no such group."""
@@ -319,6 +325,12 @@ def _describe(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     return StoreError(f"{doing} {path}: {msg}{hint}")
 
 
+# errors about the values written (sqlite3 binding a value it cannot store,
+# a constraint), not about the database
+_ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+               sqlite3.ProgrammingError, OverflowError, TypeError, ValueError)
+
+
 class Store:
     """A pmm database. `Store.open(path)` creates it (and the tables) if needed;
     `Store.open(path, readonly=True)` only reads an existing one."""
@@ -410,7 +422,9 @@ class Store:
         """One transaction: new processes (existing ones keep their first
         `started`), exits (pid, start_time, time), samples and site snapshots
         (pid, start_time, time, site, live_bytes, live_blocks). Duplicates
-        (same key) are ignored. Raises StoreError; nothing is written then."""
+        (same key) are ignored, so writing rows again is harmless. Raises
+        BadRowError when a row itself is refused, StoreError when the
+        database is; nothing is written then."""
         try:
             with self.db.atomic():
                 c = self.db.conn
@@ -445,6 +459,11 @@ class Store:
                         "live_bytes, live_blocks) VALUES (?,?,?,?,?,?)",
                         snapshots,
                     )
+        except _ROW_ERRORS as e:
+            if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
+                # the one ProgrammingError about the connection, not a row
+                raise _describe(e, self.path, "cannot write to the database") from None
+            raise BadRowError(f"the database refused a row: {type(e).__name__}: {e}") from None
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
 

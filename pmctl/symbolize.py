@@ -26,16 +26,25 @@ frame names the line of the call, not the line after it.
 
 Cache directory: $PMM_CACHE_DIR, else $XDG_CACHE_HOME/pmm, else
 ~/.cache/pmm; if that is not writable (a read-only HOME), /tmp/pmm-<uid>.
+Another user can create /tmp/pmm-<uid> first (to feed us forged maps and
+symbols, or to make us write through their symlinks), so that one is used
+only if it is a real directory (not a symlink) owned by us that no one else
+may write; pmctl creates it 0700. Cache files are 0600 (maps hold a
+process's addresses), never opened through a symlink, and written to a
+temporary file that os.replace() moves into place.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,12 +156,47 @@ def ticks_from_ns(start_time_ns: int) -> int:
     return start_time_ns // NS_PER_TICK
 
 
+def _tmp_root() -> Path:
+    return Path(f"/tmp/pmm-{os.geteuid()}")
+
+
+def _private(d: Path) -> bool:
+    """d is a real directory (lstat: not a symlink) of ours that only we may
+    write: what the shared /tmp fallback must be before we trust it."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o022)
+
+
 def _writable_dir(d: Path) -> bool:
+    tmp = _tmp_root()
+    if d == tmp or tmp in d.parents:
+        # only our own 0700 directory, never one someone else made first
+        for p in (tmp, *(q for q in reversed(d.parents) if tmp in q.parents), d):
+            try:
+                os.mkdir(p, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                return False
+            if not _private(p):
+                return False
+        return os.access(d, os.W_OK | os.X_OK)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError:
         return False
     return os.access(d, os.W_OK | os.X_OK)
+
+
+def _readable_dir(d: Path) -> bool:
+    tmp = _tmp_root()
+    if d == tmp or tmp in d.parents:
+        return all(_private(p) for p in (tmp, *(q for q in d.parents if tmp in q.parents), d))
+    return d.is_dir()
 
 
 def cache_dirs() -> list[Path]:
@@ -162,26 +206,56 @@ def cache_dirs() -> list[Path]:
     if env:
         out.append(Path(env))
     xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
+    if xdg and os.path.isabs(xdg):  # the XDG spec ignores a relative one
         out.append(Path(xdg) / "pmm")
     home = os.environ.get("HOME")
+    if not home:
+        import pwd
+
+        try:
+            home = pwd.getpwuid(os.geteuid()).pw_dir
+        except KeyError:
+            home = None
     if home:
         out.append(Path(home) / ".cache" / "pmm")
-    out.append(Path(f"/tmp/pmm-{os.getuid()}"))
+    out.append(_tmp_root())
     return out
 
 
 def maps_cache_dir(create: bool = True) -> Path | None:
-    """The first writable cache root's maps/ directory."""
+    """The first writable cache root's maps/ directory (create=False: the
+    first existing one)."""
     for root in cache_dirs():
         d = root / "maps"
         if not create:
-            if d.is_dir():
+            if _readable_dir(d):
                 return d
             continue
         if _writable_dir(d):
             return d
     return None
+
+
+def _read_text(path: Path) -> str:
+    """A cache file's text; OSError if absent, or a symlink (O_NOFOLLOW)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Replaces a cache file: a new 0600 temporary file in the same
+    directory (O_EXCL, so never someone's symlink), then os.replace (which
+    replaces a symlink at `path` rather than writing through it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _cache_name(pid: int, ticks: int) -> str:
@@ -194,7 +268,7 @@ def load_cached_maps(pid: int, start_ticks: int | None) -> list[Mapping] | None:
     best: tuple[int, Path] | None = None
     for root in cache_dirs():
         d = root / "maps"
-        if not d.is_dir():
+        if not _readable_dir(d):
             continue
         for f in d.glob(f"{pid}-*"):
             try:
@@ -212,7 +286,7 @@ def load_cached_maps(pid: int, start_ticks: int | None) -> list[Mapping] | None:
     if best is None:
         return None
     try:
-        return parse_maps(best[1].read_text())
+        return parse_maps(_read_text(best[1]))
     except OSError:
         return None
 
@@ -223,12 +297,13 @@ def save_maps(pid: int, ticks: int, maps: Sequence[Mapping]) -> Path | None:
     if d is None:
         return None
     path = d / _cache_name(pid, ticks)
-    old = parse_maps(path.read_text()) if path.exists() else []
-    merged = merge_maps(old, maps)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
-        tmp.write_text("".join(m.line() + "\n" for m in merged))
-        os.replace(tmp, path)
+        old = parse_maps(_read_text(path))
+    except OSError:
+        old = []
+    merged = merge_maps(old, maps)
+    try:
+        _write_text(path, "".join(m.line() + "\n" for m in merged))
     except OSError:
         return None
     return path
@@ -589,10 +664,10 @@ class Symbolizer:
 
     def _load_disk(self, path: str) -> dict[int, SourceLoc]:
         f = sym_cache_file(path, self.backend.name) if self.disk_cache else None
-        if f is None or not f.exists():
+        if f is None:
             return {}
         try:
-            raw = json.loads(f.read_text())
+            raw = json.loads(_read_text(f))
             return {int(k): SourceLoc(v[0], v[1], v[2]) for k, v in raw.items()}
         except (OSError, ValueError, TypeError, IndexError, AttributeError):
             return {}
@@ -603,12 +678,8 @@ class Symbolizer:
             return
         data = {str(v): [loc.func, loc.file, loc.line]
                 for (p, v), loc in self._cache.items() if p == path}
-        tmp = f.with_suffix(f".tmp{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, f)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            _write_text(f, json.dumps(data))
 
     def symbolize(self, addrs: Iterable[int]) -> dict[int, Frame]:
         addr_list = list(dict.fromkeys(addrs))

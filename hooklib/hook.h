@@ -44,6 +44,7 @@ enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
  */
 extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
+int pmm_mine(void);	/* 0 in a vfork child, which must not send */
 void pmm_dev_refused(int err, const char *what);
 
 /* site.c: site id for a call site: 1, 2, 3... in order of first use; 0 when

@@ -547,7 +547,22 @@ static inline uint64_t stamp_map(struct tstate *t)
 
 /* ---- the device ---------------------------------------------------------- */
 
-static pid_t g_pid;		/* this process (init) */
+/*
+ * The process the hook's state belongs to (set at init and in a forked
+ * child). A vfork child runs on its parent's memory and calling thread,
+ * TLS included, and no pthread_atfork handler runs for it: the module
+ * would take what it sends for the child's (not monitored: ENOLINK), and
+ * the hook's reaction (stop, disable) would be written into the parent's
+ * state. So whatever sends, or reacts to a refusal, first checks that the
+ * caller is this process (one getpid system call, on those paths only:
+ * never per record).
+ */
+static pid_t g_pid;
+
+int pmm_mine(void)
+{
+	return (pid_t)syscall(SYS_getpid) == __atomic_load_n(&g_pid, __ATOMIC_RELAXED);
+}
 
 /* g_fd's file as dev_open found it (fstat). */
 static dev_t g_dev_dev, g_dev_rdev;
@@ -804,6 +819,8 @@ static void stop_monitoring(void)
 /* The module refused an ioctl with err (positive errno). */
 void pmm_dev_refused(int err, const char *what)
 {
+	if (!pmm_mine())
+		return;	/* a vfork child's call: not the parent's business */
 	switch (err) {
 	case ENOLINK:	/* PMM_ENOTMONITORED_ERRNO: stop sending, poll */
 		__atomic_store_n(&g_errors, 0, __ATOMIC_RELAXED);
@@ -859,7 +876,9 @@ static int start_self(void)
 #define RECENT_BITS	14
 #define RECENT_SLOTS	(1U << RECENT_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
-#define TBUF_BYTES	((g_tbuf_records * sizeof(struct pmm_record) + 4095) & ~4095UL)
+/* The buffer, and one record more for a vfork child to write in vain
+ * (flush_later). */
+#define TBUF_BYTES	(((g_tbuf_records + 1) * sizeof(struct pmm_record) + 4095) & ~4095UL)
 #define MERGE_BITS	10
 /* A thread's mapping: its buffer, then merge_freed's table, which is too
  * big for the stack of a hook (the program chose the thread's stack). */
@@ -1091,6 +1110,23 @@ static uint32_t merge_freed(struct pmm_record *buf, uint32_t n)
 	return out;
 }
 
+/*
+ * flush() in a vfork child (see pmm_mine): the buffer is the parent
+ * thread's, and so is the heap, so the child's records (blocks it left in
+ * the parent's heap included) stay there for the parent to send. The next
+ * try is when the buffer is full or FLUSH_NS later. A full buffer holds
+ * g_tbuf_records records and the spare one after them, where the next
+ * record is written and dropped here: a child that allocates that much
+ * loses its last records, never the parent's.
+ */
+__attribute__((noinline, cold)) static void flush_later(struct tstate *t)
+{
+	if (t->n > g_tbuf_records)
+		t->n = g_tbuf_records;
+	t->full = g_tbuf_records;
+	t->first_ns = coarse_ns();
+}
+
 static void flush(struct tstate *t)
 {
 	struct pmm_record_batch b;
@@ -1099,6 +1135,10 @@ static void flush(struct tstate *t)
 
 	if (!t->n)
 		return;
+	if (unlikely(!pmm_mine())) {
+		flush_later(t);
+		return;
+	}
 	memset(&b, 0, sizeof(b));
 	b.records = (uintptr_t)t->buf;
 	b.count = t->n;
@@ -1133,6 +1173,8 @@ static void send_one(const struct pmm_record *r)
 	struct pmm_record_batch b;
 	int err;
 
+	if (!pmm_mine())
+		return;	/* a vfork child's: the module would refuse it */
 	memset(&b, 0, sizeof(b));
 	b.records = (uintptr_t)r;
 	b.count = 1;
@@ -1771,6 +1813,7 @@ static void at_fork_child(void)
 {
 	struct tstate *t = &t_st;
 
+	__atomic_store_n(&g_pid, (pid_t)syscall(SYS_getpid), __ATOMIC_RELAXED);
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	t->left = 0;
 	t->sampling = 0;
@@ -1813,7 +1856,7 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 	t->left = POLL_BYTES;
 	now = poll_ns();
 	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
-	if ((int64_t)(now - next) < 0 ||
+	if ((int64_t)(now - next) < 0 || !pmm_mine() ||	/* a vfork child: the parent asks */
 	    !__atomic_compare_exchange_n(&g_next_query, &next, now + QUERY_NS, 0,
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;

@@ -96,7 +96,12 @@ static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 	return NULL;
 }
 
-/* True when this caller must describe the slot now (once per epoch). */
+/*
+ * 1 when this caller must describe the slot now (once per epoch); -1 when
+ * it is not described in this epoch yet and this caller, a vfork child,
+ * must not do it: its record then names site 0, and the parent describes
+ * the site when it next uses it (a site cache keeps no 0).
+ */
 static inline int claim_registration(struct site_slot *s)
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
@@ -104,6 +109,8 @@ static inline int claim_registration(struct site_slot *s)
 
 	if (likely(old == e))
 		return 0;
+	if (!pmm_mine())
+		return -1;
 	return __atomic_compare_exchange_n(&s->reg_epoch, &old, e, 0,
 					   __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
@@ -133,7 +140,7 @@ uint32_t pmm_site_addr(void *ra, void *frame)
 	struct pmm_site d;
 	uint64_t key;
 	uint32_t id;
-	int n = 1, i;
+	int n = 1, i, claim;
 
 	if (g_depth <= 1) {
 		key = (uintptr_t)ra;
@@ -160,7 +167,10 @@ uint32_t pmm_site_addr(void *ra, void *frame)
 	s = slot_get(key, &id);
 	if (unlikely(!s))
 		return 0;
-	if (unlikely(claim_registration(s))) {
+	claim = claim_registration(s);
+	if (unlikely(claim < 0))
+		return 0;
+	if (unlikely(claim)) {
 		memset(&d, 0, sizeof(d));
 		d.site = id;
 		d.depth = (uint32_t)n;
@@ -178,13 +188,17 @@ uint32_t pmm_site_source(void *caller, const char *file, const char *func, int l
 	const char *base;
 	uint64_t key;
 	uint32_t id;
+	int claim;
 
 	key = mix64((uintptr_t)file ^ mix64((uintptr_t)func ^ mix64((uint64_t)(uint32_t)line)));
 	key |= KEY_SOURCE;
 	s = slot_get(key, &id);
 	if (unlikely(!s))
 		return 0;
-	if (unlikely(claim_registration(s))) {
+	claim = claim_registration(s);
+	if (unlikely(claim < 0))
+		return 0;
+	if (unlikely(claim)) {
 		memset(&d, 0, sizeof(d));
 		d.site = id;
 		d.flags = PMM_SITE_F_SOURCE;

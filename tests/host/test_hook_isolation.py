@@ -157,3 +157,44 @@ def test_device_fd_closed_by_the_program(tmp_path: Path, how: str) -> None:
     assert 55 in sizes and 77 not in sizes
     assert all(c.nr != NR_RECORD_LOG or 77 not in {x.size for x in c.records}
                for c in fake_log_calls(log))
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+@pytest.mark.parametrize("mode", ["full", "late"])
+def test_vfork_child_leaves_the_parent_monitored(tmp_path: Path, mode: str,
+                                                  fastpath: str) -> None:
+    """vfork: the parent buffers 300 blocks of 48 bytes, its vfork child
+    allocates blocks of 88 bytes (full: 300, which fill the parent's buffer
+    of 512 records; late: 50 after 150 ms, past the buffer's deadline,
+    with PMM_CLOCK=mono so that the fake device's time moves), and the
+    parent then 1000 blocks of 56 bytes. The child shares the parent's
+    memory and thread, and the fake module, as the real one, refuses a
+    batch from its pid: the child must not send (no call of any kind from
+    its pid), nor stop or disable the hook for the parent. Every record
+    arrives from the parent: its own, and the child's, which stay in the
+    parent's buffer (the child's blocks are in the parent's heap) until
+    the buffer is full: full leaves room for 212 of them. The hook used to
+    send the buffer from the child, which the module refused, and stopped:
+    the parent's 56-byte blocks went unrecorded."""
+    log = tmp_path / "calls.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_BUFFER="512",
+                    PMM_CLOCK="mono", PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "vfork"), mode], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    child = int(r.stdout.split()[1])
+    calls = fake_log_calls(log)
+    assert {c.pid for c in calls} == {calls[0].pid} != {child}
+    assert all(c.result >= 0 for c in calls)
+    blocks: dict[int, int] = {}
+    frees = 0  # cancelled in the buffer (FREED) or sent (FREE)
+    for c in calls:
+        for rec in c.records:
+            if rec.op == uapi.Op.MALLOC:
+                blocks[rec.size] = blocks.get(rec.size, 0) + rec.weight
+                frees += rec.weight if rec.flags & uapi.REC_F_FREED else 0
+            elif rec.op == uapi.Op.FREE and rec.ptr:
+                frees += 1
+    want = {48: 300, 88: 212 if mode == "full" else 50, 56: 1000}
+    assert {s: blocks.get(s) for s in want} == want
+    assert frees == sum(want.values())

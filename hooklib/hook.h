@@ -50,14 +50,16 @@ void pmm_dev_refused(int err, const char *what);
 /* site.c: site id for a call site: 1, 2, 3... in order of first use; 0 when
  * the table is full, or the site's id is being stored by an interrupted or
  * concurrent first use. */
-uint32_t pmm_site_addr(void *ra, void *frame);
+uint32_t pmm_site_addr(void *ra, void *frame, int alone);
 uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);
 
 /* unwind.c: up to max return addresses, starting at the frame whose return
  * address is ra0 (the hook's caller). Returns the count (>= 1: ra0 itself
- * when nothing better is found). */
-int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame);
+ * when nothing better is found). alone: in a signal handler that interrupted
+ * the hook, where the fp walk stops at once if the thread's stack bounds are
+ * not known yet (finding them allocates). */
+int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame, int alone);
 int pmm_unwind_eh(uint64_t *out, int max, void *ra0);
 
 #endif /* PMM_HOOK_H */

@@ -34,17 +34,26 @@
  *                      address clock, see next_stamp(); for tests)
  *   PMM_FASTPATH=0     exact mode without its fast paths (malloc_exact,
  *                      free_exact): tests compare them with the general path
+ * They are read once, at init, from the initial environment if init comes
+ * before libc has set environ (init_env).
  *
  * Fork policy (pthread_atfork): the child starts with empty buffers and is
  * not monitored (the parent's buffered records are the parent's to send);
  * it polls like any unmonitored process, and with PMM_FOLLOW_FORK=1 asks to
- * be monitored at once. exec: the library leaves the environment alone, so
- * LD_PRELOAD (and the PMM_* variables) pass on to the new program, which
- * loads the library afresh; the device is opened O_CLOEXEC.
+ * be monitored at once. A vfork child sends nothing and leaves the parent's
+ * state as it is (pmm_mine). exec: the library leaves the environment
+ * alone, so LD_PRELOAD (and the PMM_* variables) pass on to the new
+ * program, which loads the library afresh; the device is opened O_CLOEXEC,
+ * at fd 3 or above.
+ *
+ * Signal handlers: a hook called by a handler that interrupted the hook
+ * records alone (record_alone), without touching the thread's state.
  *
  * Failure policy: /dev/pmm absent, not permitted, or failing mid-run (module
  * unloaded: ENODEV, EBADF, ...): every call passes straight to libc from
- * then on, with at most one "pmm: ..." line on stderr (none with PMM_QUIET).
+ * then on, with at most one "pmm: ..." line on stderr (none with PMM_QUIET);
+ * the same, silently, once the program has closed the device's fd
+ * (dev_ours). errno is the program's after every hook.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -220,10 +229,41 @@ struct tstate {
 		void *ra;
 		uint32_t id;
 	} site_cache[SITE_CACHE];
+	uint64_t held;		/* malloc's budget while the guard is held */
 };
 
 static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
 __thread int pmm_internal __attribute__((tls_model("initial-exec")));
+
+/*
+ * The guard, taken and dropped. A hook that finds it held was called by the
+ * hook's own calls (pmm_internal) or by a signal handler that interrupted
+ * the hook, whose call is recorded apart (record_alone). While it is held,
+ * malloc's budget waits in held and left is 0, so that a handler's malloc
+ * never passes on the budget: every one reaches the hook, which decides
+ * it on its own (sampled mode: sample_alone).
+ */
+static inline void guard_take(struct tstate *t)
+{
+	if (t->guard++)
+		return;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->held = t->left;
+	t->left = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void guard_drop(struct tstate *t)
+{
+	if (t->guard > 1) {
+		t->guard--;
+		return;
+	}
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->left = t->held;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+}
 
 /* ---- bootstrap arena: allocations made while dlsym runs ----------------- */
 
@@ -637,14 +677,43 @@ static int dev_ours(int fd)
  * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
  * number, the result, a count and the bytes that follow), then the
  * records of a RECORD_LOG, the struct pmm_site of a REGISTER_SITE or the
- * struct pmm_config of a SET_CONFIG. The file is opened for each call: a
- * program that closes every fd cannot take it.
+ * struct pmm_config of a SET_CONFIG. Its fd is kept at 3 or above and, as
+ * the device's, checked before each write: if the program closed it, the
+ * file is opened again (never the program's file at that number written).
  */
 static int g_fake_unmonitored;
 static pid_t g_fake_monitored;
 static long g_fake_stop_at;
 static long g_fake_logs;	/* RECORD_LOGs so far */
 static char g_fake_log[4096];
+static int g_fake_log_fd = -1;
+static dev_t g_fake_log_dev;
+static ino_t g_fake_log_ino;
+
+static int fake_log_fd(void)
+{
+	int fd = __atomic_load_n(&g_fake_log_fd, __ATOMIC_ACQUIRE), was = fd, low;
+	struct stat st;
+
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_fake_log_dev &&
+	    st.st_ino == g_fake_log_ino)
+		return fd;
+	low = open(g_fake_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (low < 0)
+		return -1;
+	fd = fcntl(low, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	close(low);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return -1;
+	g_fake_log_dev = st.st_dev;	/* the same file for every thread */
+	g_fake_log_ino = st.st_ino;
+	if (!__atomic_compare_exchange_n(&g_fake_log_fd, &was, fd, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		close(fd);	/* another thread's, or a signal handler's, won */
+		fd = was;
+	}
+	return fd;
+}
 
 static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
 {
@@ -674,10 +743,9 @@ static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
 		break;
 	}
 	head[5] = (uint32_t)iov[1].iov_len;
-	fd = open(g_fake_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	fd = fake_log_fd();
 	if (fd < 0 || writev(fd, iov, 2) != (ssize_t)(sizeof(head) + iov[1].iov_len))
 		abort();	/* a test's log must be whole */
-	close(fd);
 }
 
 static int fake_ioctl(int fd, unsigned long cmd, void *arg)
@@ -946,14 +1014,27 @@ static inline int op_is_map(uint16_t op)
 	return op == PMM_OP_MMAP || op == PMM_OP_MUNMAP || op == PMM_OP_MREMAP;
 }
 
-/* An event at an address of slot: stamped after the slot's last one. */
+/*
+ * An event at an address of slot: stamped after the slot's last one. t
+ * NULL: a record made alone (record_alone), after the slot's last stamp
+ * and no earlier than the coarse time, but not after the thread's last,
+ * whose clock the interrupted code may be updating; stamps need only
+ * follow the order of the events at each address, which the slot keeps.
+ */
 static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
 {
-	uint64_t v;
+	uint64_t v, at;
 
 	if (g_precise)
 		return now_ns();
-	v = next_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
+	at = __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED);
+	if (t) {
+		v = next_stamp(t, at);
+	} else {
+		v = coarse_ns();
+		if (v <= at)
+			v = at + 1;
+	}
 	__atomic_store_n(&slot->stamp, v, __ATOMIC_RELAXED);
 	return v;
 }
@@ -961,7 +1042,9 @@ static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
 /* A record that names no address (a failed allocation). */
 static inline uint64_t stamp_none(struct tstate *t)
 {
-	return g_precise ? now_ns() : next_stamp(t, 0);
+	if (g_precise)
+		return now_ns();
+	return t ? next_stamp(t, 0) : coarse_ns();
 }
 
 /* Empties the thread's buffer (the slots' positions in it go stale: the
@@ -1183,14 +1266,15 @@ static void send_one(const struct pmm_record *r)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
 }
 
-/* ptr, allocated at now by t, is the last allocation at its slot; at: its
- * record's position in t's buffer (NOT_BUFFERED: sent alone). */
-static inline void slot_note(struct tstate *t, struct recent *slot, uint64_t ptr, uint64_t now,
-			     uint32_t at)
+/* ptr, allocated at now by thread owner, is the last allocation at its
+ * slot; at: its record's position in that thread's buffer (NOT_BUFFERED:
+ * sent alone). */
+static inline void slot_note(struct recent *slot, uint64_t ptr, uint64_t now, uint32_t at,
+			     uint32_t owner)
 {
 	__atomic_store_n(&slot->entry, recent_entry(ptr, now), __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->owner, t->id, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->owner, owner, __ATOMIC_RELAXED);
 }
 
 /* The record at at (t->n), stamped now, is written: count it and send the
@@ -1221,6 +1305,51 @@ __attribute__((noinline)) static void exact_ready(struct tstate *t, unsigned int
 	t->exact_key = e;
 }
 
+/*
+ * record() for a signal handler's call that interrupted the hook (the
+ * guard held outside pmm_internal). The interrupted code may be half way
+ * through an update of the thread's buffer, site cache, clock or sampling
+ * state, so none of them is touched: the record is stamped from its
+ * address's slot and the coarse time (stamp_slot), a free carries the
+ * slot's tag but never cancels against the buffer, an allocation is noted
+ * in its slot as sent alone, and the record goes in a PMM_RECORD_LOG of
+ * its own (a system call: async-signal-safe). The module pairs it with the
+ * records the buffer sends later by their stamps and tags.
+ */
+__attribute__((noinline)) static void record_alone(uint16_t op, const void *ptr,
+						   const void *prev, uint64_t size,
+						   uint32_t site, uint32_t weight, uint64_t now)
+{
+	struct recent *slot = ptr && !op_is_map(op) ? recent_slot((uintptr_t)ptr) : NULL;
+	struct pmm_record r;
+	uint16_t flags = 0;
+	int64_t tag = -1;
+
+	if (op == PMM_OP_FREE && slot)
+		tag = recent_tag(slot, (uintptr_t)ptr);
+	else if (op == PMM_OP_REALLOC && prev)
+		tag = recent_tag(recent_slot((uintptr_t)prev), (uintptr_t)prev);
+	if (!now)
+		now = slot ? stamp_slot(NULL, slot) : stamp_none(NULL);
+	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
+		flags = PMM_REC_F_FAILED;
+	if (tag >= 0)
+		flags |= PMM_REC_F_TAGGED;
+	r.ptr = (uintptr_t)ptr;
+	r.prev_ptr = (uintptr_t)prev;
+	r.size = size;
+	r.time_ns = now;
+	r.site = site;
+	r.weight = weight;
+	r.op = op;
+	r.flags = flags;
+	r.alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
+	if (slot && op != PMM_OP_FREE)
+		slot_note(slot, (uintptr_t)ptr, now, NOT_BUFFERED, t_st.id);
+	send_one(&r);
+}
+
+/* t NULL: record_alone. */
 static inline __attribute__((always_inline)) void
 record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		   uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
@@ -1232,6 +1361,10 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	uint16_t flags = 0;
 	int64_t tag = -1;
 
+	if (!t) {
+		record_alone(op, ptr, prev, size, site, weight, now);
+		return;
+	}
 	if (unlikely(t->gen != e)) {
 		t->gen = e;
 		tbuf_reset(t);
@@ -1282,7 +1415,7 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	r->flags = flags;
 	r->alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
 	if (slot && op != PMM_OP_FREE)
-		slot_note(t, slot, (uintptr_t)ptr, now, r != &one ? t->n : NOT_BUFFERED);
+		slot_note(slot, (uintptr_t)ptr, now, r != &one ? t->n : NOT_BUFFERED, t->id);
 	if (r == &one) {
 		send_one(r);
 		return;
@@ -1296,10 +1429,9 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 static void thread_exit(void *arg)
 {
 	struct tstate *t = arg;
-
 	int saved = errno;
 
-	t->guard++;
+	guard_take(t);
 	t->exact_key = 0;
 	if (t->buf) {
 		flush(t);
@@ -1307,7 +1439,7 @@ static void thread_exit(void *arg)
 		t->buf = NULL;
 	}
 	t->exiting = 1;
-	t->guard--;
+	guard_drop(t);
 	errno = saved;
 }
 
@@ -1424,6 +1556,23 @@ static int64_t sample_gap(struct tstate *t)
 	return g > 9e18 ? INT64_MAX : (int64_t)g + 1;
 }
 
+/* malloc's budget: left, or held while the guard is (guard_take). */
+static inline uint64_t *budget_of(struct tstate *t)
+{
+	return t->guard ? &t->held : &t->left;
+}
+
+/*
+ * The budget is spent and not set again yet (2^63 or more: it wrapped): a
+ * malloc that spent it is between its entry point and its decision, and a
+ * signal handler interrupted it. The sample gap is that malloc's to update;
+ * the handler's calls are decided alone (sample_alone).
+ */
+static inline int gap_busy(struct tstate *t)
+{
+	return *budget_of(t) >= 1ULL << 63;
+}
+
 /*
  * The next sample point is gap bytes away: malloc's entry point passes all
  * of them to libc, or POLL_BYTES if wait (records wait for their deadline,
@@ -1435,36 +1584,77 @@ static inline void sample_budget(struct tstate *t, int64_t gap, int wait)
 
 	if (wait && budget > POLL_BYTES)
 		budget = POLL_BYTES;
-	t->left = budget;
+	*budget_of(t) = budget;
 	t->beyond = gap - (int64_t)budget;
 	t->sampling = 1;
 }
 
-/* Sampled: the bytes to the next sample point (left may have wrapped below
- * 0 when malloc's entry point took a size larger than it). */
-static inline int64_t sample_gap_left(const struct tstate *t)
+/* Sampled: the bytes to the next sample point (the budget may have wrapped
+ * below 0 when malloc's entry point took a size larger than it). */
+static inline int64_t sample_gap_left(struct tstate *t)
 {
-	return (int64_t)(t->left + (uint64_t)t->beyond);
+	return (int64_t)(*budget_of(t) + (uint64_t)t->beyond);
 }
 
-/* Sampled: a record was buffered. */
+/* Sampled: a record was buffered. t NULL: one made alone. */
 static inline void sampled_wait(struct tstate *t)
 {
-	if (t->sampling && t->left > POLL_BYTES)
+	if (t && t->sampling && *budget_of(t) > POLL_BYTES && !gap_busy(t))
 		sample_budget(t, sample_gap_left(t), 1);
+}
+
+/* The weight 1/p, rounded at random (u: uniform in (0, 1]) so that
+ * E[weight] = 1/p. */
+static uint32_t sample_weight(double p, double u)
+{
+	double w = 1.0 / p, fl = floor(w);
+
+	if (u <= w - fl)
+		fl += 1.0;
+	return fl >= 4294967295.0 ? UINT32_MAX : fl < 1.0 ? 1 : (uint32_t)fl;
+}
+
+/*
+ * sample() for an allocation made alone (record_alone): the thread's
+ * sample gap may be half way through an update, so an independent draw
+ * decides, with the chance p = 1 - exp(-size/BYTES) that the gap's Poisson
+ * process puts a sample point in these bytes. Its random numbers come from
+ * a process-wide counter through a mixer: one atomic add, signal-safe.
+ */
+static uint64_t g_alone_rng;
+
+static double alone_unit(void)	/* (0, 1] */
+{
+	uint64_t x = __atomic_add_fetch(&g_alone_rng, 0x9e3779b97f4a7c15ULL, __ATOMIC_RELAXED);
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0);
+}
+
+static int sample_alone(uint64_t size, uint32_t *weight)
+{
+	double p = -expm1(-(double)size / (double)g_sample);
+
+	if (alone_unit() > p)
+		return 0;
+	*weight = sample_weight(p, alone_unit());
+	return 1;
 }
 
 /*
  * Is this allocation of size bytes sampled? Then *weight is 1/p with
  * p = 1 - exp(-size/BYTES), the chance that a sample point fell in it,
  * rounded at random so that E[weight] = 1/p: weighted live bytes per site
- * are unbiased.
+ * are unbiased. t NULL, or the gap another call's: sample_alone.
  */
 static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
 {
-	double w, fl;
 	int64_t gap;
 
+	if (!t || gap_busy(t))
+		return sample_alone(size, weight);
 	if (unlikely(!t->rng)) {
 		t->rng = now_ns() ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ULL) ^ 0x5851f42d4c957f2dULL;
 		if (!t->rng)
@@ -1477,11 +1667,7 @@ static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
 		return 0;
 	}
 	sample_budget(t, sample_gap(t), 1);	/* memoryless: from this block's end */
-	w = 1.0 / -expm1(-(double)size / (double)g_sample);
-	fl = floor(w);
-	if (rng_unit(t) <= w - fl)
-		fl += 1.0;
-	*weight = fl >= 4294967295.0 ? UINT32_MAX : fl < 1.0 ? 1 : (uint32_t)fl;
+	*weight = sample_weight(-expm1(-(double)size / (double)g_sample), rng_unit(t));
 	return 1;
 }
 
@@ -1498,7 +1684,8 @@ struct src {
 /*
  * A site id. For one-frame sites a per-thread cache of return addresses
  * skips the process-wide table; it is emptied when the epoch changes, so a
- * new epoch still registers each site once.
+ * new epoch still registers each site once. t NULL (a record made alone):
+ * the table only, and no stack walk that could lock or allocate.
  */
 static inline uint32_t site_of(struct tstate *t, const struct src *s)
 {
@@ -1508,15 +1695,15 @@ static inline uint32_t site_of(struct tstate *t, const struct src *s)
 
 	if (s->file)
 		return pmm_site_source(s->ra, s->file, s->func, s->line);
-	if (g_depth > 1)
-		return pmm_site_addr(s->ra, s->frame);
+	if (!t || g_depth > 1)
+		return pmm_site_addr(s->ra, s->frame, !t);
 	if (unlikely(t->site_gen != e)) {
 		memset(t->site_cache, 0, sizeof(t->site_cache));
 		t->site_gen = e;
 	}
 	if (likely(t->site_cache[i].ra == s->ra))
 		return t->site_cache[i].id;
-	id = pmm_site_addr(s->ra, s->frame);
+	id = pmm_site_addr(s->ra, s->frame, 0);
 	if (id) {	/* a cached entry's id is never 0: the table is tried again */
 		t->site_cache[i].ra = s->ra;
 		t->site_cache[i].id = id;
@@ -1528,9 +1715,9 @@ __attribute__((noinline)) static void sampled_poll(struct tstate *t)
 {
 	t->poll = POLL_EVERY;
 	if (t->n && (int64_t)(poll_ns() - t->first_ns) > (int64_t)FLUSH_NS) {
-		t->guard++;
+		guard_take(t);
 		flush(t);
-		t->guard--;
+		guard_drop(t);
 	}
 }
 
@@ -1540,15 +1727,16 @@ static inline int poll_due(struct tstate *t)
 	return unlikely(--t->poll < 0);
 }
 
-/* Sampled: a record waits at most FLUSH_NS, checked every POLL_EVERY calls. */
+/* Sampled: a record waits at most FLUSH_NS, checked every POLL_EVERY
+ * calls. t NULL: an allocation made alone, which buffers nothing. */
 static inline void sampled_tick(struct tstate *t)
 {
-	if (poll_due(t))
+	if (t && poll_due(t))
 		sampled_poll(t);
 }
 
 /* After an allocation returned p (NULL: failed). mset: also track p as a
- * recorded anonymous mapping. */
+ * recorded anonymous mapping. t NULL: made alone (record_alone). */
 static inline __attribute__((always_inline)) void
 note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 		       const struct src *s, struct aset *mset)
@@ -1568,7 +1756,7 @@ note_alloc(struct tstate *t, uint16_t op, void *p, uint64_t size,
 	record(t, op, p, NULL, size, site_of(t, s), weight, 0);
 }
 
-/* Before p is freed. */
+/* Before p is freed. t NULL: made alone (record_alone). */
 static inline __attribute__((always_inline)) void
 note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *mset)
 {
@@ -1723,6 +1911,7 @@ static void pmm_init(void)
 	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
+	g_alone_rng = now_ns() ^ (uint64_t)g_pid << 32;
 
 	env = init_env();
 	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
@@ -1803,10 +1992,10 @@ __attribute__((destructor)) static void pmm_fini(void)
 {
 	struct tstate *t = &t_st;
 
-	t->guard++;
+	guard_take(t);
 	if (t->buf && g_fast.hot >= HOT_MON)
 		flush(t);
-	t->guard--;
+	guard_drop(t);
 }
 
 static void at_fork_child(void)
@@ -1881,33 +2070,53 @@ static inline int booting(void)
 	return !__atomic_load_n(&g_resolved, __ATOMIC_ACQUIRE);
 }
 
-/* Monitored and not inside our own code: the guard is taken. */
-static inline struct tstate *enter(void)
-{
-	struct tstate *t = &t_st;
+/*
+ * A hook while monitored. The guard free: it is taken. The guard held by
+ * the hook's own calls of others' code (pmm_internal): the call is theirs
+ * and goes straight to libc (as a mapping's always does: an allocator such
+ * as jemalloc maps inside malloc). The guard held otherwise: a signal
+ * handler interrupted the hook, and its call is recorded alone
+ * (record_alone: t NULL all the way down).
+ */
+enum { ENTER_TAKEN, ENTER_PASS, ENTER_ALONE };
 
-	if (t->guard)
-		return NULL;
-	t->guard++;
-	return t;
+static inline int enter(struct tstate *t)
+{
+	if (likely(!t->guard)) {
+		guard_take(t);
+		return ENTER_TAKEN;
+	}
+	return pmm_internal ? ENTER_PASS : ENTER_ALONE;
 }
 
 #define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
 
+/* A signal handler's allocation (enter: ENTER_ALONE). */
+__attribute__((noinline)) static void note_alloc_alone(uint16_t op, void *p, uint64_t size,
+							const struct src *s)
+{
+	note_alloc(NULL, op, p, size, s, NULL);
+}
+
 static inline __attribute__((always_inline)) void *do_malloc(size_t n, const struct src *s)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	void *p;
+	int how;
 
 	if (g_fast.hot == HOT_BOOT && booting())
 		return arena_alloc(n, 16);
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.malloc(n);
 	}
 	p = real.malloc(n);
+	if (unlikely(how == ENTER_ALONE)) {
+		note_alloc_alone(PMM_OP_MALLOC, p, n, s);
+		return p;
+	}
 	note_alloc(t, PMM_OP_MALLOC, p, n, s, NULL);
-	t->guard--;
+	guard_drop(t);
 	return p;
 }
 
@@ -1951,10 +2160,20 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 		t->left = 0;	/* exact, or starting: every call comes here */
 		return malloc_slow(n, ra);
 	}
+	if (unlikely(t->guard || t->left + n >= 1ULL << 63)) {
+		/*
+		 * Not this call's gap to update: a signal handler's call in
+		 * the hook (or the hook's own), or one that interrupted a
+		 * malloc that had spent the budget before this call took n
+		 * (gap_busy). do_malloc decides it.
+		 */
+		t->left += n;
+		return malloc_slow(n, ra);
+	}
 	rest = sample_gap_left(t);	/* after these n bytes */
 	if (t->sampling && rest > 0 && n <= INT64_MAX) {
 		sample_budget(t, rest, t->n != 0);
-		if (t->n && !t->guard)
+		if (t->n)
 			sampled_poll(t);
 		return real.malloc(n);
 	}
@@ -1985,14 +2204,14 @@ static inline uint64_t exact_stamp(struct tstate *t, uint64_t at)
 	return stamp_from(t, __atomic_load_n(&k->mono_ns, __ATOMIC_RELAXED), at);
 }
 
-/* malloc_exact's call whose site is not in the cache: the general path. */
+/* malloc_exact's call whose site is not in the cache: the general path
+ * (malloc_exact took the guard). */
 __attribute__((noinline)) static void *exact_malloc_miss(size_t n, void *ra)
 {
 	struct tstate *t = &t_st;
 	struct src s = SRC(ra, NULL);	/* one-frame sites: no walk */
 	void *p;
 
-	t->guard = 1;
 	p = real.malloc(n);
 	note_alloc(t, PMM_OP_MALLOC, p, n, &s, NULL);
 	t->guard = 0;
@@ -2025,10 +2244,11 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	t->left = 0;	/* exact: every call records */
 	if (unlikely(!exact_fast(t)))
 		return malloc_slow(n, ra);
+	/* before the cache is read: a handler's malloc could replace the entry */
+	t->guard = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (unlikely(t->site_cache[i].ra != ra))
 		return exact_malloc_miss(n, ra);
-	t->guard = 1;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
 	r = &t->buf[t->n];
 	r->prev_ptr = 0;
 	r->size = n;
@@ -2051,7 +2271,7 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	__atomic_store_n(&slot->stamp, now, __ATOMIC_RELAXED);
 	r->ptr = (uintptr_t)p;
 	r->time_ns = now;
-	slot_note(t, slot, (uintptr_t)p, now, at);
+	slot_note(slot, (uintptr_t)p, now, at, t->id);
 	tbuf_append(t, at, now);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->guard = 0;
@@ -2099,14 +2319,19 @@ static void free_exact(void *p)
 
 /*
  * t->left -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
- * spends it too). On x86-64 one instruction on the thread's variable and a
- * branch: a compiler loads, compares, subtracts and stores.
+ * spends it too) and what is left is below 2^63, as every budget is. A
+ * spent budget has wrapped to 2^63 or more until the slow path sets it
+ * again, and a signal handler's malloc that comes in between must find it
+ * spent too: in exact mode it would otherwise pass unrecorded. On x86-64
+ * one instruction on the thread's variable and two branches: a compiler
+ * loads, compares, subtracts and stores.
  */
 static inline __attribute__((always_inline)) int budget_take(size_t n)
 {
 #ifdef __x86_64__
 	asm goto("subq %1, %0\n\t"
-		 "jbe %l[spent]"
+		 "jbe %l[spent]\n\t"
+		 "js %l[spent]"
 		 : : "m"(t_st.left), "r"(n) : "cc", "memory" : spent);
 	return 1;
 spent:
@@ -2115,7 +2340,7 @@ spent:
 	uint64_t left = t_st.left;
 
 	t_st.left = left - n;
-	return left > n;
+	return left > n && left - n < (1ULL << 63);
 #endif
 }
 
@@ -2130,21 +2355,33 @@ PMM_EXPORT void *malloc(size_t n)
 								__builtin_return_address(0));
 }
 
+/* A signal handler's free (enter: ENTER_ALONE), before the block is. */
+__attribute__((noinline)) static void note_free_alone(void *p)
+{
+	note_free(NULL, PMM_OP_FREE, p, 0, NULL);
+}
+
 static void do_free(void *p)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
+	int how;
 
 	if (in_arena(p))
 		return;
 	if (g_fast.hot == HOT_BOOT && booting())
 		return;	/* cannot be ours, cannot be freed yet: leak it */
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+		real.free(p);
+		return;
+	}
+	if (unlikely(how == ENTER_ALONE)) {
+		note_free_alone(p);
 		real.free(p);
 		return;
 	}
 	note_free(t, PMM_OP_FREE, p, 0, NULL);
 	real.free(p);
-	t->guard--;
+	guard_drop(t);
 }
 
 /* free() while sampled with no block of the arena. */
@@ -2170,9 +2407,10 @@ PMM_EXPORT void free(void *p)
 
 static void *do_calloc(size_t n, size_t m, const struct src *s)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	size_t bytes;
 	void *p;
+	int how;
 
 	if (g_fast.hot == HOT_BOOT && booting()) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
@@ -2181,15 +2419,19 @@ static void *do_calloc(size_t n, size_t m, const struct src *s)
 		}
 		return arena_alloc(bytes, 16);
 	}
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.calloc(n, m);
 	}
 	p = real.calloc(n, m);
 	if (__builtin_mul_overflow(n, m, &bytes))
 		bytes = SIZE_MAX;
+	if (unlikely(how == ENTER_ALONE)) {
+		note_alloc_alone(PMM_OP_CALLOC, p, bytes, s);
+		return p;
+	}
 	note_alloc(t, PMM_OP_CALLOC, p, bytes, s, NULL);
-	t->guard--;
+	guard_drop(t);
 	return p;
 }
 
@@ -2235,7 +2477,8 @@ static void *arena_realloc(void *p, size_t n, const struct src *s)
  * block), time taken after the call; realloc(p, 0) that frees is a FREE
  * (time taken before); a failure is a REALLOC with PMM_REC_F_FAILED and
  * prev_ptr 0 (the old block stays). Sampled: the old block's record goes
- * only if it was sampled; the new block is sampled afresh.
+ * only if it was sampled; the new block is sampled afresh. t NULL: a signal
+ * handler's call, recorded alone.
  */
 static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct src *s,
 			       void *(*fn)(void *, size_t, size_t), size_t m)
@@ -2290,19 +2533,22 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 
 static void *do_realloc(void *p, size_t n, const struct src *s)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	void *q;
+	int how;
 
 	if (in_arena(p))
 		return arena_realloc(p, n, s);
 	if (g_fast.hot == HOT_BOOT && booting())
 		return p ? NULL : arena_alloc(n, 16);
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.realloc(p, n);
 	}
+	if (unlikely(how == ENTER_ALONE))
+		return monitored_realloc(NULL, p, n, s, NULL, 0);
 	q = monitored_realloc(t, p, n, s, NULL, 0);
-	t->guard--;
+	guard_drop(t);
 	return q;
 }
 
@@ -2332,9 +2578,10 @@ PMM_EXPORT void *realloc(void *p, size_t n)
 PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 {
 	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	size_t bytes;
 	void *q;
+	int how;
 
 	if (in_arena(p) || (g_fast.hot == HOT_BOOT && booting()) || !real.reallocarray) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
@@ -2343,32 +2590,39 @@ PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 		}
 		return do_realloc(p, bytes, &s);
 	}
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.reallocarray(p, n, m);
 	}
+	if (unlikely(how == ENTER_ALONE))
+		return monitored_realloc(NULL, p, n, &s, real.reallocarray, m);
 	q = monitored_realloc(t, p, n, &s, real.reallocarray, m);
-	t->guard--;
+	guard_drop(t);
 	return q;
 }
 
 /* The aligned family: op, alignment, size; boot: from the arena. */
 static void *aligned_common(uint16_t op, size_t align, size_t n, const struct src *s)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	void *p;
+	int how;
 
 	if (g_fast.hot == HOT_BOOT && booting())
 		return arena_alloc(n, align ? align : 4096);
-	if (g_fast.hot >= HOT_MON && (t = enter())) {
+	if (g_fast.hot >= HOT_MON && (how = enter(t)) != ENTER_PASS) {
 		switch (op) {
 		case PMM_OP_ALIGNED_ALLOC: p = real.aligned_alloc(align, n); break;
 		case PMM_OP_MEMALIGN: p = real.memalign(align, n); break;
 		case PMM_OP_VALLOC: p = real.valloc(n); break;
 		default: p = real.pvalloc(n); break;
 		}
+		if (unlikely(how == ENTER_ALONE)) {
+			note_alloc_alone(op, p, n, s);
+			return p;
+		}
 		note_alloc(t, op, p, n, s, NULL);
-		t->guard--;
+		guard_drop(t);
 		return p;
 	}
 	pass_tick();
@@ -2383,8 +2637,8 @@ static void *aligned_common(uint16_t op, size_t align, size_t n, const struct sr
 PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 {
 	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
-	struct tstate *t;
-	int r;
+	struct tstate *t = &t_st;
+	int r, how;
 
 	if (g_fast.hot == HOT_BOOT && booting()) {
 		void *p;
@@ -2397,13 +2651,17 @@ PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 		*out = p;
 		return 0;
 	}
-	if (g_fast.hot < HOT_MON || !(t = enter())) {
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.posix_memalign(out, align, n);
 	}
 	r = real.posix_memalign(out, align, n);
+	if (unlikely(how == ENTER_ALONE)) {
+		note_alloc_alone(PMM_OP_POSIX_MEMALIGN, r ? NULL : *out, n, &s);
+		return r;
+	}
 	note_alloc(t, PMM_OP_POSIX_MEMALIGN, r ? NULL : *out, n, &s, NULL);
-	t->guard--;
+	guard_drop(t);
 	return r;
 }
 
@@ -2446,16 +2704,26 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
 
 /* ---- anonymous mappings ----------------------------------------------------- */
 
+/* A mapping's hook while monitored: with the guard held (the allocator's
+ * own mapping inside malloc, or a signal handler's) it passes through. */
+static inline int enter_map(struct tstate *t)
+{
+	if (t->guard)
+		return 0;
+	guard_take(t);
+	return 1;
+}
+
 static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
 		     size_t len, int prot, int flags, int fd, off_t off, const struct src *s)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	void *p;
 	int saved;
 
 	if (g_fast.hot == HOT_BOOT && booting())
 		return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-	if (g_fast.hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !enter_map(t))
 		return fn(addr, len, prot, flags, fd, off);
 	p = fn(addr, len, prot, flags, fd, off);
 	if (p != MAP_FAILED) {
@@ -2463,7 +2731,7 @@ static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *ad
 		note_alloc(t, PMM_OP_MMAP, p, len, s, &g_mapped);
 		errno = saved;
 	}
-	t->guard--;
+	guard_drop(t);
 	return p;
 }
 
@@ -2483,25 +2751,25 @@ PMM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 
 PMM_EXPORT int munmap(void *addr, size_t len)
 {
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	int r, saved;
 
 	if (g_fast.hot == HOT_BOOT && booting())
 		return (int)syscall(SYS_munmap, addr, len);
-	if (g_fast.hot < HOT_MON || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !enter_map(t))
 		return real.munmap(addr, len);
 	saved = errno;
 	note_free(t, PMM_OP_MUNMAP, addr, len, &g_mapped);
 	errno = saved;
 	r = real.munmap(addr, len);
-	t->guard--;
+	guard_drop(t);
 	return r;
 }
 
 PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 {
 	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
-	struct tstate *t;
+	struct tstate *t = &t_st;
 	void *want = NULL, *p;
 	int saved, was;
 	va_list ap;
@@ -2513,7 +2781,7 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 	}
 	if (g_fast.hot == HOT_BOOT && booting())
 		return (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
-	if (g_fast.hot < HOT_MON || !(t = enter()))
+	if (g_fast.hot < HOT_MON || !enter_map(t))
 		return real.mremap(old, old_len, len, flags, want);
 	was = set_del(&g_mapped, old);
 	p = real.mremap(old, old_len, len, flags, want);
@@ -2527,7 +2795,7 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, 0);
 	}
 	errno = saved;
-	t->guard--;
+	guard_drop(t);
 	return p;
 }
 
@@ -2583,7 +2851,7 @@ PMM_EXPORT void pmm_flush(void)
 
 	if (g_fast.hot < HOT_MON || t->guard)
 		return;
-	t->guard++;
+	guard_take(t);
 	flush(t);
-	t->guard--;
+	guard_drop(t);
 }

@@ -133,7 +133,13 @@ static void send_site(struct pmm_site *d)
 		pmm_dev_refused(-err, "PMM_REGISTER_SITE");
 }
 
-uint32_t pmm_site_addr(void *ra, void *frame)
+/*
+ * alone: for a record made alone (a signal handler that interrupted the
+ * hook): frame pointers only, and only where the thread's stack bounds are
+ * known; libgcc's unwinder takes the loader's lock, which the interrupted
+ * code may hold.
+ */
+uint32_t pmm_site_addr(void *ra, void *frame, int alone)
 {
 	uint64_t frames[PMM_MAX_FRAMES];
 	struct site_slot *s;
@@ -151,11 +157,11 @@ uint32_t pmm_site_addr(void *ra, void *frame)
 		 * unwinder (about 150 ns a frame + 500 ns) only when they stop
 		 * before 3 frames, i.e. in code built without them.
 		 */
-		if (g_unwind == UNWIND_EH)
+		if (g_unwind == UNWIND_EH && !alone)
 			n = pmm_unwind_eh(frames, g_depth, ra);
 		else
-			n = pmm_unwind_fp(frames, g_depth, ra, frame);
-		if (g_unwind == UNWIND_AUTO && n < g_depth && n < 3)
+			n = pmm_unwind_fp(frames, g_depth, ra, frame, alone);
+		if (g_unwind == UNWIND_AUTO && n < g_depth && n < 3 && !alone)
 			n = pmm_unwind_eh(frames, g_depth, ra);
 		key = 0x9e3779b97f4a7c15ULL;
 		for (i = 0; i < n; i++)

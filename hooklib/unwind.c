@@ -55,14 +55,19 @@ static void stack_bounds(uintptr_t sp)
 }
 
 __attribute__((noinline))
-int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame)
+int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame, int alone)
 {
 	uintptr_t fp = frame ? (uintptr_t)frame : (uintptr_t)__builtin_frame_address(0);
 	uintptr_t lo, hi;
 	int n = 0, found = 0, steps;
 
-	if (unlikely(t_stack_hi == 0))
+	if (unlikely(t_stack_hi == 0)) {
+		if (alone) {
+			out[0] = (uintptr_t)ra0;
+			return 1;
+		}
 		stack_bounds((uintptr_t)__builtin_frame_address(0));
+	}
 	lo = t_stack_lo;
 	hi = t_stack_hi;
 	for (steps = 0; steps < max + 16; steps++) {

@@ -41,7 +41,7 @@ __attribute__((noinline)) static int hook(int eh)
 		n = 1;
 	} else {
 		n = eh ? pmm_unwind_eh(out, depth, ra)
-		       : pmm_unwind_fp(out, depth, ra, __builtin_frame_address(0));
+		       : pmm_unwind_fp(out, depth, ra, __builtin_frame_address(0), 0);
 	}
 	sink += (int)out[0];
 	return n;

@@ -2,7 +2,7 @@
 # The hook's own cost at native speed, on the host (figures, never pass/fail).
 # The module cannot load here, so "exact" and "sampled" use
 # hooklib/bench/bin/libpmmhook-fake.so: the same library, whose batches go to
-# a getppid() system call instead of the module. That isolates the hook from
+# an ioctl on /dev/null (refused) instead of the module. That isolates the hook from
 # the kernel's work and from QEMU's emulation, which bench/guest_hook.sh
 # measures together.
 #

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Where monitored exact mode spends its time (run in the VM, pmm.ko loaded):
 # the clock and system-call costs, then the microbenchmark bare, under the
-# fake-device build (the hook's own work + one getppid per batch, no kernel
-# work) and monitored exact (+ the module's work on every record).
+# fake-device build (the hook's own work + one ioctl on /dev/null per batch,
+# no kernel work) and monitored exact (+ the module's work on every record).
 #   hooklib/bench/profile_guest.sh [ITERATIONS [THREADS]]
 set -u
 cd "$(dirname "$0")/../.."

@@ -4,6 +4,12 @@
  * read-only into every process that asks, holding CLOCK_MONOTONIC_COARSE.
  * A timer refreshes it every jiffy while at least one mapping exists, and
  * stops at its next tick after the last one goes.
+ *
+ * The mapping can never become writable or executable (VM_MAYWRITE and
+ * VM_MAYEXEC are cleared), never grows (VM_DONTEXPAND: mremap to a larger
+ * size fails), and its page is provided on each fault, so that after
+ * MADV_DONTNEED, or a move by mremap, the next read maps it again instead
+ * of raising SIGBUS.
  */
 #include <linux/mm.h>
 #include <linux/timer.h>
@@ -42,31 +48,30 @@ static void clock_vma_close(struct vm_area_struct *vma)
 	atomic_dec(&clock_maps);
 }
 
-/* Nor is it made writable or executable later. */
-static int clock_vma_mprotect(struct vm_area_struct *vma, unsigned long start,
-			      unsigned long end, unsigned long newflags)
+static vm_fault_t clock_vma_fault(struct vm_fault *vmf)
 {
-	return newflags & (VM_WRITE | VM_EXEC) ? -EACCES : 0;
+	if (vmf->pgoff != PMM_CLOCK_OFFSET >> PAGE_SHIFT)
+		return VM_FAULT_SIGBUS;
+	get_page(clock_page);
+	vmf->page = clock_page;
+	return 0;
 }
 
 static const struct vm_operations_struct clock_vm_ops = {
 	.open = clock_vma_open,
 	.close = clock_vma_close,
-	.mprotect = clock_vma_mprotect,
+	.fault = clock_vma_fault,
 };
 
 int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma)
 {
-	int err;
-
 	if (vma->vm_pgoff != PMM_CLOCK_OFFSET >> PAGE_SHIFT ||
 	    vma->vm_end - vma->vm_start != PMM_CLOCK_SIZE)
 		return -EINVAL;
 	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EPERM;
-	err = vm_insert_page(vma, vma->vm_start, clock_page);
-	if (err)
-		return err;
+	vma->vm_flags &= ~(VM_MAYWRITE | VM_MAYEXEC);
+	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
 	clock_set();
 	vma->vm_ops = &clock_vm_ops;
 	clock_vma_open(vma);

@@ -4,11 +4,12 @@
  * size, reserved fields, flags and counts, and only then locks or allocates.
  *
  * Choices where the ABI leaves room:
- *  - START of a pid number that already has an entry (running, or exited
- *    and not yet stopped): -EEXIST. STOP or a read of a pid that has no
- *    entry: -ENOENT when such a process exists, -ESRCH when none does.
+ *  - START of a process that already has an entry: -EEXIST (an exited
+ *    entry with the same number is another process's). STOP or a read of
+ *    a pid that has no entry the caller may read: -ENOENT when such a
+ *    process exists, -ESRCH when none does (access.c: pmm_get_entry).
  *  - pid 0 means the caller in START/STOP, the read-back ioctls and
- *    PMM_GET_STATS.
+ *    PMM_GET_STATS; pid numbers are in the caller's pid namespace.
  *  - batch.accepted counts the valid records taken, including those dropped
  *    for a limit (counted in dropped_records); on -EINVAL it is the index of
  *    the first bad record.
@@ -30,55 +31,51 @@
 #include <linux/pid.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
+#include <linux/pid_namespace.h>
 #include "pmm_int.h"
 
 /* Bytes of read-back entries staged per lock hold. */
 #define PMM_READ_STAGE	8192
-
-/* The task of a live process by number in the caller's namespace. */
-static struct task_struct *pmm_get_task(pid_t nr)
-{
-	struct task_struct *task;
-	struct pid *pid;
-
-	pid = find_get_pid(nr);
-	if (!pid)
-		return NULL;
-	task = get_pid_task(pid, PIDTYPE_PID);
-	put_pid(pid);
-	return task;
-}
 
 static bool pmm_task_dead(struct task_struct *task)
 {
 	return atomic_read(&task->signal->live) == 0;
 }
 
-/* -ENOENT if a process nr exists (but has no entry), else -ESRCH. */
-static int pmm_no_entry(pid_t nr)
+/* Entries started by euid, running or exited; pmm_lock held. */
+static u32 pmm_count_owned(kuid_t euid)
 {
-	struct task_struct *task = pmm_get_task(nr);
-
-	if (!task)
-		return -ESRCH;
-	put_task_struct(task);
-	return -ENOENT;
-}
-
-static pid_t pmm_resolve(pid_t nr)
-{
-	return nr ? nr : task_tgid_nr(current);
-}
-
-int pmm_start_pid(pid_t nr)
-{
-	struct task_struct *task;
 	struct pmm_proc *p;
+	u32 n = 0;
+
+	lockdep_assert_held(&pmm_lock);
+	list_for_each_entry(p, &pmm_procs, node)
+		n += uid_eq(p->owner, euid);
+	return n;
+}
+
+static void pmm_set_last(struct pid **last, struct pid *pid)
+{
+	lockdep_assert_held(&pmm_lock);
+	put_pid(*last);
+	*last = get_pid(pid);
+}
+
+/* START of pid number nr (0: the caller) for the holder of file. */
+int pmm_start_pid(pid_t nr, const struct file *file)
+{
+	struct task_struct *task = NULL;
+	struct pmm_proc *p;
+	struct pid *pid;
 	int ret;
 
 	if (nr < 0)
 		return -EINVAL;
-	task = pmm_get_task(pmm_resolve(nr));
+	pid = nr ? pmm_tgid_of(nr, task_active_pid_ns(current)) :
+		   get_pid(task_tgid(current));
+	if (pid)
+		task = get_pid_task(pid, PIDTYPE_PID);
+	put_pid(pid);
 	if (!task)
 		return -ESRCH;
 	if (pmm_task_dead(task)) {
@@ -89,7 +86,7 @@ int pmm_start_pid(pid_t nr)
 		ret = -EINVAL;
 		goto out_put_task;
 	}
-	if (!pmm_may_access(task)) {
+	if (!pmm_may_access_task(task, file)) {
 		ret = -EPERM;
 		goto out_put_task;
 	}
@@ -99,7 +96,7 @@ int pmm_start_pid(pid_t nr)
 		goto out_put_task;
 	}
 	mutex_lock(&pmm_lock);
-	if (pmm_proc_find(p->tgid)) {
+	if (pmm_proc_find_pid(p->pid)) {
 		ret = -EEXIST;
 		goto out_unlock;
 	}
@@ -107,11 +104,16 @@ int pmm_start_pid(pid_t nr)
 		ret = -ENOSPC;
 		goto out_unlock;
 	}
+	if (pmm_count_owned(p->owner) >= pmm_cfg.max_pids_per_uid &&
+	    !capable(CAP_SYS_ADMIN)) {
+		ret = -EDQUOT;
+		goto out_unlock;
+	}
 	p->id = ++pmm_next_id;
 	list_add_tail(&p->node, &pmm_procs);
 	pmm_proc_publish(p);
 	pmm_nprocs++;
-	pmm_cfg.last_start = p->tgid;
+	pmm_set_last(&pmm_cfg.last_start, p->pid);
 	refcount_inc(&p->ref);
 	mutex_unlock(&pmm_lock);
 	put_task_struct(task);
@@ -127,33 +129,53 @@ out_put_task:
 	return ret;
 }
 
-int pmm_stop_pid(pid_t nr)
+/*
+ * Takes p out of the list (false if someone else did first) and frees its
+ * tables. The caller holds a reference.
+ */
+static bool pmm_remove(struct pmm_proc *p)
 {
-	struct pmm_proc *p;
-
-	if (nr < 0)
-		return -EINVAL;
-	nr = pmm_resolve(nr);
 	mutex_lock(&pmm_lock);
-	p = pmm_proc_find(nr);
-	if (!p) {
+	if (p->stopped || !pmm_proc_find_pid(p->pid)) {
 		mutex_unlock(&pmm_lock);
-		return pmm_no_entry(nr);
-	}
-	if (!pmm_may_access_proc(p)) {
-		mutex_unlock(&pmm_lock);
-		return -EPERM;
+		return false;
 	}
 	pmm_proc_unpublish(p);
 	list_del(&p->node);
 	pmm_nprocs--;
-	pmm_cfg.last_stop = nr;
+	WRITE_ONCE(p->stopped, true);
 	mutex_unlock(&pmm_lock);
-	pmm_proc_lock(p);
-	p->stopped = true;
-	pmm_proc_unlock(p);
+	pmm_proc_retire(p);
+	return true;
+}
+
+/* Removes an exited entry whose time is up (the sampler). */
+void pmm_expire(struct pmm_proc *p)
+{
+	if (pmm_remove(p))
+		pmm_proc_put(p);	/* the list's reference */
+}
+
+int pmm_stop_pid(pid_t nr, const struct file *file)
+{
+	struct pmm_proc *p;
+	int err = 0;
+
+	if (nr < 0)
+		return -EINVAL;
+	p = pmm_get_entry(nr, file, &err);
+	if (!p)
+		return err;
+	if (!pmm_remove(p)) {
+		pmm_proc_put(p);
+		return -ENOENT;		/* stopped meanwhile */
+	}
+	mutex_lock(&pmm_lock);
+	pmm_set_last(&pmm_cfg.last_stop, p->pid);
+	mutex_unlock(&pmm_lock);
 	pmm_genl_proc_event(PMM_CMD_STOPPED, p);
-	pmm_proc_put(p);
+	pmm_proc_put(p);	/* the list's */
+	pmm_proc_put(p);	/* ours */
 	return 0;
 }
 
@@ -312,6 +334,11 @@ bool pmm_cfg_valid(u32 bit, u32 v)
 		return pmm_in_range(v, 1, PMM_MAX_SITES_LIMIT);
 	case PMM_CFG_MAX_SAMPLES:
 		return pmm_in_range(v, 1, PMM_MAX_SAMPLES_LIMIT);
+	case PMM_CFG_MAX_PIDS_PER_UID:
+		return pmm_in_range(v, 1, PMM_MAX_PIDS_LIMIT);
+	case PMM_CFG_EXITED_TTL:
+		return pmm_in_range(v, PMM_EXITED_TTL_MIN_S,
+				    PMM_EXITED_TTL_MAX_S);
 	}
 	return false;
 }
@@ -339,6 +366,12 @@ void pmm_cfg_apply(u32 bit, u32 v)
 	case PMM_CFG_MAX_SAMPLES:
 		WRITE_ONCE(pmm_cfg.max_samples, v);
 		break;
+	case PMM_CFG_MAX_PIDS_PER_UID:
+		WRITE_ONCE(pmm_cfg.max_pids_per_uid, v);
+		break;
+	case PMM_CFG_EXITED_TTL:
+		WRITE_ONCE(pmm_cfg.exited_ttl_s, v);
+		break;
 	}
 }
 
@@ -357,15 +390,17 @@ static u32 pmm_cfg_field(const struct pmm_config *c, u32 bit)
 		return c->max_sites_per_pid;
 	case PMM_CFG_MAX_SAMPLES:
 		return c->max_samples_per_pid;
+	case PMM_CFG_MAX_PIDS_PER_UID:
+		return c->max_pids_per_uid;
+	case PMM_CFG_EXITED_TTL:
+		return c->exited_ttl_s;
 	}
 	return 0;
 }
 
-static long pmm_ioc_set_config(struct pmm_config __user *uc)
+static long pmm_ioc_set_config(struct file *file, struct pmm_config __user *uc)
 {
-	const u32 admin = PMM_CFG_INTERVAL | PMM_CFG_SCAN | PMM_CFG_MAX_PIDS |
-			  PMM_CFG_MAX_BLOCKS | PMM_CFG_MAX_SITES |
-			  PMM_CFG_MAX_SAMPLES;
+	const u32 admin = PMM_CFG_ALL & ~(PMM_CFG_START_PID | PMM_CFG_STOP_PID);
 	struct pmm_config c;
 	u32 bit;
 	int ret;
@@ -388,12 +423,12 @@ static long pmm_ioc_set_config(struct pmm_config __user *uc)
 		return -EPERM;
 	/* Stop, then start; a failure there leaves the values untouched. */
 	if (c.set & PMM_CFG_STOP_PID) {
-		ret = pmm_stop_pid(c.stop_pid);
+		ret = pmm_stop_pid(c.stop_pid, file);
 		if (ret)
 			return ret;
 	}
 	if (c.set & PMM_CFG_START_PID) {
-		ret = pmm_start_pid(c.start_pid);
+		ret = pmm_start_pid(c.start_pid, file);
 		if (ret)
 			return ret;
 	}
@@ -422,12 +457,14 @@ static long pmm_ioc_get_config(struct pmm_config __user *uc)
 	mutex_lock(&pmm_lock);
 	c.interval_ms = pmm_cfg.interval_ms;
 	c.scan = pmm_cfg.scan;
-	c.start_pid = pmm_cfg.last_start;
-	c.stop_pid = pmm_cfg.last_stop;
+	c.start_pid = pid_vnr(pmm_cfg.last_start);
+	c.stop_pid = pid_vnr(pmm_cfg.last_stop);
 	c.max_pids = pmm_cfg.max_pids;
 	c.max_blocks_per_pid = pmm_cfg.max_blocks;
 	c.max_sites_per_pid = pmm_cfg.max_sites;
 	c.max_samples_per_pid = pmm_cfg.max_samples;
+	c.max_pids_per_uid = pmm_cfg.max_pids_per_uid;
+	c.exited_ttl_s = pmm_cfg.exited_ttl_s;
 	c.monitored_pids = pmm_nprocs;
 	mutex_unlock(&pmm_lock);
 	c.abi_version = PMM_ABI_VERSION;
@@ -441,28 +478,26 @@ static long pmm_ioc_get_config(struct pmm_config __user *uc)
 	return 0;
 }
 
-/* The entry of pid nr (0: the caller) with a reference, if the caller may read it. */
-static struct pmm_proc *pmm_get_readable(pid_t nr, int *err)
+/*
+ * The entry pid nr (0: the caller) names for the caller, with a reference;
+ * reading an exited entry postpones its expiry.
+ */
+static struct pmm_proc *pmm_get_readable(pid_t nr, const struct file *file,
+					 int *err)
 {
-	struct pmm_proc *p;
+	struct pmm_proc *p = pmm_get_entry(nr, file, err);
 
-	nr = pmm_resolve(nr);
-	mutex_lock(&pmm_lock);
-	p = pmm_proc_find(nr);
-	if (!p) {
-		mutex_unlock(&pmm_lock);
-		*err = pmm_no_entry(nr);
-		return NULL;
-	}
-	if (!pmm_may_access_proc(p)) {
-		mutex_unlock(&pmm_lock);
-		*err = -EPERM;
-		return NULL;
-	}
-	refcount_inc(&p->ref);
-	mutex_unlock(&pmm_lock);
+	if (p)
+		pmm_proc_touch(p);
 	return p;
 }
+
+/* What a read-back call reads: a process, or the list for its reader. */
+struct pmm_read_ctx {
+	struct pmm_proc *p;
+	const struct file *file;
+	struct pid_namespace *ns;
+};
 
 /*
  * One read-back kind: fill() stages up to max entries from *cursor into
@@ -471,22 +506,24 @@ static struct pmm_proc *pmm_get_readable(pid_t nr, int *err)
  */
 struct pmm_reader {
 	size_t esize;
-	u32 (*fill)(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
-		    u64 *total, bool *done);
+	u32 (*fill)(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
+		    u32 max, u64 *total, bool *done);
 };
 
-static u32 fill_pids(struct pmm_proc *unused, u64 *cursor, void *buf,
+/* Processes the reader may see, in start order; the cursor is a start id. */
+static u32 fill_pids(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 		     u32 max, u64 *total, bool *done)
 {
 	struct pmm_pid_info *out = buf;
-	struct pmm_proc *p;
-	u32 n = 0;
+	struct pmm_proc **all, *p;
+	u32 n = 0, nall, i;
 
 	*total = 0;
 	*done = true;
-	mutex_lock(&pmm_lock);
-	list_for_each_entry(p, &pmm_procs, node) {
-		if (!pmm_may_access_proc(p))
+	all = pmm_get_all(0, &nall);
+	for (i = 0; i < nall; i++) {
+		p = all[i];
+		if (!pid_nr_ns(p->pid, ctx->ns) || !pmm_may_access(p, ctx->file))
 			continue;
 		(*total)++;
 		if (p->id < *cursor)
@@ -496,17 +533,18 @@ static u32 fill_pids(struct pmm_proc *unused, u64 *cursor, void *buf,
 			continue;
 		}
 		pmm_proc_lock(p);
-		pmm_fill_pid_info(p, &out[n++]);
+		pmm_fill_pid_info(p, &out[n++], ctx->ns);
 		pmm_proc_unlock(p);
 		*cursor = p->id + 1;
 	}
-	mutex_unlock(&pmm_lock);
+	pmm_put_all(all, 0, nall);
 	return n;
 }
 
-static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
-		       u64 *total, bool *done)
+static u32 fill_blocks(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
+		       u32 max, u64 *total, bool *done)
 {
+	struct pmm_proc *p = ctx->p;
 	struct pmm_block *out = buf;
 	struct pmm_block_ent *b;
 	u32 n = 0;
@@ -530,47 +568,42 @@ static u32 fill_blocks(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
 	return n;
 }
 
-static u32 fill_sites(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
-		      u64 *total, bool *done)
+/* Sites in table order; the cursor is a slot of the site table. */
+static u32 fill_sites(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
+		      u32 max, u64 *total, bool *done)
 {
 	struct pmm_site_stats *out = buf, *s;
-	unsigned long id;
+	struct pmm_proc *p = ctx->p;
 	u32 n = 0;
 
-	*done = true;
 	pmm_proc_lock(p);
 	*total = p->nsites;
-	if (*cursor <= U32_MAX) {
-		xa_for_each_start(&p->sites, id, s, (unsigned long)*cursor) {
-			if (n == max) {
-				*done = false;
-				break;
-			}
-			out[n++] = *s;
-			*cursor = (u64)id + 1;
-		}
-	}
+	s = pmm_site_at(p, cursor);
+	for (; s && n < max; ++*cursor, s = pmm_site_at(p, cursor))
+		out[n++] = *s;
+	*done = !s;
 	pmm_proc_unlock(p);
 	return n;
 }
 
-static u32 fill_samples(struct pmm_proc *p, u64 *cursor, void *buf, u32 max,
-			u64 *total, bool *done)
+static u32 fill_samples(const struct pmm_read_ctx *ctx, u64 *cursor,
+			void *buf, u32 max, u64 *total, bool *done)
 {
 	struct pmm_sample *out = buf;
+	struct pmm_proc *p = ctx->p;
 	u64 oldest;
 	u32 n = 0;
 
 	pmm_proc_lock(p);
-	*total = min_t(u64, p->nsamples, p->ring_size);
+	*total = p->ring ? min_t(u64, p->nsamples, p->ring_size) : 0;
 	oldest = p->nsamples - *total;
 	if (*cursor < oldest)
 		*cursor = oldest;
-	while (n < max && *cursor < p->nsamples) {
+	while (p->ring && n < max && *cursor < p->nsamples) {
 		out[n++] = p->ring[*cursor % p->ring_size];
 		(*cursor)++;
 	}
-	*done = *cursor >= p->nsamples;
+	*done = !p->ring || *cursor >= p->nsamples;
 	pmm_proc_unlock(p);
 	return n;
 }
@@ -582,9 +615,13 @@ static const struct pmm_reader pmm_readers[] = {
 	{ sizeof(struct pmm_sample), fill_samples },
 };
 
-static long pmm_ioc_read(struct pmm_read __user *ur, const struct pmm_reader *rd,
-			 bool per_pid)
+static long pmm_ioc_read(struct file *file, struct pmm_read __user *ur,
+			 const struct pmm_reader *rd, bool per_pid)
 {
+	struct pmm_read_ctx ctx = {
+		.file = file,
+		.ns = task_active_pid_ns(current),
+	};
 	struct pmm_proc *p = NULL;
 	struct pmm_read r;
 	u32 count = 0, n, per;
@@ -600,10 +637,11 @@ static long pmm_ioc_read(struct pmm_read __user *ur, const struct pmm_reader *rd
 	if (per_pid ? r.pid < 0 : r.pid != 0)
 		return -EINVAL;
 	if (per_pid) {
-		p = pmm_get_readable(r.pid, &err);
+		p = pmm_get_readable(r.pid, file, &err);
 		if (!p)
 			return err;
 	}
+	ctx.p = p;
 	stage = kmalloc(PMM_READ_STAGE, GFP_KERNEL);
 	if (!stage) {
 		err = -ENOMEM;
@@ -612,8 +650,8 @@ static long pmm_ioc_read(struct pmm_read __user *ur, const struct pmm_reader *rd
 	per = PMM_READ_STAGE / rd->esize;
 	ubuf = u64_to_user_ptr(r.buf);
 	while (count < r.capacity && !done) {
-		n = rd->fill(p, &r.cursor, stage, min(r.capacity - count, per),
-			     &r.total, &done);
+		n = rd->fill(&ctx, &r.cursor, stage,
+			     min(r.capacity - count, per), &r.total, &done);
 		if (copy_to_user(ubuf + (size_t)count * rd->esize, stage,
 				 n * rd->esize)) {
 			err = -EFAULT;
@@ -633,7 +671,7 @@ out_put:
 	return err;
 }
 
-static long pmm_ioc_get_stats(struct pmm_stats __user *us)
+static long pmm_ioc_get_stats(struct file *file, struct pmm_stats __user *us)
 {
 	struct pmm_stats *st;
 	struct pmm_proc *p;
@@ -645,7 +683,7 @@ static long pmm_ioc_get_stats(struct pmm_stats __user *us)
 		return -EFAULT;
 	if (reserved || pid < 0)
 		return -EINVAL;
-	p = pmm_get_readable(pid, &err);
+	p = pmm_get_readable(pid, file, &err);
 	if (!p)
 		return err;
 	st = kmalloc(sizeof(*st), GFP_KERNEL);
@@ -656,7 +694,7 @@ static long pmm_ioc_get_stats(struct pmm_stats __user *us)
 	pmm_proc_lock(p);
 	*st = p->stats;
 	pmm_proc_unlock(p);
-	st->pid = p->tgid;
+	st->pid = pid_vnr(p->pid);
 	st->reserved = 0;
 	if (copy_to_user(us, st, sizeof(*st)))
 		err = -EFAULT;
@@ -674,21 +712,21 @@ static long pmm_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case PMM_RECORD_LOG:
 		return pmm_ioc_record_log(argp);
 	case PMM_SET_CONFIG:
-		return pmm_ioc_set_config(argp);
+		return pmm_ioc_set_config(file, argp);
 	case PMM_GET_CONFIG:
 		return pmm_ioc_get_config(argp);
 	case PMM_MONITORED_PIDS:
-		return pmm_ioc_read(argp, &pmm_readers[0], false);
+		return pmm_ioc_read(file, argp, &pmm_readers[0], false);
 	case PMM_REGISTER_SITE:
 		return pmm_ioc_register_site(argp);
 	case PMM_READ_BLOCKS:
-		return pmm_ioc_read(argp, &pmm_readers[1], true);
+		return pmm_ioc_read(file, argp, &pmm_readers[1], true);
 	case PMM_READ_SITES:
-		return pmm_ioc_read(argp, &pmm_readers[2], true);
+		return pmm_ioc_read(file, argp, &pmm_readers[2], true);
 	case PMM_READ_SAMPLES:
-		return pmm_ioc_read(argp, &pmm_readers[3], true);
+		return pmm_ioc_read(file, argp, &pmm_readers[3], true);
 	case PMM_GET_STATS:
-		return pmm_ioc_get_stats(argp);
+		return pmm_ioc_get_stats(file, argp);
 	case PMM_QUERY_SELF:
 		return pmm_current_monitored();
 	default:

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pmm: generic netlink family PMM_GENL_NAME. Events go to the multicast
- * group "events"; PMM_CMD_GET_PIDS dumps the monitored processes (admin).
+ * group "events", which only CAP_SYS_ADMIN may join: they describe every
+ * monitored process of every user, so their pids are those of the initial
+ * pid namespace. PMM_CMD_GET_PIDS dumps the monitored processes to a
+ * CAP_NET_ADMIN requester, only those it may read (access.c, with its
+ * socket's and its own credentials), numbered in its pid namespace.
  *
  * Attributes of each event (types as in uapi/pmm.h):
  *   SAMPLE   PID START_TIME TIME VM RSS RSS_ANON RSS_FILE RSS_SHMEM
@@ -18,8 +22,10 @@
 
 #include <linux/slab.h>
 #include <linux/sort.h>
+#include <linux/pid_namespace.h>
 #include <net/genetlink.h>
 #include <net/netlink.h>
+#include <net/sock.h>
 #include "pmm_int.h"
 
 static const struct nla_policy pmm_genl_policy[PMM_A_MAX + 1] = {
@@ -54,7 +60,10 @@ static const struct genl_small_ops pmm_genl_ops[] = {
 enum { PMM_MCGRP_EVENTS };
 
 static const struct genl_multicast_group pmm_genl_mcgrps[] = {
-	[PMM_MCGRP_EVENTS] = { .name = PMM_GENL_MCGRP_EVENTS },
+	[PMM_MCGRP_EVENTS] = {
+		.name = PMM_GENL_MCGRP_EVENTS,
+		.flags = GENL_MCAST_CAP_SYS_ADMIN,
+	},
 };
 
 static struct genl_family pmm_genl_family __ro_after_init = {
@@ -80,9 +89,10 @@ static int put_u64(struct sk_buff *skb, int attr, u64 v)
 	return nla_put_u64_64bit(skb, attr, v, PMM_A_PAD);
 }
 
+/* Events carry pids of the initial namespace (the group's readers are). */
 static int put_id(struct sk_buff *skb, struct pmm_proc *p)
 {
-	if (nla_put_u32(skb, PMM_A_PID, p->tgid) ||
+	if (nla_put_u32(skb, PMM_A_PID, pid_nr(p->pid)) ||
 	    put_u64(skb, PMM_A_START_TIME, p->start_time_ns))
 		return -EMSGSIZE;
 	return 0;
@@ -112,7 +122,9 @@ static struct sk_buff *pmm_genl_new(u8 cmd, size_t size, void **hdr)
 
 void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p)
 {
+	char comm[TASK_COMM_LEN];
 	struct sk_buff *skb;
+	pid_t ppid;
 	u64 t;
 	void *hdr;
 
@@ -122,15 +134,18 @@ void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p)
 	if (!skb)
 		return;
 	pmm_proc_lock(p);
+	pmm_proc_refresh(p);
 	t = cmd == PMM_CMD_EXITED ? p->exit_time_ns : ktime_get_boottime_ns();
+	memcpy(comm, p->comm, sizeof(comm));
+	ppid = pid_nr(p->parent);
 	pmm_proc_unlock(p);
 	if (put_id(skb, p) || put_u64(skb, PMM_A_TIME, t) ||
-	    nla_put_string(skb, PMM_A_COMM, p->comm))
+	    nla_put_string(skb, PMM_A_COMM, comm))
 		goto out_free;
 	if (cmd == PMM_CMD_EXITED) {
 		if (nla_put_u32(skb, PMM_A_STATE, PMM_STATE_EXITED))
 			goto out_free;
-	} else if (nla_put_u32(skb, PMM_A_PPID, p->ppid)) {
+	} else if (nla_put_u32(skb, PMM_A_PPID, ppid)) {
 		goto out_free;
 	}
 	pmm_genl_send(skb, hdr);
@@ -200,11 +215,11 @@ static int top_cmp(const void *a, const void *b)
 static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 {
 	struct pmm_site_stats *s;
-	unsigned long id;
+	u64 slot = 0;
 	u32 n = 0, i, min;
 
 	pmm_proc_lock(p);
-	xa_for_each(&p->sites, id, s) {
+	for (s = pmm_site_at(p, &slot); s; ++slot, s = pmm_site_at(p, &slot)) {
 		if (!s->live_blocks)
 			continue;
 		if (n < PMM_SITES_TOP) {
@@ -219,7 +234,7 @@ static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 		}
 		top[i].bytes = s->live_bytes;
 		top[i].blocks = s->live_blocks;
-		top[i].id = id;
+		top[i].id = s->desc.site;
 	}
 	pmm_proc_unlock(p);
 	sort(top, n, sizeof(*top), top_cmp, NULL);
@@ -268,19 +283,42 @@ out_free_top:
 	kfree(top);
 }
 
-/* cb->args[0]: the start order id of the next process to dump. */
+/* The requester's socket's opener, for access checks; NULL for none. */
+static const struct file *requester_file(struct netlink_callback *cb)
+{
+	struct sock *sk = NETLINK_CB(cb->skb).sk;
+
+	return sk && sk->sk_socket ? sk->sk_socket->file : NULL;
+}
+
+static bool dump_may_access(struct pmm_proc *p, const struct file *file)
+{
+	return file ? pmm_may_access(p, file) :
+		      pmm_cred_may_access(p, current_cred());
+}
+
+/*
+ * cb->args[0]: the start order id of the next process to dump. Runs in the
+ * context of the process reading the socket: its pid namespace numbers.
+ */
 static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
 {
+	struct pid_namespace *ns = task_active_pid_ns(current);
+	const struct file *file = requester_file(cb);
 	struct pmm_pid_info info;
-	struct pmm_proc *p;
+	char comm[TASK_COMM_LEN];
+	struct pmm_proc **all, *p;
+	u32 n, i;
 	void *hdr;
 
-	mutex_lock(&pmm_lock);
-	list_for_each_entry(p, &pmm_procs, node) {
-		if (p->id < cb->args[0])
+	all = pmm_get_all(cb->args[0], &n);
+	for (i = 0; i < n; i++) {
+		p = all[i];
+		if (!pid_nr_ns(p->pid, ns) || !dump_may_access(p, file))
 			continue;
 		pmm_proc_lock(p);
-		pmm_fill_pid_info(p, &info);
+		pmm_fill_pid_info(p, &info, ns);
+		memcpy(comm, p->comm, sizeof(comm));
 		pmm_proc_unlock(p);
 		hdr = genlmsg_put(skb, NETLINK_CB(cb->skb).portid,
 				  cb->nlh->nlmsg_seq, &pmm_genl_family,
@@ -289,7 +327,7 @@ static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
 			break;
 		if (nla_put_u32(skb, PMM_A_PID, info.pid) ||
 		    nla_put_u32(skb, PMM_A_PPID, info.ppid) ||
-		    nla_put_string(skb, PMM_A_COMM, p->comm) ||
+		    nla_put_string(skb, PMM_A_COMM, comm) ||
 		    nla_put_u32(skb, PMM_A_STATE, info.state) ||
 		    put_u64(skb, PMM_A_START_TIME, info.start_time_ns) ||
 		    put_u64(skb, PMM_A_LIVE_BYTES, info.live_bytes) ||
@@ -301,7 +339,7 @@ static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
 		genlmsg_end(skb, hdr);
 		cb->args[0] = p->id + 1;
 	}
-	mutex_unlock(&pmm_lock);
+	pmm_put_all(all, 0, n);
 	return skb->len;
 }
 

@@ -20,6 +20,8 @@ struct pmm_cfg pmm_cfg = {
 	.max_blocks = PMM_DEF_MAX_BLOCKS,
 	.max_sites = PMM_DEF_MAX_SITES,
 	.max_samples = PMM_DEF_MAX_SAMPLES,
+	.max_pids_per_uid = PMM_DEF_MAX_PIDS_PER_UID,
+	.exited_ttl_s = PMM_DEF_EXITED_TTL_S,
 };
 
 atomic64_t pmm_records_accepted = ATOMIC64_INIT(0);
@@ -40,6 +42,10 @@ static void pmm_free_all(void)
 		p->stopped = true;
 		pmm_proc_put(p);
 	}
+	put_pid(pmm_cfg.last_start);
+	put_pid(pmm_cfg.last_stop);
+	pmm_cfg.last_start = NULL;
+	pmm_cfg.last_stop = NULL;
 	mutex_unlock(&pmm_lock);
 }
 
@@ -50,9 +56,12 @@ static int __init pmm_init(void)
 	ret = pmm_table_init();
 	if (ret)
 		return ret;
-	ret = pmm_genl_init();
+	ret = pmm_access_init();
 	if (ret)
 		goto out_table_exit;
+	ret = pmm_genl_init();
+	if (ret)
+		goto out_access_exit;
 	ret = pmm_procfs_init();
 	if (ret)
 		goto out_genl_exit;
@@ -71,6 +80,8 @@ out_procfs_exit:
 	pmm_procfs_exit();
 out_genl_exit:
 	pmm_genl_exit();
+out_access_exit:
+	pmm_access_exit();
 out_table_exit:
 	pmm_table_exit();
 	return ret;
@@ -83,6 +94,7 @@ static void __exit pmm_exit(void)
 	pmm_procfs_exit();
 	pmm_genl_exit();
 	pmm_free_all();
+	pmm_access_exit();
 	pmm_table_exit();
 	pr_info("unloaded\n");
 }

@@ -2,11 +2,16 @@
 /*
  * pmm: internal declarations shared by the module's files.
  *
- * Locking, outermost first:
+ * Locking:
  *   pmm_lock (mutex)      the list and hash of monitored processes, the
  *                         configuration and pmm_next_id.
  *   pmm_proc.lock (mutex) everything of one process below the line marked
  *                         "protected by lock" in struct pmm_proc.
+ * Never take a pmm_proc.lock while holding pmm_lock: a process's lock may
+ * be held long by its own records, and that must not stall anyone else's
+ * START, STOP, reads or the sampler. Walks of the list take references
+ * under pmm_lock and lock each process after dropping it. Access checks
+ * (access.c) walk /proc, so they too run with neither lock held.
  * The record path takes only the per-process mutex: it finds its process
  * in pmm_hash under RCU and takes a reference. Take pmm_proc.lock with
  * pmm_proc_lock() and release it with pmm_proc_unlock() (see the inbox).
@@ -31,6 +36,7 @@
 #include <linux/llist.h>
 #include <linux/cred.h>
 #include <linux/sched.h>
+#include <linux/siphash.h>
 #include "uapi/pmm.h"
 
 #define PMM_DEF_INTERVAL_MS	10000
@@ -38,11 +44,14 @@
 #define PMM_DEF_MAX_BLOCKS	1048576
 #define PMM_DEF_MAX_SITES	65536
 #define PMM_DEF_MAX_SAMPLES	4096
+#define PMM_DEF_MAX_PIDS_PER_UID	16
+#define PMM_DEF_EXITED_TTL_S	3600
 
 /* Frees that found no block wait this long, at most this many per pid. */
 #define PMM_PENDING_MAX		4096
 #define PMM_PENDING_AGE_MS	5000
 #define PMM_PENDING_BITS	8
+#define PMM_PENDING_BUCKETS	BIT(PMM_PENDING_BITS)
 
 /* Queued records per process past which a sender waits for the lock. */
 #define PMM_INBOX_MAX		8192
@@ -77,8 +86,12 @@ struct pmm_queued {
 #define PMM_BLOCK_MIN_BITS	6
 #define PMM_BLOCK_MAX_BITS	25
 
-/* Direct-mapped cache of site entries in front of the xarray. */
+/* Direct-mapped cache of site entries in front of the site table. */
 #define PMM_SITE_CACHE		64
+
+/* The site table: open addressing, grown at half full (max_sites <= 2^20). */
+#define PMM_SITE_MIN_BITS	6
+#define PMM_SITE_MAX_BITS	21
 
 /*
  * One slot of a process's block table, keyed by ptr; op 0 (PMM_OP_NONE)
@@ -110,22 +123,18 @@ struct pmm_pending {
 };
 
 struct pmm_proc {
-	struct hlist_node hnode;	/* pmm_hash, RCU, under pmm_lock */
+	struct hlist_node hnode;	/* pmm_hash by pid, RCU, under pmm_lock */
 	struct list_head node;		/* pmm_procs, under pmm_lock */
 	struct rcu_head rcu;
 	refcount_t ref;
 	u64 id;				/* order of start, list order */
-	pid_t tgid;			/* init-namespace number */
-	struct pid *pid;		/* held: a reused pid is never confused */
+	struct pid *pid;		/* its thread group's, held: never reused */
+	kuid_t owner;			/* euid of who started it (per-user cap) */
 	u64 start_time_ns;		/* task start, CLOCK_BOOTTIME */
 	u64 monitor_start_ns;
-	char comm[TASK_COMM_LEN];
-	pid_t ppid;
-	/* credentials at start, for access checks after the process exited */
-	kuid_t uid;
-	kgid_t gid;
-	bool dumpable;
+	hsiphash_key_t hkey;		/* seeds its tables' hashes */
 	bool stopped;			/* set under pmm_lock and lock */
+	unsigned long expires;		/* jiffies; 0 while running (READ_ONCE) */
 
 	struct llist_head inbox;	/* struct pmm_queued, newest first */
 	atomic_t inbox_records;
@@ -133,14 +142,21 @@ struct pmm_proc {
 	struct mutex lock;		/* protects all below */
 	u32 state;			/* PMM_STATE_* */
 	u64 exit_time_ns;
+	/* identity, refreshed while it runs (exec, reparenting, setuid) */
+	char comm[TASK_COMM_LEN];
+	struct pid *parent;		/* parent's thread group, held */
+	const struct cred *cred;	/* its credentials, held: access checks */
+	bool dumpable;			/*   after it exited */
+	/* tables; NULL once stopped (pmm_proc_retire), whoever holds p */
 	struct pmm_block_ent *blocks;	/* 1 << block_bits slots */
 	u32 block_bits;
 	u64 block_grow_at;		/* nblocks that makes it grow */
 	u64 nblocks;
-	struct hlist_head pending[1 << PMM_PENDING_BITS];
+	struct hlist_head pending[PMM_PENDING_BUCKETS];
 	struct list_head pending_fifo;
 	u32 npending;
-	struct xarray sites;		/* site id -> struct pmm_site_stats */
+	struct pmm_site_stats **sites;	/* 1 << site_bits slots */
+	u32 site_bits;
 	struct pmm_site_stats *site_cache[PMM_SITE_CACHE];
 	u32 nsites;
 	struct pmm_sample *ring;	/* ring_size entries, NULL before the first */
@@ -156,12 +172,14 @@ struct pmm_proc {
 struct pmm_cfg {
 	u32 interval_ms;
 	u32 scan;
-	s32 last_start;
-	s32 last_stop;
+	struct pid *last_start;		/* held; shown in each reader's namespace */
+	struct pid *last_stop;
 	u32 max_pids;
 	u32 max_blocks;
 	u32 max_sites;
 	u32 max_samples;
+	u32 max_pids_per_uid;
+	u32 exited_ttl_s;
 };
 
 /* main.c */
@@ -181,9 +199,10 @@ int pmm_table_init(void);
 void pmm_table_exit(void);
 struct pmm_proc *pmm_proc_alloc(struct task_struct *task);
 void pmm_proc_put(struct pmm_proc *p);
+void pmm_proc_retire(struct pmm_proc *p);
 struct pmm_proc *pmm_proc_get_current(void);
 bool pmm_current_monitored(void);
-struct pmm_proc *pmm_proc_find(pid_t nr);
+struct pmm_proc *pmm_proc_find_pid(struct pid *pid);
 void pmm_proc_publish(struct pmm_proc *p);
 void pmm_proc_unpublish(struct pmm_proc *p);
 void pmm_proc_lock(struct pmm_proc *p);
@@ -193,13 +212,26 @@ bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 u32 pmm_check_records(const struct pmm_record *r, u32 n);
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
+struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot);
 void pmm_expire_pending(struct pmm_proc *p, bool all);
-void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info);
+void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info,
+		       struct pid_namespace *ns);
 struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot);
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s);
-bool pmm_may_access(struct task_struct *task);
-bool pmm_may_access_proc(struct pmm_proc *p);
+void pmm_proc_refresh(struct pmm_proc *p);
+void pmm_proc_touch(struct pmm_proc *p);
 u64 pmm_mono_to_real_ns(u64 mono);
+
+/* access.c: who may see what, and pid numbers in each namespace */
+int pmm_access_init(void);
+void pmm_access_exit(void);
+bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred);
+bool pmm_may_access(struct pmm_proc *p, const struct file *file);
+bool pmm_may_access_task(struct task_struct *task, const struct file *file);
+struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns);
+struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err);
+struct pmm_proc **pmm_get_all(u64 from_id, u32 *n);
+void pmm_put_all(struct pmm_proc **procs, u32 from, u32 n);
 
 /* clock.c: the clock page /dev/pmm maps */
 int pmm_clock_init(void);
@@ -209,8 +241,9 @@ int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma);
 /* dev.c */
 int pmm_dev_init(void);
 void pmm_dev_exit(void);
-int pmm_start_pid(pid_t nr);
-int pmm_stop_pid(pid_t nr);
+int pmm_start_pid(pid_t nr, const struct file *file);
+int pmm_stop_pid(pid_t nr, const struct file *file);
+void pmm_expire(struct pmm_proc *p);
 bool pmm_cfg_valid(u32 bit, u32 v);
 void pmm_cfg_apply(u32 bit, u32 v);
 

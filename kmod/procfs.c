@@ -4,11 +4,14 @@
  *
  * /proc/pmm/cfg (0644) reads one line per setting; a write is one line
  * "KEY value" (KEY: INTERVAL SCAN START_PID STOP_PID MAX_PIDS MAX_BLOCKS
- * MAX_SITES MAX_SAMPLES, one space, a decimal number, optionally "\n").
- * Anything else, or a value out of range, is -EINVAL and changes nothing.
- * Writing needs CAP_SYS_ADMIN.
+ * MAX_SITES MAX_SAMPLES MAX_PIDS_PER_UID EXITED_TTL, one space, a decimal
+ * number, optionally "\n"). Anything else, or a value out of range, is
+ * -EINVAL and changes nothing. Writing needs CAP_SYS_ADMIN. START_PID and
+ * STOP_PID are shown in the opener's pid namespace (0: not in it).
  *
- * /proc/pmm/pid (0444) lists each monitored process the reader may ptrace:
+ * /proc/pmm/pid (0444) lists each monitored process that both the opener of
+ * the file and the reader may ptrace, numbered in the opener's pid
+ * namespace (processes outside it are not shown):
  *   [n] PID: <pid>, Comp: <comm>, PPID: <ppid>, State: <1|2>, Log count: <blocks>
  * then, only when one of them is non-zero, one summary line
  *   Dropped: <records>, Unmatched frees: <n>, Pending frees: <n>
@@ -17,7 +20,10 @@
  *   {REALLOC @HH:MM:SS} Sz: 200B Prev Pointer: 0x... Pointer: 0x... Caller: 0x...
  * The time is the record's, in UTC; Caller is the site's first frame (0x0 when
  * the site is not described); " func() line file" only when the site has
- * source information. The iterator keeps its place between reads (O(n) in
+ * source information. Strings that come from the process (comm, file,
+ * function) have non-printable, non-ASCII and backslash characters escaped
+ * as \ooo (octal), so that no process can write terminal escapes into a
+ * reader's terminal. The iterator keeps its place between reads (O(n) in
  * all) and copies to user space with no lock held.
  */
 #define pr_fmt(fmt) "pmm: " fmt
@@ -29,6 +35,8 @@
 #include <linux/kernel.h>
 #include <linux/time.h>
 #include <linux/timekeeping.h>
+#include <linux/pid_namespace.h>
+#include <linux/string_helpers.h>
 #include "pmm_int.h"
 
 static struct proc_dir_entry *pmm_proc_dir;
@@ -48,9 +56,12 @@ static const struct pmm_cfg_key pmm_cfg_keys[] = {
 	{ "MAX_BLOCKS", "(Live blocks per pid limit) := ", PMM_CFG_MAX_BLOCKS },
 	{ "MAX_SITES", "(Sites per pid limit) := ", PMM_CFG_MAX_SITES },
 	{ "MAX_SAMPLES", "(Samples per pid limit) := ", PMM_CFG_MAX_SAMPLES },
+	{ "MAX_PIDS_PER_UID", "(Monitored pids per user limit) := ",
+	  PMM_CFG_MAX_PIDS_PER_UID },
+	{ "EXITED_TTL", "(Exited pid kept, seconds) := ", PMM_CFG_EXITED_TTL },
 };
 
-static long long pmm_cfg_get(u32 bit)
+static long long pmm_cfg_get(u32 bit, struct pid_namespace *ns)
 {
 	switch (bit) {
 	case PMM_CFG_INTERVAL:
@@ -58,9 +69,9 @@ static long long pmm_cfg_get(u32 bit)
 	case PMM_CFG_SCAN:
 		return pmm_cfg.scan;
 	case PMM_CFG_START_PID:
-		return pmm_cfg.last_start;
+		return pid_nr_ns(pmm_cfg.last_start, ns);
 	case PMM_CFG_STOP_PID:
-		return pmm_cfg.last_stop;
+		return pid_nr_ns(pmm_cfg.last_stop, ns);
 	case PMM_CFG_MAX_PIDS:
 		return pmm_cfg.max_pids;
 	case PMM_CFG_MAX_BLOCKS:
@@ -69,6 +80,10 @@ static long long pmm_cfg_get(u32 bit)
 		return pmm_cfg.max_sites;
 	case PMM_CFG_MAX_SAMPLES:
 		return pmm_cfg.max_samples;
+	case PMM_CFG_MAX_PIDS_PER_UID:
+		return pmm_cfg.max_pids_per_uid;
+	case PMM_CFG_EXITED_TTL:
+		return pmm_cfg.exited_ttl_s;
 	}
 	return 0;
 }
@@ -81,14 +96,26 @@ static int pmm_cfg_show(struct seq_file *m, void *v)
 	for (i = 0; i < ARRAY_SIZE(pmm_cfg_keys); i++)
 		seq_printf(m, "[\"%s\" %s%lld]\n", pmm_cfg_keys[i].key,
 			   pmm_cfg_keys[i].label,
-			   pmm_cfg_get(pmm_cfg_keys[i].bit));
+			   pmm_cfg_get(pmm_cfg_keys[i].bit, m->private));
 	mutex_unlock(&pmm_lock);
 	return 0;
 }
 
+/* The opener's pid namespace numbers START_PID and STOP_PID. */
 static int pmm_cfg_open(struct inode *inode, struct file *file)
 {
-	return single_open(file, pmm_cfg_show, NULL);
+	struct pid_namespace *ns = get_pid_ns(task_active_pid_ns(current));
+	int ret = single_open(file, pmm_cfg_show, ns);
+
+	if (ret)
+		put_pid_ns(ns);
+	return ret;
+}
+
+static int pmm_cfg_release(struct inode *inode, struct file *file)
+{
+	put_pid_ns(((struct seq_file *)file->private_data)->private);
+	return single_release(inode, file);
 }
 
 static ssize_t pmm_cfg_write(struct file *file, const char __user *ubuf,
@@ -122,8 +149,8 @@ static ssize_t pmm_cfg_write(struct file *file, const char __user *ubuf,
 		ret = kstrtoint(val, 10, &pid);
 		if (ret || pid <= 0)
 			return -EINVAL;
-		ret = k->bit == PMM_CFG_START_PID ? pmm_start_pid(pid) :
-						    pmm_stop_pid(pid);
+		ret = k->bit == PMM_CFG_START_PID ? pmm_start_pid(pid, file) :
+						    pmm_stop_pid(pid, file);
 		return ret ? ret : count;
 	}
 	if (kstrtou32(val, 10, &v) || !pmm_cfg_valid(k->bit, v))
@@ -140,7 +167,7 @@ static const struct proc_ops pmm_cfg_ops = {
 	.proc_read = seq_read,
 	.proc_write = pmm_cfg_write,
 	.proc_lseek = seq_lseek,
-	.proc_release = single_release,
+	.proc_release = pmm_cfg_release,
 };
 
 enum pmm_iter_phase { PMM_IT_HEADER, PMM_IT_SUMMARY, PMM_IT_BLOCK };
@@ -152,6 +179,8 @@ enum pmm_iter_phase { PMM_IT_HEADER, PMM_IT_SUMMARY, PMM_IT_BLOCK };
  */
 struct pmm_pid_iter {
 	struct pmm_proc *p;
+	struct file *file;		/* its opener's credentials see */
+	struct pid_namespace *ns;	/* the opener's: numbers and who is seen */
 	u64 next_id;		/* start order id after p */
 	u32 nr;			/* "[nr]" of p */
 	enum pmm_iter_phase phase;
@@ -161,31 +190,42 @@ struct pmm_pid_iter {
 	u64 real_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
 };
 
-/* Moves to the next process the reader may see and locks it. */
+/*
+ * Moves to the next process the reader may see and locks it. The access
+ * check walks /proc: it runs with no lock held, on a reference.
+ */
 static bool it_next_proc(struct pmm_pid_iter *it)
 {
-	struct pmm_proc *p, *found = NULL;
+	struct pmm_proc *p, *found;
 
 	if (it->p) {
 		pmm_proc_put(it->p);
 		it->p = NULL;
 	}
-	mutex_lock(&pmm_lock);
-	list_for_each_entry(p, &pmm_procs, node) {
-		if (p->id < it->next_id || !pmm_may_access_proc(p))
-			continue;
-		refcount_inc(&p->ref);
-		found = p;
-		break;
+	for (;;) {
+		found = NULL;
+		mutex_lock(&pmm_lock);
+		list_for_each_entry(p, &pmm_procs, node) {
+			if (p->id < it->next_id)
+				continue;
+			refcount_inc(&p->ref);
+			found = p;
+			break;
+		}
+		mutex_unlock(&pmm_lock);
+		if (!found)
+			return false;
+		it->next_id = found->id + 1;
+		if (pid_nr_ns(found->pid, it->ns) &&
+		    pmm_may_access(found, it->file))
+			break;
+		pmm_proc_put(found);
 	}
-	mutex_unlock(&pmm_lock);
-	if (!found)
-		return false;
 	it->p = found;
-	it->next_id = found->id + 1;
 	it->nr++;
 	it->phase = PMM_IT_HEADER;
 	pmm_proc_lock(found);
+	pmm_proc_refresh(found);
 	return true;
 }
 
@@ -305,6 +345,12 @@ static const char * const pmm_op_names[PMM_OP_NR] = {
 	[PMM_OP_MREMAP] = "MREMAP",
 };
 
+/* A string of the process's: what a terminal could take for a command is escaped. */
+static void pmm_seq_escape(struct seq_file *m, const char *s)
+{
+	seq_escape_str(m, s, ESCAPE_OCTAL | ESCAPE_NAP | ESCAPE_APPEND, "\\");
+}
+
 static void pmm_show_block(struct seq_file *m, struct pmm_pid_iter *it)
 {
 	struct pmm_block_ent *b = it->b;
@@ -323,9 +369,12 @@ static void pmm_show_block(struct seq_file *m, struct pmm_pid_iter *it)
 	if (s->desc.depth)
 		caller = s->desc.frames[0];
 	seq_printf(m, "Pointer: 0x%llx Caller: 0x%llx", b->ptr, caller);
-	if (s->desc.flags & PMM_SITE_F_SOURCE)
-		seq_printf(m, " %s() %u %s", s->desc.func, s->desc.line,
-			   s->desc.file);
+	if (s->desc.flags & PMM_SITE_F_SOURCE) {
+		seq_putc(m, ' ');
+		pmm_seq_escape(m, s->desc.func);
+		seq_printf(m, "() %u ", s->desc.line);
+		pmm_seq_escape(m, s->desc.file);
+	}
 	seq_putc(m, '\n');
 }
 
@@ -336,9 +385,11 @@ static int pmm_pid_show(struct seq_file *m, void *v)
 
 	switch (it->phase) {
 	case PMM_IT_HEADER:
-		seq_printf(m, "[%u] PID: %d, Comp: %s, PPID: %d, State: %u, Log count: %llu\n",
-			   it->nr, p->tgid, p->comm, p->ppid, p->state,
-			   p->nblocks);
+		seq_printf(m, "[%u] PID: %d, Comp: ", it->nr,
+			   pid_nr_ns(p->pid, it->ns));
+		pmm_seq_escape(m, p->comm);
+		seq_printf(m, ", PPID: %d, State: %u, Log count: %llu\n",
+			   pid_nr_ns(p->parent, it->ns), p->state, p->nblocks);
 		break;
 	case PMM_IT_SUMMARY:
 		seq_printf(m, "Dropped: %llu, Unmatched frees: %llu, Pending frees: %u\n",
@@ -360,8 +411,14 @@ static const struct seq_operations pmm_pid_seq_ops = {
 
 static int pmm_pid_open(struct inode *inode, struct file *file)
 {
-	return seq_open_private(file, &pmm_pid_seq_ops,
-				sizeof(struct pmm_pid_iter));
+	struct pmm_pid_iter *it;
+
+	it = __seq_open_private(file, &pmm_pid_seq_ops, sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	it->file = file;
+	it->ns = get_pid_ns(task_active_pid_ns(current));
+	return 0;
 }
 
 static int pmm_pid_release(struct inode *inode, struct file *file)
@@ -371,6 +428,7 @@ static int pmm_pid_release(struct inode *inode, struct file *file)
 
 	if (it->p)
 		pmm_proc_put(it->p);
+	put_pid_ns(it->ns);
 	return seq_release_private(inode, file);
 }
 

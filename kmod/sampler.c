@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmm: the sampler thread. Every interval_ms while scan is 1 it visits each
- * monitored process: alive? (its struct pid is held, so a reused pid number
- * is never confused), then vm and rss (total, anon, file, shmem) into the
- * process's ring, and the genl events. A configuration change wakes it; the
- * new interval counts from that moment.
+ * pmm: the sampler thread. Every interval_ms it visits each monitored
+ * process: alive? (its struct pid is held, so a reused pid number is never
+ * confused), its identity refreshed (exec, reparenting), and while scan is 1
+ * vm and rss (total, anon, file, shmem) into the process's ring, and the
+ * genl events. Exited entries are removed exited_ttl_s after their exit or
+ * their last read. A configuration change wakes it; the new interval counts
+ * from that moment.
  */
 #define pr_fmt(fmt) "pmm: " fmt
 
@@ -29,7 +31,7 @@ void pmm_sampler_kick(void)
 	wake_up_interruptible(&pmm_sampler_wq);
 }
 
-/* The next process in start order after id, with a reference. */
+/* The next process in start order after id, with a reference (held by p). */
 static struct pmm_proc *pmm_next_proc(u64 id)
 {
 	struct pmm_proc *p, *found = NULL;
@@ -79,7 +81,7 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	u64 seq, first;
 	u32 size;
 
-	if (p->nsamples < old_size || old_size >= max)
+	if (p->nsamples < old_size || old_size >= max || p->stopped)
 		return;
 	size = old_size ? min_t(u64, (u64)old_size * 2, max) : min(16U, max);
 	pmm_proc_unlock(p);
@@ -87,7 +89,7 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	pmm_proc_lock(p);
 	if (!ring)
 		return;
-	if (p->ring_size != old_size) {
+	if (p->ring_size != old_size || p->stopped) {
 		old = ring;		/* raced: someone else grew it */
 	} else {
 		first = p->nsamples - min_t(u64, p->nsamples, old_size);
@@ -104,19 +106,32 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	pmm_proc_lock(p);
 }
 
-static void pmm_sample_one(struct pmm_proc *p)
+/* An exited entry whose time is up goes (unless stopped meanwhile). */
+static void pmm_expire_if_due(struct pmm_proc *p)
+{
+	unsigned long expires = READ_ONCE(p->expires);
+
+	if (expires && time_after_eq(jiffies, expires))
+		pmm_expire(p);
+}
+
+/*
+ * Samples p (scan on), or only notices its exit (scan off). Exited entries
+ * only wait for their expiry.
+ */
+static void pmm_sample_one(struct pmm_proc *p, bool scan)
 {
 	struct task_struct *task;
 	struct mm_struct *mm = NULL;
 	struct pmm_sample s = {};
 	u64 live_bytes, live_blocks, dropped = 0;
 	bool exited = false, sites = false;
-	pid_t ppid = 0;
 
 	pmm_proc_lock(p);
 	pmm_expire_pending(p, false);
 	if (p->state == PMM_STATE_EXITED || p->stopped) {
 		pmm_proc_unlock(p);
+		pmm_expire_if_due(p);
 		return;
 	}
 	pmm_proc_unlock(p);
@@ -126,14 +141,19 @@ static void pmm_sample_one(struct pmm_proc *p)
 		exited = true;
 	} else {
 		mm = pmm_group_mm(task);
-		rcu_read_lock();
-		ppid = task_tgid_nr(rcu_dereference(task->real_parent));
-		rcu_read_unlock();
 		if (!mm)
 			exited = true;
 	}
 	if (task)
 		put_task_struct(task);
+	if (mm && !scan) {
+		mmput(mm);
+		mm = NULL;
+		pmm_proc_lock(p);
+		pmm_proc_refresh(p);
+		pmm_proc_unlock(p);
+		return;
+	}
 	if (mm) {
 		s.vm = (u64)mm->total_vm << PAGE_SHIFT;
 		s.rss_anon = (u64)get_mm_counter(mm, MM_ANONPAGES) << PAGE_SHIFT;
@@ -150,8 +170,10 @@ static void pmm_sample_one(struct pmm_proc *p)
 	if (exited) {
 		p->state = PMM_STATE_EXITED;
 		p->exit_time_ns = s.time_ns;
+		WRITE_ONCE(p->expires, jiffies + READ_ONCE(pmm_cfg.exited_ttl_s) *
+			   (unsigned long)HZ);
 	} else {
-		p->ppid = ppid;
+		pmm_proc_refresh(p);
 		pmm_add_sample(p, &s);
 		sites = p->nsamples % PMM_SITES_EVERY == 0;
 	}
@@ -174,14 +196,14 @@ static void pmm_sample_one(struct pmm_proc *p)
 		pmm_genl_sites(p);
 }
 
-static void pmm_sample_all(void)
+static void pmm_sample_all(bool scan)
 {
 	struct pmm_proc *p;
 	u64 id = 0;
 
 	while (!kthread_should_stop() && (p = pmm_next_proc(id))) {
 		id = p->id;
-		pmm_sample_one(p);
+		pmm_sample_one(p, scan);
 		pmm_proc_put(p);
 	}
 }
@@ -197,9 +219,7 @@ static int pmm_sampler_fn(void *unused)
 	long timeout;
 
 	while (!kthread_should_stop()) {
-		timeout = READ_ONCE(pmm_cfg.scan) ?
-			msecs_to_jiffies(READ_ONCE(pmm_cfg.interval_ms)) :
-			MAX_SCHEDULE_TIMEOUT;
+		timeout = msecs_to_jiffies(READ_ONCE(pmm_cfg.interval_ms));
 		timeout = wait_event_interruptible_timeout(pmm_sampler_wq,
 							   pmm_sampler_woken(gen),
 							   timeout);
@@ -208,8 +228,7 @@ static int pmm_sampler_fn(void *unused)
 			gen = atomic_read(&pmm_cfg_gen);
 			continue;
 		}
-		if (READ_ONCE(pmm_cfg.scan))
-			pmm_sample_all();
+		pmm_sample_all(READ_ONCE(pmm_cfg.scan));
 	}
 	return 0;
 }

@@ -33,6 +33,14 @@
  * Counters: per site and in the size buckets every figure is weighted (a
  * record of weight w counts w events of w x size bytes). The per-process
  * live_bytes is weighted too; nblocks ("Log count") counts table entries.
+ *
+ * Hostile input. Addresses and site ids are whatever the process sends, so
+ * every table hashes them with a key of its own (hsiphash, random per
+ * process): no chosen set of addresses lands in one slot, and probes stay
+ * short. Every byte a process's tables take is counted in pmm_kmem_bytes
+ * (kmem_add), as allocated (slab sizes rounded as the allocator rounds
+ * them), and a process's tables are freed when it is stopped or expires,
+ * whoever still holds a reference to it (pmm_proc_retire).
  */
 #define pr_fmt(fmt) "pmm: " fmt
 
@@ -47,12 +55,14 @@
 #include <linux/sched/mm.h>
 #include <linux/sched/coredump.h>
 #include <linux/sched/signal.h>
+#include <linux/random.h>
 #include "pmm_int.h"
 
-/* Monitored processes by tgid; RCU readers, writers under pmm_lock. */
+/* Monitored processes by struct pid; RCU readers, writers under pmm_lock. */
 static DEFINE_HASHTABLE(pmm_hash, 8);
 static struct kmem_cache *pmm_site_cache;
 static struct kmem_cache *pmm_queued_cache;
+static struct kmem_cache *pmm_pending_cache;
 
 /*
  * With a constructor the slab does not clear each new object (init_on_alloc,
@@ -75,8 +85,10 @@ int pmm_table_init(void)
 	pmm_queued_cache = kmem_cache_create("pmm_queued",
 					     sizeof(struct pmm_queued), 0,
 					     SLAB_ACCOUNT, pmm_queued_ctor);
-	if (pmm_site_cache && pmm_queued_cache)
+	pmm_pending_cache = KMEM_CACHE(pmm_pending, SLAB_ACCOUNT);
+	if (pmm_site_cache && pmm_queued_cache && pmm_pending_cache)
 		return 0;
+	kmem_cache_destroy(pmm_pending_cache);
 	kmem_cache_destroy(pmm_queued_cache);
 	kmem_cache_destroy(pmm_site_cache);
 	return -ENOMEM;
@@ -85,6 +97,7 @@ int pmm_table_init(void)
 void pmm_table_exit(void)
 {
 	rcu_barrier();		/* kfree_rcu of the last processes */
+	kmem_cache_destroy(pmm_pending_cache);
 	kmem_cache_destroy(pmm_queued_cache);
 	kmem_cache_destroy(pmm_site_cache);
 }
@@ -99,58 +112,80 @@ u64 pmm_mono_to_real_ns(u64 mono)
 	return mono + (ktime_get_real_ns() - ktime_get_ns());
 }
 
-/*
- * ptrace_may_access() is not exported: the caller may read a task if it has
- * CAP_SYS_PTRACE, or is in the same thread group, or has the task's uid,
- * euid and suid (gid likewise) and the task is dumpable.
- */
-bool pmm_may_access(struct task_struct *task)
+/* What struct pmm_proc takes: kzalloc rounds it up to its slab's size. */
+static size_t proc_bytes(void)
 {
-	const struct cred *me = current_cred();
-	const struct cred *tc;
-	struct mm_struct *mm;
-	bool ok;
-
-	if (same_thread_group(task, current))
-		return true;
-	rcu_read_lock();
-	tc = __task_cred(task);
-	ok = uid_eq(me->uid, tc->euid) && uid_eq(me->uid, tc->suid) &&
-	     uid_eq(me->uid, tc->uid) && gid_eq(me->gid, tc->egid) &&
-	     gid_eq(me->gid, tc->sgid) && gid_eq(me->gid, tc->gid);
-	rcu_read_unlock();
-	if (ok) {
-		task_lock(task);
-		mm = task->mm;
-		ok = mm && get_dumpable(mm) == SUID_DUMP_USER;
-		task_unlock(task);
-	}
-	return ok || capable(CAP_SYS_PTRACE);
+	return kmalloc_size_roundup(sizeof(struct pmm_proc));
 }
 
-/* The same for a monitored process, which may have exited. */
-bool pmm_may_access_proc(struct pmm_proc *p)
+/* The leader's comm, parent, credentials and dumpable state, for readers. */
+static void proc_set_identity(struct pmm_proc *p, struct task_struct *leader)
 {
-	struct task_struct *task;
-	bool ok;
+	struct pid *parent;
+	const struct cred *cred, *old_cred;
+	struct task_struct *t;
+	struct mm_struct *mm;
+	bool dumpable;
 
-	task = get_pid_task(p->pid, PIDTYPE_TGID);
-	if (task) {
-		ok = pmm_may_access(task);
-		put_task_struct(task);
-		return ok;
+	get_task_comm(p->comm, leader);
+	rcu_read_lock();
+	parent = get_pid(task_tgid(rcu_dereference(leader->real_parent)));
+	rcu_read_unlock();
+	put_pid(p->parent);
+	p->parent = parent;
+	cred = get_task_cred(leader);
+	old_cred = p->cred;
+	p->cred = cred;
+	if (old_cred)
+		put_cred(old_cred);
+	rcu_read_lock();
+	for_each_thread(leader, t) {
+		task_lock(t);
+		mm = t->mm;
+		if (mm)
+			dumpable = get_dumpable(mm) == SUID_DUMP_USER;
+		task_unlock(t);
+		if (mm) {
+			p->dumpable = dumpable;
+			break;
+		}
 	}
-	ok = p->dumpable && uid_eq(current_uid(), p->uid) &&
-	     gid_eq(current_gid(), p->gid);
-	return ok || capable(CAP_SYS_PTRACE);
+	rcu_read_unlock();
+}
+
+/*
+ * Refreshes the identity of a running process (exec changes comm and
+ * credentials, reparenting the parent). Called with p->lock held.
+ */
+void pmm_proc_refresh(struct pmm_proc *p)
+{
+	struct task_struct *leader;
+
+	lockdep_assert_held(&p->lock);
+	if (p->state != PMM_STATE_RUNNING)
+		return;
+	leader = get_pid_task(p->pid, PIDTYPE_TGID);
+	if (!leader)
+		return;
+	if (atomic_read(&leader->signal->live))
+		proc_set_identity(p, leader);
+	put_task_struct(leader);
+}
+
+/* A per-pid read of an exited entry postpones its expiry. */
+void pmm_proc_touch(struct pmm_proc *p)
+{
+	if (READ_ONCE(p->expires))
+		WRITE_ONCE(p->expires, jiffies +
+			   READ_ONCE(pmm_cfg.exited_ttl_s) * (unsigned long)HZ);
 }
 
 struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 {
-	const struct cred *tc;
+	struct task_struct *leader = task->group_leader;
 	struct pmm_proc *p;
 
-	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	p = kzalloc(proc_bytes(), GFP_KERNEL_ACCOUNT);
 	if (!p)
 		return NULL;
 	p->block_bits = PMM_BLOCK_MIN_BITS;
@@ -161,28 +196,19 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 		kfree(p);
 		return NULL;
 	}
-	kmem_add(sizeof(*p) + (sizeof(*p->blocks) << p->block_bits));
+	kmem_add(proc_bytes() + (sizeof(*p->blocks) << p->block_bits));
 	refcount_set(&p->ref, 1);
 	mutex_init(&p->lock);
 	init_llist_head(&p->inbox);
 	hash_init(p->pending);
 	INIT_LIST_HEAD(&p->pending_fifo);
-	xa_init(&p->sites);
-	p->pid = get_task_pid(task, PIDTYPE_TGID);
-	p->tgid = task_tgid_nr(task);
-	p->start_time_ns = task->start_boottime;
+	get_random_bytes(&p->hkey, sizeof(p->hkey));
+	p->pid = get_pid(task_tgid(task));
+	p->owner = current_euid();
+	p->start_time_ns = leader->start_boottime;
 	p->monitor_start_ns = ktime_get_boottime_ns();
 	p->state = PMM_STATE_RUNNING;
-	get_task_comm(p->comm, task);
-	rcu_read_lock();
-	p->ppid = task_tgid_nr(rcu_dereference(task->real_parent));
-	tc = __task_cred(task);
-	p->uid = tc->uid;
-	p->gid = tc->gid;
-	rcu_read_unlock();
-	task_lock(task);
-	p->dumpable = task->mm && get_dumpable(task->mm) == SUID_DUMP_USER;
-	task_unlock(task);
+	proc_set_identity(p, leader);
 	return p;
 }
 
@@ -190,44 +216,75 @@ static void inbox_free(struct pmm_proc *p, struct pmm_queued *q)
 {
 	atomic_sub(q->count, &p->inbox_records);
 	kmem_cache_free(pmm_queued_cache, q);
-	kmem_add(-(long)sizeof(*q));
+	kmem_add(-(long)kmem_cache_size(pmm_queued_cache));
 }
 
+/* Frees the tables (and queued records); p itself stays. */
 static void pmm_proc_free_tables(struct pmm_proc *p)
 {
 	struct pmm_queued *q, *next;
-	struct pmm_site_stats *s;
-	unsigned long id;
+	u32 i;
 
 	llist_for_each_entry_safe(q, next, llist_del_all(&p->inbox), node)
 		inbox_free(p, q);
-	kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
-	kvfree(p->blocks);
+	if (p->blocks) {
+		kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
+		kvfree(p->blocks);
+		p->blocks = NULL;
+		p->block_bits = 0;
+		p->nblocks = 0;
+	}
 	pmm_expire_pending(p, true);
-	xa_for_each(&p->sites, id, s)
-		kmem_cache_free(pmm_site_cache, s);
-	xa_destroy(&p->sites);
-	kmem_add(-(long)(p->nsites * sizeof(*s)));
-	if (p->ring)
+	if (p->sites) {
+		for (i = 0; i < 1U << p->site_bits; i++)
+			if (p->sites[i])
+				kmem_cache_free(pmm_site_cache, p->sites[i]);
+		kmem_add(-(long)(p->nsites * kmem_cache_size(pmm_site_cache) +
+				 (sizeof(*p->sites) << p->site_bits)));
+		kvfree(p->sites);
+		p->sites = NULL;
+		p->site_bits = 0;
+		p->nsites = 0;
+		memset(p->site_cache, 0, sizeof(p->site_cache));
+	}
+	if (p->ring) {
 		kmem_add(-(long)(p->ring_size * sizeof(*p->ring)));
-	kvfree(p->ring);
-	kmem_add(-(long)sizeof(*p));
+		kvfree(p->ring);
+		p->ring = NULL;
+		p->ring_size = 0;
+	}
 }
 
-/* Drops a reference; the last one frees the tables. Sleeps. */
+/*
+ * Frees a stopped (or expired, or unloading) process's tables now, whoever
+ * still holds a reference to it: a reader keeps only the small struct.
+ * p->stopped is set, so nothing fills them again.
+ */
+void pmm_proc_retire(struct pmm_proc *p)
+{
+	pmm_proc_lock(p);
+	p->stopped = true;
+	pmm_proc_free_tables(p);
+	pmm_proc_unlock(p);
+}
+
+/* Drops a reference; the last one frees p. Sleeps. */
 void pmm_proc_put(struct pmm_proc *p)
 {
 	if (!refcount_dec_and_test(&p->ref))
 		return;
 	pmm_proc_free_tables(p);
 	put_pid(p->pid);
+	put_pid(p->parent);
+	put_cred(p->cred);
+	kmem_add(-(long)proc_bytes());
 	kfree_rcu(p, rcu);
 }
 
 void pmm_proc_publish(struct pmm_proc *p)
 {
 	lockdep_assert_held(&pmm_lock);
-	hash_add_rcu(pmm_hash, &p->hnode, p->tgid);
+	hash_add_rcu(pmm_hash, &p->hnode, (unsigned long)p->pid);
 }
 
 void pmm_proc_unpublish(struct pmm_proc *p)
@@ -236,14 +293,14 @@ void pmm_proc_unpublish(struct pmm_proc *p)
 	hash_del_rcu(&p->hnode);
 }
 
-/* The entry for a pid number (running or exited), no reference taken. */
-struct pmm_proc *pmm_proc_find(pid_t nr)
+/* The entry of a thread group, no reference taken. */
+struct pmm_proc *pmm_proc_find_pid(struct pid *pid)
 {
 	struct pmm_proc *p;
 
 	lockdep_assert_held(&pmm_lock);
-	hash_for_each_possible(pmm_hash, p, hnode, nr)
-		if (p->tgid == nr)
+	hash_for_each_possible(pmm_hash, p, hnode, (unsigned long)pid)
+		if (p->pid == pid)
 			return p;
 	return NULL;
 }
@@ -251,11 +308,10 @@ struct pmm_proc *pmm_proc_find(pid_t nr)
 static struct pmm_proc *pmm_proc_lookup_current(void)
 {
 	struct pid *me = task_tgid(current);
-	pid_t tgid = task_tgid_nr(current);
 	struct pmm_proc *p;
 
-	hash_for_each_possible_rcu(pmm_hash, p, hnode, tgid)
-		if (p->tgid == tgid && p->pid == me)
+	hash_for_each_possible_rcu(pmm_hash, p, hnode, (unsigned long)me)
+		if (p->pid == me)
 			return p;
 	return NULL;
 }
@@ -312,27 +368,73 @@ static void pmm_unmatched(struct pmm_proc *p)
 	atomic64_inc(&pmm_unmatched_frees);
 }
 
-/* site_get's slow path: the xarray, or a new (undescribed) entry. */
+static u32 site_home(struct pmm_proc *p, u32 id, u32 bits)
+{
+	return hsiphash_1u32(id, &p->hkey) >> (32 - bits);
+}
+
+/* The slot of id in a table of 1 << bits: its entry, or the empty slot. */
+static struct pmm_site_stats **site_slot(struct pmm_proc *p,
+					 struct pmm_site_stats **tab, u32 bits,
+					 u32 id)
+{
+	u32 mask = (1U << bits) - 1, i = site_home(p, id, bits);
+
+	while (tab[i] && tab[i]->desc.site != id)
+		i = (i + 1) & mask;
+	return &tab[i];
+}
+
+/* Room for one more site: the table is created, or doubled at half full. */
+static bool sites_room(struct pmm_proc *p)
+{
+	u32 bits = p->site_bits ? p->site_bits + 1 : PMM_SITE_MIN_BITS, i;
+	struct pmm_site_stats **nt;
+
+	if (p->sites && (p->nsites + 1) * 2 <= 1U << p->site_bits)
+		return true;
+	if (bits > PMM_SITE_MAX_BITS)
+		return false;
+	nt = kvcalloc(1U << bits, sizeof(*nt), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!nt)
+		return false;
+	for (i = 0; p->sites && i < 1U << p->site_bits; i++)
+		if (p->sites[i])
+			*site_slot(p, nt, bits, p->sites[i]->desc.site) =
+				p->sites[i];
+	if (p->sites)
+		kmem_add(-(long)(sizeof(*nt) << p->site_bits));
+	kmem_add(sizeof(*nt) << bits);
+	kvfree(p->sites);
+	p->sites = nt;
+	p->site_bits = bits;
+	return true;
+}
+
+/* site_get's slow path: the table, or a new (undescribed) entry. */
 static noinline struct pmm_site_stats *site_lookup(struct pmm_proc *p, u32 id)
 {
-	struct pmm_site_stats *s = xa_load(&p->sites, id);
+	struct pmm_site_stats *s, **slot;
 
-	if (s) {
-		p->site_cache[id % PMM_SITE_CACHE] = s;
-		return s;
+	if (unlikely(!p->blocks))
+		return NULL;	/* retired */
+	if (p->sites) {
+		s = *site_slot(p, p->sites, p->site_bits, id);
+		if (s) {
+			p->site_cache[id % PMM_SITE_CACHE] = s;
+			return s;
+		}
 	}
-	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites))
+	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites) || !sites_room(p))
 		return NULL;
 	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
 	if (!s)
 		return NULL;
 	s->desc.site = id;
-	if (xa_err(xa_store(&p->sites, id, s, GFP_KERNEL_ACCOUNT))) {
-		kmem_cache_free(pmm_site_cache, s);
-		return NULL;
-	}
+	slot = site_slot(p, p->sites, p->site_bits, id);
+	*slot = s;
 	p->nsites++;
-	kmem_add(sizeof(*s));
+	kmem_add(kmem_cache_size(pmm_site_cache));
 	p->site_cache[id % PMM_SITE_CACHE] = s;
 	return s;
 }
@@ -340,7 +442,7 @@ static noinline struct pmm_site_stats *site_lookup(struct pmm_proc *p, u32 id)
 /*
  * The site entry for id, created (undescribed) when new; NULL at the limit.
  * Most records come from a few sites: a direct-mapped cache skips the
- * xarray walk.
+ * table's hash.
  */
 static __always_inline struct pmm_site_stats *
 site_get(struct pmm_proc *p, u32 id)
@@ -350,6 +452,21 @@ site_get(struct pmm_proc *p, u32 id)
 	if (likely(s && s->desc.site == id))
 		return s;
 	return site_lookup(p, id);
+}
+
+/*
+ * The first site at or after *slot in table order, updating *slot; NULL
+ * past the end. The caller moves on with ++*slot.
+ */
+struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot)
+{
+	lockdep_assert_held(&p->lock);
+	if (!p->sites)
+		return NULL;
+	for (; *slot < 1U << p->site_bits; (*slot)++)
+		if (p->sites[*slot])
+			return p->sites[*slot];
+	return NULL;
 }
 
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
@@ -377,9 +494,15 @@ static u32 block_mask(struct pmm_proc *p)
 	return (1U << p->block_bits) - 1;
 }
 
-static u32 block_home(u64 ptr, u32 bits)
+/* The full keyed hash of an address; a table of 1 << bits uses its top bits. */
+static __always_inline u32 block_hash(struct pmm_proc *p, u64 ptr)
 {
-	return hash_64(ptr, bits);
+	return hsiphash_2u32((u32)ptr, (u32)(ptr >> 32), &p->hkey);
+}
+
+static __always_inline u32 block_home(struct pmm_proc *p, u64 ptr, u32 bits)
+{
+	return block_hash(p, ptr) >> (32 - bits);
 }
 
 static bool slot_used(const struct pmm_block_ent *e)
@@ -387,15 +510,23 @@ static bool slot_used(const struct pmm_block_ent *e)
 	return e->op != PMM_OP_NONE;
 }
 
-/* An empty slot for ptr; the table always has one (see block_room). */
-static struct pmm_block_ent *block_slot_for(struct pmm_block_ent *tab,
-					    u32 bits, u64 ptr)
+/* The first empty slot from home on; the table always has one (block_room). */
+static struct pmm_block_ent *block_empty_from(struct pmm_block_ent *tab,
+					      u32 bits, u32 home)
 {
-	u32 mask = (1U << bits) - 1, i = block_home(ptr, bits);
+	u32 mask = (1U << bits) - 1, i = home;
 
 	while (slot_used(&tab[i]))
 		i = (i + 1) & mask;
 	return &tab[i];
+}
+
+/* An empty slot for ptr. */
+static struct pmm_block_ent *block_slot_for(struct pmm_proc *p,
+					    struct pmm_block_ent *tab,
+					    u32 bits, u64 ptr)
+{
+	return block_empty_from(tab, bits, block_home(p, ptr, bits));
 }
 
 /*
@@ -404,8 +535,10 @@ static struct pmm_block_ent *block_slot_for(struct pmm_block_ent *tab,
  */
 static noinline void blocks_grow(struct pmm_proc *p)
 {
-	u32 bits = p->block_bits + 1, i;
+	u32 bits = p->block_bits + 1, i, h = 0;
 	struct pmm_block_ent *nt = NULL;
+	bool hashed = false;
+	u64 last = 0;
 
 	if (bits <= PMM_BLOCK_MAX_BITS)
 		nt = kvcalloc(1U << bits, sizeof(*nt),
@@ -415,9 +548,16 @@ static noinline void blocks_grow(struct pmm_proc *p)
 		return;
 	}
 	for (i = 0; i <= block_mask(p); i++) {
-		if (slot_used(&p->blocks[i]))
-			*block_slot_for(nt, bits, p->blocks[i].ptr) =
+		if (slot_used(&p->blocks[i])) {
+			/* blocks at one address sit together: hash it once */
+			if (!hashed || p->blocks[i].ptr != last) {
+				hashed = true;
+				last = p->blocks[i].ptr;
+				h = block_hash(p, last);
+			}
+			*block_empty_from(nt, bits, h >> (32 - bits)) =
 				p->blocks[i];
+		}
 		if (!(i & 4095))
 			cond_resched();
 	}
@@ -447,7 +587,7 @@ static __always_inline u32
 block_count_at(struct pmm_proc *p, u64 ptr, bool map,
 	       struct pmm_block_ent **free)
 {
-	u32 mask = block_mask(p), i = block_home(ptr, p->block_bits), n = 0;
+	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits), n = 0;
 	struct pmm_block_ent *e;
 
 	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
@@ -481,7 +621,7 @@ static bool tag_fits(u64 alloc_time, u32 tag)
 static __always_inline struct pmm_block_ent *
 block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 {
-	u32 mask = block_mask(p), i = block_home(ptr, p->block_bits);
+	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits);
 	struct pmm_block_ent *e, *best = NULL;
 
 	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
@@ -505,13 +645,20 @@ static __always_inline void block_unlink(struct pmm_proc *p,
 	/* locals: the stores below may alias p's fields (no strict aliasing) */
 	struct pmm_block_ent *tab = p->blocks;
 	u32 bits = p->block_bits, mask = (1U << bits) - 1;
-	u32 hole = e - tab, i = hole, home;
+	u32 hole = e - tab, i = hole, home = 0;
+	bool hashed = false;
+	u64 last = 0;
 
 	for (;;) {
 		i = (i + 1) & mask;
 		if (!slot_used(&tab[i]))
 			break;
-		home = block_home(tab[i].ptr, bits);
+		/* blocks at one address sit together: hash it once */
+		if (!hashed || tab[i].ptr != last) {
+			hashed = true;
+			last = tab[i].ptr;
+			home = block_home(p, last, bits);
+		}
 		/* the entry at i may move to the hole if its home is not in (hole, i] */
 		if (((i - home) & mask) >= ((i - hole) & mask)) {
 			tab[hole] = tab[i];
@@ -575,11 +722,16 @@ static __always_inline void block_remove(struct pmm_proc *p,
 
 static void pending_del(struct pmm_proc *p, struct pmm_pending *pe)
 {
-	hash_del(&pe->node);
+	hlist_del(&pe->node);
 	list_del(&pe->fifo);
-	kfree(pe);
+	kmem_cache_free(pmm_pending_cache, pe);
 	p->npending--;
-	kmem_add(-(long)sizeof(*pe));
+	kmem_add(-(long)kmem_cache_size(pmm_pending_cache));
+}
+
+static struct hlist_head *pending_bucket(struct pmm_proc *p, u64 ptr)
+{
+	return &p->pending[block_hash(p, ptr) & (PMM_PENDING_BUCKETS - 1)];
 }
 
 void pmm_expire_pending(struct pmm_proc *p, bool all)
@@ -605,7 +757,7 @@ static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op,
 		pmm_unmatched(p);
 		pending_del(p, pe);
 	}
-	pe = kmalloc(sizeof(*pe), GFP_KERNEL_ACCOUNT);
+	pe = kmem_cache_alloc(pmm_pending_cache, GFP_KERNEL);
 	if (!pe) {
 		pmm_unmatched(p);
 		return;
@@ -616,10 +768,10 @@ static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op,
 	pe->tag = tag;
 	pe->op = op;
 	pe->expires = jiffies + msecs_to_jiffies(PMM_PENDING_AGE_MS);
-	hash_add(p->pending, &pe->node, ptr);
+	hlist_add_head(&pe->node, pending_bucket(p, ptr));
 	list_add_tail(&pe->fifo, &p->pending_fifo);
 	p->npending++;
-	kmem_add(sizeof(*pe));
+	kmem_add(kmem_cache_size(pmm_pending_cache));
 }
 
 /*
@@ -631,7 +783,7 @@ static struct pmm_pending *pending_find(struct pmm_proc *p, u64 ptr, u64 t,
 {
 	struct pmm_pending *pe, *best = NULL;
 
-	hash_for_each_possible(p->pending, pe, node, ptr) {
+	hlist_for_each_entry(pe, pending_bucket(p, ptr), node) {
 		bool pmap = pe->op == PMM_OP_MUNMAP;
 
 		if (pe->ptr != ptr || pmap != map || pe->time_ns < t ||
@@ -676,7 +828,7 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 		ptr += len;
 		size -= len;
 		bucket = size_bucket(size);
-		b = block_slot_for(p->blocks, p->block_bits, ptr);
+		b = block_slot_for(p, p->blocks, p->block_bits, ptr);
 	}
 	b->ptr = ptr;
 	b->prev_ptr = prev;
@@ -714,7 +866,7 @@ static __always_inline bool free_now(struct pmm_proc *p, u64 ptr, u64 len,
 		moved.ptr += len;
 		moved.size -= len;
 		moved.bucket = size_bucket(moved.size);
-		*block_slot_for(p->blocks, p->block_bits, moved.ptr) = moved;
+		*block_slot_for(p, p->blocks, p->block_bits, moved.ptr) = moved;
 		return true;
 	}
 	count_free(p, b->site, fop, b->bucket, b->size, b->weight);
@@ -1001,12 +1153,15 @@ bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 	return true;
 }
 
-void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info)
+/* The figures of p for a reader in ns (pid and ppid numbered there). */
+void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info,
+		       struct pid_namespace *ns)
 {
 	lockdep_assert_held(&p->lock);
 	memset(info, 0, sizeof(*info));
-	info->pid = p->tgid;
-	info->ppid = p->ppid;
+	pmm_proc_refresh(p);
+	info->pid = pid_nr_ns(p->pid, ns);
+	info->ppid = pid_nr_ns(p->parent, ns);
 	info->state = p->state;
 	memcpy(info->comm, p->comm, sizeof(info->comm));
 	info->start_time_ns = p->start_time_ns;
@@ -1035,6 +1190,8 @@ void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info)
 struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot)
 {
 	lockdep_assert_held(&p->lock);
+	if (!p->blocks)
+		return NULL;
 	for (; *slot <= block_mask(p); (*slot)++)
 		if (slot_used(&p->blocks[*slot]))
 			return &p->blocks[*slot];
@@ -1044,7 +1201,7 @@ struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot)
 void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)
 {
 	lockdep_assert_held(&p->lock);
-	if (!p->ring_size)
+	if (!p->ring)
 		return;
 	p->ring[p->nsamples % p->ring_size] = *s;
 	p->nsamples++;

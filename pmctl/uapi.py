@@ -14,7 +14,7 @@ from ioctl_opt import IO, IOW, IOWR
 
 DEVICE_NAME = "pmm"
 DEVICE_PATH = "/dev/pmm"
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 COMM_LEN = 16
 MAX_FRAMES = 32
@@ -60,7 +60,9 @@ CFG_MAX_PIDS = 1 << 4
 CFG_MAX_BLOCKS = 1 << 5
 CFG_MAX_SITES = 1 << 6
 CFG_MAX_SAMPLES = 1 << 7
-CFG_ALL = (1 << 8) - 1
+CFG_MAX_PIDS_PER_UID = 1 << 8
+CFG_EXITED_TTL = 1 << 9
+CFG_ALL = (1 << 10) - 1
 
 INTERVAL_MIN_MS = 10
 INTERVAL_MAX_MS = 3600000
@@ -68,6 +70,8 @@ MAX_PIDS_LIMIT = 1024
 MAX_BLOCKS_LIMIT = 16 << 20
 MAX_SITES_LIMIT = 1 << 20
 MAX_SAMPLES_LIMIT = 1 << 20
+EXITED_TTL_MIN_S = 1
+EXITED_TTL_MAX_S = 604800
 
 STATE_RUNNING = 1
 STATE_EXITED = 2
@@ -131,6 +135,8 @@ class Config(ctypes.Structure):
         ("max_sites_per_pid", u32),
         ("max_samples_per_pid", u32),
         ("abi_version", u32),
+        ("max_pids_per_uid", u32),
+        ("exited_ttl_s", u32),
         ("reserved", u32),
         ("monitored_pids", u64),
         ("records_accepted", u64),

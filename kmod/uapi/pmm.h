@@ -16,7 +16,7 @@
 #include <linux/ioctl.h>
 
 #define PMM_DEVICE_NAME		"pmm"		/* /dev/pmm */
-#define PMM_ABI_VERSION		1
+#define PMM_ABI_VERSION		2
 
 #define PMM_COMM_LEN		16
 #define PMM_MAX_FRAMES		32
@@ -118,8 +118,10 @@ struct pmm_record_batch {
 /*
  * A site (allocation source) of the calling process, registered once.
  * Site ids are chosen by the process (1..max_sites_per_pid is not
- * required; any non-zero __u32). A record may name a site before it is
- * registered: the kernel counts it under an undescribed site.
+ * required; any non-zero __u32; the hook numbers them in order of first
+ * use, so that an id says nothing of where the code is loaded). A record
+ * may name a site before it is registered: the kernel counts it under an
+ * undescribed site.
  */
 struct pmm_site {
 	__u32 site;		/* non-zero */
@@ -140,7 +142,9 @@ struct pmm_site {
 #define PMM_CFG_MAX_BLOCKS	(1U << 5)
 #define PMM_CFG_MAX_SITES	(1U << 6)
 #define PMM_CFG_MAX_SAMPLES	(1U << 7)
-#define PMM_CFG_ALL		((1U << 8) - 1)
+#define PMM_CFG_MAX_PIDS_PER_UID	(1U << 8)
+#define PMM_CFG_EXITED_TTL	(1U << 9)
+#define PMM_CFG_ALL		((1U << 10) - 1)
 
 /* Bounds on configurable values (inclusive). */
 #define PMM_INTERVAL_MIN_MS	10
@@ -149,26 +153,40 @@ struct pmm_site {
 #define PMM_MAX_BLOCKS_LIMIT	(16U << 20)
 #define PMM_MAX_SITES_LIMIT	(1U << 20)
 #define PMM_MAX_SAMPLES_LIMIT	(1U << 20)
+#define PMM_EXITED_TTL_MIN_S	1
+#define PMM_EXITED_TTL_MAX_S	604800		/* a week */
 
 /*
  * PMM_SET_CONFIG in, PMM_GET_CONFIG out. size must be sizeof(struct
  * pmm_config) (so the struct can grow). On GET the counters are filled and
  * set is 0; on SET the counters and reserved fields must be 0.
- * Changing interval, scan or a limit needs CAP_SYS_ADMIN; starting or
- * stopping a pid needs ptrace-read access to it.
- * Errors: START of a pid that already has an entry (running, or exited and
- * not yet stopped): EEXIST; no such process: ESRCH; max_pids reached:
- * ENOSPC; a kernel thread: EINVAL. STOP, and the per-pid reads, of a pid
- * with no entry: ENOENT if the process exists, ESRCH if not. STOP is done
+ *
+ * Pid numbers, here and in every ioctl, are in the caller's pid namespace;
+ * a process outside it does not exist for the caller. Changing interval,
+ * scan or a limit needs CAP_SYS_ADMIN. Starting, stopping or reading a pid
+ * needs ptrace-read access to it (the kernel's own check, LSMs included),
+ * both for the caller and for whoever opened the file descriptor; an
+ * exited process is judged by its last credentials.
+ *
+ * Errors: START of a process that is already monitored: EEXIST (an exited
+ * entry with the same number does not count: that is another process);
+ * no such process: ESRCH; a kernel thread: EINVAL; max_pids reached:
+ * ENOSPC; the caller's user already monitors max_pids_per_uid processes
+ * (CAP_SYS_ADMIN is exempt): EDQUOT. STOP, and the per-pid reads, of a pid
+ * with no entry the caller may read: ENOENT if the process exists, ESRCH if
+ * not; of a running process the caller may not read: EPERM. STOP is done
  * before START; a failing START/STOP leaves the other values unchanged.
  * Lowered limits apply to what comes next (nothing is evicted); the sample
- * ring grows up to max_samples_per_pid and never shrinks.
+ * ring grows up to max_samples_per_pid and never shrinks. An exited entry
+ * is removed exited_ttl_s seconds after the exit or after the last per-pid
+ * read of it (READ_BLOCKS, READ_SITES, READ_SAMPLES, GET_STATS), whichever
+ * is later; a new exited_ttl_s applies from the next exit or read.
  */
 struct pmm_config {
 	__u32 size;
 	__u32 set;		/* PMM_CFG_* (SET only) */
 	__u32 interval_ms;	/* sampler period */
-	__u32 scan;		/* 1: sampler on, 0: off */
+	__u32 scan;		/* 1: sampler on, 0: off (exits are still noticed) */
 	__s32 start_pid;	/* GET: last started; SET: pid to start */
 	__s32 stop_pid;		/* GET: last stopped; SET: pid to stop */
 	__u32 max_pids;
@@ -176,6 +194,8 @@ struct pmm_config {
 	__u32 max_sites_per_pid;
 	__u32 max_samples_per_pid;
 	__u32 abi_version;	/* GET: PMM_ABI_VERSION */
+	__u32 max_pids_per_uid;	/* monitored pids one user may start */
+	__u32 exited_ttl_s;	/* seconds an exited entry is kept */
 	__u32 reserved;
 	/* GET only, global counters since load */
 	__u64 monitored_pids;
@@ -280,9 +300,10 @@ struct pmm_stats {
  * call; done is 1 when nothing is left. The cursor is opaque (samples: the
  * sequence number of the next sample). Entries are struct pmm_pid_info,
  * pmm_block, pmm_site_stats, pmm_sample respectively. pid 0 means the
- * caller. Blocks come in hash-table order; pids in start order; sites by
- * id. A read never fails for concurrent changes but may then skip or
- * repeat entries (blocks when the table is resized meanwhile).
+ * caller. Blocks and sites come in hash-table order; pids in start order
+ * (only those the caller may read, numbered in its pid namespace). A read
+ * never fails for concurrent changes but may then skip or repeat entries
+ * (blocks and sites when their table is resized meanwhile).
  */
 struct pmm_read {
 	__s32 pid;		/* ignored (must be 0) for PMM_MONITORED_PIDS */
@@ -332,7 +353,12 @@ struct pmm_clock {
 	__u64 mono_ns;		/* CLOCK_MONOTONIC_COARSE, ns */
 };
 
-/* Generic netlink: family "pmm", multicast group "events". */
+/*
+ * Generic netlink: family "pmm", multicast group "events". Joining the
+ * group needs CAP_SYS_ADMIN, and its events carry pids of the initial pid
+ * namespace. PMM_CMD_GET_PIDS needs CAP_NET_ADMIN and lists only the
+ * processes the requester may read, numbered in its pid namespace.
+ */
 #define PMM_GENL_NAME		"pmm"
 #define PMM_GENL_VERSION	1
 #define PMM_GENL_MCGRP_EVENTS	"events"

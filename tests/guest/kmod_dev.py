@@ -24,6 +24,8 @@ DEFAULT_CFG = [
     '["MAX_BLOCKS" (Live blocks per pid limit) := 1048576]',
     '["MAX_SITES" (Sites per pid limit) := 65536]',
     '["MAX_SAMPLES" (Samples per pid limit) := 4096]',
+    '["MAX_PIDS_PER_UID" (Monitored pids per user limit) := 16]',
+    '["EXITED_TTL" (Exited pid kept, seconds) := 3600]',
 ]
 
 
@@ -105,6 +107,8 @@ class Dev:
             "max_blocks_per_pid": uapi.CFG_MAX_BLOCKS,
             "max_sites_per_pid": uapi.CFG_MAX_SITES,
             "max_samples_per_pid": uapi.CFG_MAX_SAMPLES,
+            "max_pids_per_uid": uapi.CFG_MAX_PIDS_PER_UID,
+            "exited_ttl_s": uapi.CFG_EXITED_TTL,
         }
         c = uapi.Config(size=ctypes.sizeof(uapi.Config))
         for k, v in fields.items():
@@ -192,18 +196,23 @@ class Dev:
         return s
 
 
-def as_nobody_fn(fn: Callable[[], Any]) -> Any:
-    """Runs fn in a forked child that dropped to nobody (fds inherited, so a
-    /dev/pmm opened by root stays usable); returns fn's JSON-able result."""
+def as_user_fn(uid: int, fn: Callable[[], Any],
+               before_drop: Callable[[], None] | None = None) -> Any:
+    """Runs fn in a forked child that dropped to uid (and gid uid, no groups,
+    no capabilities; fds inherited, so a /dev/pmm opened by root stays
+    usable); returns fn's JSON-able result. The child cannot import what
+    the parent has not: the interpreter's files are under /root."""
     rd, wr = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
             os.close(rd)
+            if before_drop is not None:
+                before_drop()
             os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
             res = fn()
             os.write(wr, json.dumps(res).encode())
         except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -220,6 +229,11 @@ def as_nobody_fn(fn: Callable[[], Any]) -> Any:
     result = json.loads(data)
     assert os.waitstatus_to_exitcode(status) == 0, result
     return result
+
+
+def as_nobody_fn(fn: Callable[[], Any]) -> Any:
+    """as_user_fn as nobody."""
+    return as_user_fn(NOBODY, fn)
 
 
 def cfg_lines() -> list[str]:

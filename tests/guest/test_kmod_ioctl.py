@@ -120,7 +120,7 @@ def test_set_config_malformed(dev: Dev) -> None:
     c.size = CFG_SIZE - 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
-    c.set |= 1 << 8  # unknown flag
+    c.set |= 1 << 10  # unknown flag
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
     c.reserved = 1
@@ -135,7 +135,7 @@ def test_set_config_malformed(dev: Dev) -> None:
     c.records_queued = 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
-    c.abi_version = 2
+    c.abi_version = uapi.ABI_VERSION + 1
     bad.append(c)
     for c in bad:
         assert dev.err(uapi.SET_CONFIG, c) == errno.EINVAL

@@ -57,6 +57,8 @@ def test_cfg_writes(dev: Dev) -> None:
             '["MAX_BLOCKS" (Live blocks per pid limit) := 1000]',
             '["MAX_SITES" (Sites per pid limit) := 77]',
             '["MAX_SAMPLES" (Samples per pid limit) := 9]',
+            '["MAX_PIDS_PER_UID" (Monitored pids per user limit) := 16]',
+            '["EXITED_TTL" (Exited pid kept, seconds) := 3600]',
         ]
         assert [p.pid for p in dev.pids()] == [kid.pid]
         c = dev.config()
@@ -84,7 +86,8 @@ BAD_LINES = [
     "START_PID -1", "START_PID x", "STOP_PID 0", "STOP_PID", "MAX_PIDS 0", "MAX_PIDS 1025",
     "MAX_BLOCKS 0", "MAX_BLOCKS 16777217", "MAX_SITES 0", "MAX_SITES 1048577", "MAX_SAMPLES 0",
     "MAX_SAMPLES 1048577", "MAX_SAMPLE 10", "FOO 1", "INTERVAL 100\0", "X" * 100,
-    "INTERVAL " + "1" * 60,
+    "INTERVAL " + "1" * 60, "MAX_PIDS_PER_UID 0", "MAX_PIDS_PER_UID 1025", "EXITED_TTL 0",
+    "EXITED_TTL 604801", "EXITED_TTL -1",
 ]
 
 

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: who may see what. A reader may see a monitored process when it may
+ * ptrace-read it (PTRACE_MODE_READ_FSCREDS) and the process has a number in
+ * the reader's pid namespace. Both the caller and whoever opened the file
+ * descriptor must pass, so that neither an fd handed to a setuid program nor
+ * one kept after dropping privileges shows more than its holder may see.
+ *
+ * The check is the kernel's own, LSMs included: ptrace_may_access() is not
+ * exported, but following the magic link /proc/TID/ns/pid runs it
+ * (proc_ns_get_link) with the current credentials. So we keep a private
+ * proc mount, and open that link of a live thread of the process (O_PATH)
+ * with the reader's credentials put in place by override_creds(). A thread, not the
+ * thread-group leader: a leader that called pthread_exit() is a zombie with
+ * no mm while its process runs on.
+ *
+ * A process that has exited has no thread to look at: it is judged by the
+ * same rules on its last credentials (ptrace's uid/gid match and dumpable,
+ * or CAP_SYS_PTRACE in its user namespace; the capability module's subset
+ * rule). The other LSMs cannot be asked about a dead process.
+ *
+ * Checks walk /proc and may sleep: run them with no pmm lock held.
+ */
+#define pr_fmt(fmt) "pmm: " fmt
+
+#include <linux/fs.h>
+#include <linux/mount.h>
+#include <linux/file.h>
+#include <linux/pid.h>
+#include <linux/pid_namespace.h>
+#include <linux/proc_fs.h>
+#include <linux/capability.h>
+#include <linux/slab.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include "pmm_int.h"
+
+static struct vfsmount *pmm_proc_mnt;
+
+int pmm_access_init(void)
+{
+	struct file_system_type *proc = get_fs_type("proc");
+
+	if (!proc)
+		return -ENODEV;
+	/* proc is built in: get_fs_type took no module reference to drop */
+	pmm_proc_mnt = kern_mount(proc);
+	if (IS_ERR(pmm_proc_mnt))
+		return PTR_ERR(pmm_proc_mnt);
+	return 0;
+}
+
+void pmm_access_exit(void)
+{
+	kern_unmount(pmm_proc_mnt);
+}
+
+/* ptrace_may_access(task, PTRACE_MODE_READ_FSCREDS) with cred. */
+static bool task_may_access(struct task_struct *task, const struct cred *cred)
+{
+	struct pid_namespace *ns = proc_pid_ns(pmm_proc_mnt->mnt_sb);
+	const struct cred *old;
+	struct file *f;
+	char name[32];
+	pid_t nr;
+
+	nr = task_pid_nr_ns(task, ns);
+	if (!nr)
+		return false;
+	snprintf(name, sizeof(name), "%d/ns/pid", nr);
+	/* O_PATH: the link is followed (and checked), nothing is read */
+	old = override_creds(cred);
+	f = file_open_root_mnt(pmm_proc_mnt, name, O_PATH, 0);
+	revert_creds(old);
+	if (IS_ERR(f))
+		return false;
+	fput(f);
+	return true;
+}
+
+/* A live thread of the group of pid, with a reference; NULL if none. */
+static struct task_struct *live_thread(struct pid *pid)
+{
+	struct task_struct *leader, *t, *found = NULL;
+
+	rcu_read_lock();
+	leader = pid_task(pid, PIDTYPE_TGID);
+	if (leader && atomic_read(&leader->signal->live)) {
+		for_each_thread(leader, t) {
+			if (!(t->flags & PF_EXITING)) {
+				found = get_task_struct(t);
+				break;
+			}
+		}
+	}
+	rcu_read_unlock();
+	return found;
+}
+
+/* CAP_SYS_PTRACE in ns, for cred. */
+static bool cred_has_ptrace_cap(const struct cred *cred,
+				struct user_namespace *ns)
+{
+	const struct cred *old = override_creds(cred);
+	bool ok = ns_capable_noaudit(ns, CAP_SYS_PTRACE);
+
+	revert_creds(old);
+	return ok;
+}
+
+/*
+ * __ptrace_may_access() and the capability module's
+ * cap_ptrace_access_check() on the last credentials of a process that has
+ * exited (its mm's user namespace is taken to be its credentials').
+ */
+static bool exited_may_access(struct pmm_proc *p, const struct cred *cred)
+{
+	const struct cred *tc;
+	bool dumpable, ok;
+
+	pmm_proc_lock(p);
+	tc = get_cred(p->cred);
+	dumpable = p->dumpable;
+	pmm_proc_unlock(p);
+	ok = (uid_eq(cred->fsuid, tc->euid) && uid_eq(cred->fsuid, tc->suid) &&
+	      uid_eq(cred->fsuid, tc->uid) && gid_eq(cred->fsgid, tc->egid) &&
+	      gid_eq(cred->fsgid, tc->sgid) && gid_eq(cred->fsgid, tc->gid)) ||
+	     cred_has_ptrace_cap(cred, tc->user_ns);
+	if (ok && !dumpable)
+		ok = cred_has_ptrace_cap(cred, tc->user_ns);
+	if (ok)
+		ok = (cred->user_ns == tc->user_ns &&
+		      cap_issubset(tc->cap_permitted, cred->cap_effective)) ||
+		     cred_has_ptrace_cap(cred, tc->user_ns);
+	put_cred(tc);
+	return ok;
+}
+
+/* May a reader with cred read p (running or exited)? */
+bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred)
+{
+	struct task_struct *t;
+	bool ok;
+
+	if (p->pid == task_tgid(current))
+		return true;	/* introspection, as ptrace allows it */
+	t = live_thread(p->pid);
+	if (!t)
+		return exited_may_access(p, cred);
+	ok = task_may_access(t, cred);
+	put_task_struct(t);
+	return ok;
+}
+
+/* Both the caller and the opener of file may read p. */
+bool pmm_may_access(struct pmm_proc *p, const struct file *file)
+{
+	if (!pmm_cred_may_access(p, current_cred()))
+		return false;
+	return file->f_cred == current_cred() ||
+	       pmm_cred_may_access(p, file->f_cred);
+}
+
+/* The same for a live task that is not monitored yet (START). */
+bool pmm_may_access_task(struct task_struct *task, const struct file *file)
+{
+	struct task_struct *t = live_thread(task_tgid(task));
+	bool ok;
+
+	if (!t)
+		return false;
+	ok = same_thread_group(t, current) ||
+	     task_may_access(t, current_cred());
+	if (ok && file->f_cred != current_cred())
+		ok = task_may_access(t, file->f_cred);
+	put_task_struct(t);
+	return ok;
+}
+
+/*
+ * The thread group of the task numbered nr in ns (a thread's number names
+ * its process, as /proc/TID does), held; NULL if none.
+ */
+struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns)
+{
+	struct task_struct *task;
+	struct pid *tgid = NULL;
+
+	if (nr <= 0)
+		return NULL;
+	rcu_read_lock();
+	task = pid_task(find_pid_ns(nr, ns), PIDTYPE_PID);
+	if (task)
+		tgid = get_pid(task_tgid(task));
+	rcu_read_unlock();
+	return tgid;
+}
+
+/*
+ * References to every monitored process from start id from_id on, in start
+ * order; *n of them. NULL when there are none or memory is short.
+ */
+struct pmm_proc **pmm_get_all(u64 from_id, u32 *n)
+{
+	struct pmm_proc **out, *p;
+	u32 i = 0;
+
+	*n = 0;
+	mutex_lock(&pmm_lock);
+	out = pmm_nprocs ? kmalloc_array(pmm_nprocs, sizeof(*out), GFP_KERNEL) :
+			   NULL;
+	if (out) {
+		list_for_each_entry(p, &pmm_procs, node) {
+			if (p->id < from_id)
+				continue;
+			refcount_inc(&p->ref);
+			out[i++] = p;
+		}
+	}
+	mutex_unlock(&pmm_lock);
+	*n = i;
+	return out;
+}
+
+/* Drops the references procs[from..n) and the array. */
+void pmm_put_all(struct pmm_proc **procs, u32 from, u32 n)
+{
+	for (; from < n; from++)
+		pmm_proc_put(procs[from]);
+	kfree(procs);
+}
+
+/* -ENOENT if a process nr exists in ns (but has no entry), else -ESRCH. */
+static int no_entry(pid_t nr, struct pid_namespace *ns)
+{
+	struct pid *pid = pmm_tgid_of(nr, ns);
+
+	put_pid(pid);
+	return pid ? -ENOENT : -ESRCH;
+}
+
+/*
+ * The entry that pid number nr (0: the caller) names for the caller, with
+ * a reference: the entry of the live process with that number if it has
+ * one, else the newest exited entry of that number that the caller may
+ * read (another user's is skipped, as if absent). A running process the
+ * caller may not read is -EPERM.
+ */
+struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
+{
+	struct pid_namespace *ns = task_active_pid_ns(current);
+	struct pmm_proc **all, *found = NULL;
+	struct pid *live;
+	u32 n, i;
+
+	if (nr < 0) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	live = nr ? pmm_tgid_of(nr, ns) : get_pid(task_tgid(current));
+	if (!nr)
+		nr = pid_vnr(live);
+	all = pmm_get_all(0, &n);
+	for (i = 0; live && i < n && !found; i++)
+		if (all[i]->pid == live)
+			found = all[i];
+	if (found && !pmm_may_access(found, file)) {
+		*err = -EPERM;
+		found = NULL;
+	} else if (!found) {
+		/* a dead process's number: its entry's pid is not the live one */
+		for (i = n; i-- > 0 && !found;)
+			if (all[i]->pid != live &&
+			    pid_nr_ns(all[i]->pid, ns) == nr &&
+			    pmm_may_access(all[i], file))
+				found = all[i];
+		if (!found)
+			*err = no_entry(nr, ns);
+	}
+	if (found)
+		refcount_inc(&found->ref);
+	pmm_put_all(all, 0, n);
+	put_pid(live);
+	return found;
+}

@@ -12,8 +12,9 @@ status  {"config": <config keys>, "pids": [{"pid", "ppid", "comm", "state",
          "pending_frees", "samples", "start_time_ns", "exit_time_ns"}]}
 config  {"interval_ms", "scan", "start_pid", "stop_pid", "max_pids",
          "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
-         "abi_version", "monitored_pids", "records_accepted", "records_dropped",
-         "unmatched_frees", "kmem_bytes", "records_queued"}
+         "max_pids_per_uid", "exited_ttl_s", "abi_version", "monitored_pids",
+         "records_accepted", "records_dropped", "unmatched_frees", "kmem_bytes",
+         "records_queued"}
 run     on stderr at start: {"pid", "argv", "hooklib"}; stdout is the command's
 logs    {"pid", "comm", "state", "total", "blocks": [{"op", "time_ns", "age_s",
          "size", "weight", "ptr", "prev_ptr", "site", "caller", "func",
@@ -176,6 +177,8 @@ def config_dict(c: ConfigInfo) -> dict[str, int]:
         "max_blocks_per_pid": c.max_blocks_per_pid,
         "max_sites_per_pid": c.max_sites_per_pid,
         "max_samples_per_pid": c.max_samples_per_pid,
+        "max_pids_per_uid": c.max_pids_per_uid,
+        "exited_ttl_s": c.exited_ttl_s,
         "abi_version": c.abi_version,
         "monitored_pids": c.monitored_pids,
         "records_accepted": c.records_accepted,
@@ -219,6 +222,8 @@ def render_config(c: ConfigInfo) -> str:
         ["max blocks per pid", str(c.max_blocks_per_pid)],
         ["max sites per pid", str(c.max_sites_per_pid)],
         ["max samples per pid", str(c.max_samples_per_pid)],
+        ["max pids per user", str(c.max_pids_per_uid)],
+        ["exited pids kept", f"{c.exited_ttl_s} s"],
         ["abi version", str(c.abi_version)],
         ["monitored pids", str(c.monitored_pids)],
         ["records accepted", str(c.records_accepted)],
@@ -311,6 +316,21 @@ def config(
     max_samples: Annotated[
         int | None, _limit_opt("--max-samples", "samples kept per pid", 1 << 20)
     ] = None,
+    max_pids_per_uid: Annotated[
+        int | None,
+        _limit_opt("--max-pids-per-uid", "monitored pids one user may start (root is exempt)",
+                   1024),
+    ] = None,
+    exited_ttl: Annotated[
+        int | None,
+        typer.Option(
+            "--exited-ttl",
+            help="Set how many seconds an exited process's entry is kept after its exit or "
+            "its last read (the module accepts 1..604800).",
+            min=0,
+            show_default=False,
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show the configuration and global counters, or change settings.
@@ -326,6 +346,8 @@ def config(
             max_blocks_per_pid=max_blocks,
             max_sites_per_pid=max_sites,
             max_samples_per_pid=max_samples,
+            max_pids_per_uid=max_pids_per_uid,
+            exited_ttl_s=exited_ttl,
         )
         cfg = dev.get_config()
     if json_:

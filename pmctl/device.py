@@ -197,6 +197,8 @@ class Device:
         max_blocks_per_pid: int | None = None,
         max_sites_per_pid: int | None = None,
         max_samples_per_pid: int | None = None,
+        max_pids_per_uid: int | None = None,
+        exited_ttl_s: int | None = None,
         what: str = "changing the configuration",
     ) -> None:
         """PMM_SET_CONFIG with the `set` bits of the fields given (not None)."""
@@ -229,6 +231,12 @@ class Device:
         if max_samples_per_pid is not None:
             c.set |= uapi.CFG_MAX_SAMPLES
             c.max_samples_per_pid = max_samples_per_pid
+        if max_pids_per_uid is not None:
+            c.set |= uapi.CFG_MAX_PIDS_PER_UID
+            c.max_pids_per_uid = max_pids_per_uid
+        if exited_ttl_s is not None:
+            c.set |= uapi.CFG_EXITED_TTL
+            c.exited_ttl_s = exited_ttl_s
         if c.set:
             self.ioctl(uapi.SET_CONFIG, c, what, pid=pid)
 

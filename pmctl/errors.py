@@ -15,7 +15,7 @@ code  name                   meaning
 6     NOT_MONITORED          the pid exists but pmm does not monitor it
 7     INVALID                the module refused a value (EINVAL, out of range)
 8     NOT_PMM_DEVICE         the device does not answer pmm ioctls (ENOTTY)
-9     LIMIT                  a module limit is reached (ENOSPC, ENOMEM)
+9     LIMIT                  a module limit is reached (ENOSPC, EDQUOT, ENOMEM)
 10+   reserved for `pmctl trend` (10: LEAK)
 ====  =====================  ===============================================
 
@@ -130,6 +130,13 @@ def from_errno(err: int, what: str, pid: int | None = None, path: str = "/dev/pm
         return NotPmmDevice(
             f"{what}: {path} does not answer pmm ioctls ({name}): it is not the pmm "
             "device, or the module's ABI differs from pmctl's (rebuild both)",
+            err,
+        )
+    if err == errno.EDQUOT:
+        return LimitReached(
+            f"{what}: this user already monitors as many processes as it may "
+            "(`pmctl config`: max pids per user; root can raise --max-pids-per-uid, "
+            "or `pmctl stop` one)",
             err,
         )
     if err in (errno.ENOSPC, errno.ENOMEM, errno.E2BIG):

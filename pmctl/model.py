@@ -51,6 +51,8 @@ class ConfigInfo:
     max_blocks_per_pid: int
     max_sites_per_pid: int
     max_samples_per_pid: int
+    max_pids_per_uid: int
+    exited_ttl_s: int
     abi_version: int
     monitored_pids: int
     records_accepted: int

@@ -22,7 +22,7 @@ import pytest
 from conftest import TOP, spawn_sleeper
 from typer.testing import CliRunner
 
-from pmctl import cli, procfs
+from pmctl import cli, procfs, uapi
 from pmctl.leaks import age_bucket
 
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
@@ -56,16 +56,19 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 def test_pmctl_config_roundtrip(pmm: None, cache: Path) -> None:
     before = pmctl_json("config")
-    assert before["abi_version"] == 1 and before["monitored_pids"] == 0
+    assert before["abi_version"] == uapi.ABI_VERSION and before["monitored_pids"] == 0
     after = pmctl_json("config", "--interval", "250", "--scan", "off", "--max-pids", "10",
-                       "--max-blocks", "5000", "--max-sites", "300", "--max-samples", "100")
+                       "--max-blocks", "5000", "--max-sites", "300", "--max-samples", "100",
+                       "--max-pids-per-uid", "4", "--exited-ttl", "90")
     want = {"interval_ms": 250, "scan": 0, "max_pids": 10, "max_blocks_per_pid": 5000,
-            "max_sites_per_pid": 300, "max_samples_per_pid": 100}
+            "max_sites_per_pid": 300, "max_samples_per_pid": 100, "max_pids_per_uid": 4,
+            "exited_ttl_s": 90}
     assert {k: after[k] for k in want} == want
     cfg = procfs.read_cfg()
     assert (cfg["INTERVAL"].value, cfg["SCAN"].value, cfg["MAX_PIDS"].value,
-            cfg["MAX_BLOCKS"].value, cfg["MAX_SITES"].value, cfg["MAX_SAMPLES"].value) == \
-        (250, 0, 10, 5000, 300, 100)
+            cfg["MAX_BLOCKS"].value, cfg["MAX_SITES"].value, cfg["MAX_SAMPLES"].value,
+            cfg["MAX_PIDS_PER_UID"].value, cfg["EXITED_TTL"].value) == \
+        (250, 0, 10, 5000, 300, 100, 4, 90)
     # the table says the same
     r = pmctl("config")
     assert r.exit_code == 0

@@ -310,8 +310,9 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
     """With a device that answers every ioctl with zeros: the documented keys."""
     cfg_keys = ["interval_ms", "scan", "start_pid", "stop_pid", "max_pids",
                 "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
-                "abi_version", "monitored_pids", "records_accepted", "records_dropped",
-                "unmatched_frees", "kmem_bytes", "records_queued"]
+                "max_pids_per_uid", "exited_ttl_s", "abi_version", "monitored_pids",
+                "records_accepted", "records_dropped", "unmatched_frees", "kmem_bytes",
+                "records_queued"]
     r = invoke(["config", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout) == dict.fromkeys(cfg_keys, 0)

@@ -57,8 +57,11 @@ cmd="touch $started && $cmd"
 for attempt in 1 2 3; do
 	rm -f "$started"
 	echo "vmtest: booting $kernel (${accel[*]:-kvm}), running: $*"
+	# QEMU opens its console on /proc/self/fd/1 with O_TRUNC: on a file
+	# (make test > log) that would erase what was written before it, so
+	# its output goes through a pipe.
 	setsid vng --run "$kernel" "${accel[@]}" --cpus 2 --memory "$memory" \
-		--rwdir "$results" --exec "$cmd" "${qemu_opts[@]}" &
+		--rwdir "$results" --exec "$cmd" "${qemu_opts[@]}" > >(cat) 2> >(cat >&2) &
 	vm=$!
 	for ((waited = 0; waited < boot_timeout; waited++)); do
 		[ -e "$started" ] || ! kill -0 "$vm" 2>/dev/null && break

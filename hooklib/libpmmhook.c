@@ -67,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1623,6 +1624,19 @@ static uint32_t sample_weight(double p, double u)
  */
 static uint64_t g_alone_rng;
 
+/* Seeded at init by getrandom (no clock read: one is a system call on a
+ * guest whose clocksource is hpet); the pid if that fails. */
+static uint64_t alone_seed(void)
+{
+	uint64_t seed = (uint64_t)g_pid << 32 | 1;
+	int saved = errno;
+
+	if (syscall(SYS_getrandom, &seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+		seed = (uint64_t)g_pid << 32 | 1;
+	errno = saved;
+	return seed;
+}
+
 static double alone_unit(void)	/* (0, 1] */
 {
 	uint64_t x = __atomic_add_fetch(&g_alone_rng, 0x9e3779b97f4a7c15ULL, __ATOMIC_RELAXED);
@@ -1911,7 +1925,7 @@ static void pmm_init(void)
 	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
-	g_alone_rng = now_ns() ^ (uint64_t)g_pid << 32;
+	g_alone_rng = alone_seed();
 
 	env = init_env();
 	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;

@@ -44,6 +44,11 @@ enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
  */
 extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
+#ifdef PMM_FAKE_DEV
+/* The fake device's PMM_FAKE_RAISE: SIGUSR1 at the Nth pass at this point. */
+enum { FAKE_AT_BATCH = 1, FAKE_AT_CLAIM = 2 };
+void pmm_fake_point(int at);
+#endif
 int pmm_mine(void);	/* 0 in a vfork child, which must not send */
 void pmm_dev_refused(int err, const char *what);
 

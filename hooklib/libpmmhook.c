@@ -62,6 +62,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -209,7 +210,14 @@ struct tstate {
 	uint64_t left;
 	int64_t beyond;		/* sampled: the sample gap's bytes after left */
 	int sampling;		/* left + beyond is a sample gap */
-	int guard;		/* nestable reentrancy guard */
+	/*
+	 * The reentrancy guard: 0 when free; held, the stack pointer where it
+	 * was taken (guard_hold), so that a guard that a longjmp left held
+	 * can be told from a hook that a signal handler interrupted
+	 * (guard_stale). nest counts the takes inside the held guard.
+	 */
+	uintptr_t guard;
+	int nest;
 	int poll;		/* hook calls until the next clock read */
 	unsigned int gen;	/* epoch the buffered records belong to */
 	unsigned int n;		/* records in buf */
@@ -239,15 +247,30 @@ __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 /*
  * The guard, taken and dropped. A hook that finds it held was called by the
  * hook's own calls (pmm_internal) or by a signal handler that interrupted
- * the hook, whose call is recorded apart (record_alone). While it is held,
- * malloc's budget waits in held and left is 0, so that a handler's malloc
- * never passes on the budget: every one reaches the hook, which decides
- * it on its own (sampled mode: sample_alone).
+ * the hook, whose call is recorded apart (record_alone), or it was left
+ * held by a handler that left the hook with longjmp (guard_stale). While it
+ * is held, malloc's budget waits in held and left is 0, so that a
+ * handler's malloc never passes on the budget: every one reaches the hook,
+ * which decides it on its own (sampled mode: sample_alone).
  */
+
+/* t->guard = the stack pointer: one store, as taking it with 1 was. */
+static inline __attribute__((always_inline)) void guard_hold(struct tstate *t)
+{
+#ifdef __x86_64__
+	asm volatile("movq %%rsp, %0" : "=m"(t->guard));
+#else
+	t->guard = (uintptr_t)__builtin_frame_address(0);
+#endif
+}
+
 static inline void guard_take(struct tstate *t)
 {
-	if (t->guard++)
+	if (t->guard) {
+		t->nest++;
 		return;
+	}
+	guard_hold(t);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->held = t->left;
 	t->left = 0;
@@ -256,8 +279,8 @@ static inline void guard_take(struct tstate *t)
 
 static inline void guard_drop(struct tstate *t)
 {
-	if (t->guard > 1) {
-		t->guard--;
+	if (t->nest) {
+		t->nest--;
 		return;
 	}
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -673,6 +696,9 @@ static int dev_ours(int fd)
  * RECORD_LOG and REGISTER_SITE fail with ENOLINK and QUERY_SELF answers 0.
  * PMM_FAKE_STOP_AT=N: the Nth RECORD_LOG fails with ENOLINK, as if pmctl
  * had stopped the process and started it again.
+ * PMM_FAKE_RAISE=batch:N|claim:N: SIGUSR1 is raised in the calling thread,
+ * inside the hook, once: after the Nth RECORD_LOG (logged), or in the Nth
+ * claim of a site's slot, between the claim and its id (pmm_fake_point).
  *
  * PMM_FAKE_LOG=FILE: every call is appended to FILE as one writev (appends
  * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
@@ -687,6 +713,8 @@ static pid_t g_fake_monitored;
 static long g_fake_stop_at;
 static long g_fake_logs;	/* RECORD_LOGs so far */
 static char g_fake_log[4096];
+static int g_fake_raise_at;	/* FAKE_AT_* of PMM_FAKE_RAISE */
+static long g_fake_raise_n, g_fake_raise_seen;
 static int g_fake_log_fd = -1;
 static dev_t g_fake_log_dev;
 static ino_t g_fake_log_ino;
@@ -749,6 +777,13 @@ static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
 		abort();	/* a test's log must be whole */
 }
 
+void pmm_fake_point(int at)
+{
+	if (at == g_fake_raise_at &&
+	    __atomic_add_fetch(&g_fake_raise_seen, 1, __ATOMIC_RELAXED) == g_fake_raise_n)
+		syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), SIGUSR1);
+}
+
 static int fake_ioctl(int fd, unsigned long cmd, void *arg)
 {
 	pid_t me = (pid_t)syscall(SYS_getpid);
@@ -775,6 +810,8 @@ static int fake_ioctl(int fd, unsigned long cmd, void *arg)
 		break;
 	}
 	fake_log(me, cmd, r, arg);
+	if (cmd == PMM_RECORD_LOG)
+		pmm_fake_point(FAKE_AT_BATCH);
 	if (r < 0) {
 		errno = -r;
 		r = -1;
@@ -1719,8 +1756,12 @@ static inline uint32_t site_of(struct tstate *t, const struct src *s)
 		return t->site_cache[i].id;
 	id = pmm_site_addr(s->ra, s->frame, 0);
 	if (id) {	/* a cached entry's id is never 0: the table is tried again */
-		t->site_cache[i].ra = s->ra;
+		/* never a new ra with the old id, should a longjmp stop this */
+		t->site_cache[i].ra = NULL;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->site_cache[i].id = id;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		t->site_cache[i].ra = s->ra;
 	}
 	return id;
 }
@@ -1837,9 +1878,9 @@ static const char *env_get(char **env, const char *name)
 	return NULL;
 }
 
-static long env_num(char **env, const char *name, long dflt)
+/* v as a decimal number: dflt if empty or absent, -1 if not a number. */
+static long num_of(const char *v, long dflt)
 {
-	const char *v = env_get(env, name);
 	long n = 0;
 
 	if (!v || !*v)
@@ -1850,6 +1891,11 @@ static long env_num(char **env, const char *name, long dflt)
 		n = n * 10 + (*v - '0');
 	}
 	return n;
+}
+
+static long env_num(char **env, const char *name, long dflt)
+{
+	return num_of(env_get(env, name), dflt);
 }
 
 /*
@@ -1903,7 +1949,7 @@ static void pmm_init(void)
 	if (!__atomic_compare_exchange_n(&g_init, &expected, 1, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return;
-	t->guard++;
+	guard_take(t);
 	pmm_internal++;
 	real.malloc = sym("malloc");
 	real.free = sym("free");
@@ -1953,6 +1999,13 @@ static void pmm_init(void)
 		strcpy(g_fake_log, u);
 	g_fake_unmonitored = env_num(env, "PMM_FAKE_UNMONITORED", 0) != 0;
 	g_fake_stop_at = env_num(env, "PMM_FAKE_STOP_AT", 0);
+	u = env_get(env, "PMM_FAKE_RAISE");
+	if (u && !strncmp(u, "batch:", 6))
+		g_fake_raise_at = FAKE_AT_BATCH;
+	else if (u && !strncmp(u, "claim:", 6))
+		g_fake_raise_at = FAKE_AT_CLAIM;
+	if (g_fake_raise_at)
+		g_fake_raise_n = num_of(u + 6, 0);
 	if (!g_fake_unmonitored)
 		g_fake_monitored = g_pid;
 #endif
@@ -1992,7 +2045,7 @@ static void pmm_init(void)
 	}
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
 	pmm_internal--;
-	t->guard--;
+	guard_drop(t);
 	errno = saved;
 }
 
@@ -2029,11 +2082,11 @@ static void at_fork_child(void)
 	if (g_follow_fork) {
 		int r;
 
-		t->guard++;
+		guard_take(t);
 		r = start_self();
 		if (r == 0 || pmm_dev_ioctl(PMM_QUERY_SELF, NULL) == 1)
 			start_monitoring();
-		t->guard--;
+		guard_drop(t);
 	}
 }
 
@@ -2085,12 +2138,52 @@ static inline int booting(void)
 }
 
 /*
+ * The guard is held, and not by the hook's own calls of others' code: 1 if
+ * no hook is running under it any more (a signal handler left the hook with
+ * longjmp, which never dropped it), and then it is given up; 0 if this call
+ * is a handler's that interrupted the hook. A handler runs below the
+ * interrupted code's stack pointer by a signal frame (over 1 KiB on x86-64,
+ * more elsewhere), or on the alternate signal stack; a hook's own frames
+ * below the stack pointer the guard holds are far fewer than GUARD_SLACK
+ * bytes. So a call at or above that, less the slack, that is not on the
+ * alternate stack (or is on it, where the guard was taken) is the program's
+ * own, after a longjmp: reset the guard, pmm_internal and malloc's parked
+ * budget (sampled; exact and not monitored set theirs on the next slow
+ * path), and carry on. A call from deeper down is taken for a handler's:
+ * after a longjmp, the thread's calls are recorded alone until one comes
+ * from no deeper than the hook the handler left.
+ */
+#define GUARD_SLACK	512
+
+__attribute__((noinline, cold)) static int guard_stale(struct tstate *t)
+{
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0), at = t->guard;
+	stack_t ss;
+	int saved;
+
+	if (sp + GUARD_SLACK < at)
+		return 0;
+	saved = errno;
+	if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) &&
+	    at - (uintptr_t)ss.ss_sp >= ss.ss_size) {
+		errno = saved;
+		return 0;	/* a handler on the alternate stack */
+	}
+	errno = saved;
+	t->left = g_sample ? t->held : 0;
+	t->nest = 0;
+	pmm_internal = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+	return 1;
+}
+
+/*
  * A hook while monitored. The guard free: it is taken. The guard held by
  * the hook's own calls of others' code (pmm_internal): the call is theirs
- * and goes straight to libc (as a mapping's always does: an allocator such
- * as jemalloc maps inside malloc). The guard held otherwise: a signal
- * handler interrupted the hook, and its call is recorded alone
- * (record_alone: t NULL all the way down).
+ * and goes straight to libc. The guard held otherwise: a signal handler
+ * interrupted the hook, and its call is recorded alone (record_alone: t
+ * NULL all the way down), unless the guard is stale (guard_stale).
  */
 enum { ENTER_TAKEN, ENTER_PASS, ENTER_ALONE };
 
@@ -2100,7 +2193,13 @@ static inline int enter(struct tstate *t)
 		guard_take(t);
 		return ENTER_TAKEN;
 	}
-	return pmm_internal ? ENTER_PASS : ENTER_ALONE;
+	if (pmm_internal)
+		return ENTER_PASS;
+	if (unlikely(guard_stale(t))) {
+		guard_take(t);
+		return ENTER_TAKEN;
+	}
+	return ENTER_ALONE;
 }
 
 #define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
@@ -2259,7 +2358,7 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	if (unlikely(!exact_fast(t)))
 		return malloc_slow(n, ra);
 	/* before the cache is read: a handler's malloc could replace the entry */
-	t->guard = 1;
+	guard_hold(t);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (unlikely(t->site_cache[i].ra != ra))
 		return exact_malloc_miss(n, ra);
@@ -2297,7 +2396,7 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
 {
 	struct tstate *t = &t_st;
 
-	t->guard = 1;
+	guard_hold(t);
 	note_free(t, PMM_OP_FREE, p, 0, NULL);
 	t->guard = 0;
 	real.free(p);
@@ -2319,7 +2418,7 @@ static void free_exact(void *p)
 		return;
 	}
 	slot = recent_slot((uintptr_t)p);
-	t->guard = 1;
+	guard_hold(t);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
 	cancelled = cancel_buffered(t, slot, (uintptr_t)p, recent_tag(slot, (uintptr_t)p));
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -2722,10 +2821,7 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
  * own mapping inside malloc, or a signal handler's) it passes through. */
 static inline int enter_map(struct tstate *t)
 {
-	if (t->guard)
-		return 0;
-	guard_take(t);
-	return 1;
+	return enter(t) == ENTER_TAKEN;
 }
 
 static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
@@ -2863,9 +2959,8 @@ PMM_EXPORT void pmm_flush(void)
 {
 	struct tstate *t = &t_st;
 
-	if (g_fast.hot < HOT_MON || t->guard)
+	if (g_fast.hot < HOT_MON || enter(t) != ENTER_TAKEN)
 		return;
-	guard_take(t);
 	flush(t);
 	guard_drop(t);
 }

@@ -82,6 +82,9 @@ static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 			if (__atomic_compare_exchange_n(&s->key, &zero, key, 0,
 							__ATOMIC_ACQ_REL,
 							__ATOMIC_ACQUIRE)) {
+#ifdef PMM_FAKE_DEV
+				pmm_fake_point(FAKE_AT_CLAIM);
+#endif
 				*id = __atomic_add_fetch(&g_site_ids, 1, __ATOMIC_RELAXED);
 				__atomic_store_n(&s->id, *id, __ATOMIC_RELEASE);
 				return s;

@@ -52,9 +52,9 @@ void pmm_fake_point(int at);
 int pmm_mine(void);	/* 0 in a vfork child, which must not send */
 void pmm_dev_refused(int err, const char *what);
 
-/* site.c: site id for a call site: 1, 2, 3... in order of first use; 0 when
- * the table is full, or the site's id is being stored by an interrupted or
- * concurrent first use. */
+/* site.c: site id for a call site: 1, 2, 3... in order of first use (a
+ * number may be skipped when threads race to give one); 0 when the table is
+ * full, and in a vfork child for a site not registered in this epoch. */
 uint32_t pmm_site_addr(void *ra, void *frame, int alone);
 uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);

@@ -10,8 +10,8 @@
  * (top two bits set) for pmm_hooks.h sites. User-space addresses on x86-64
  * never have the top bit set.
  *
- * The site id is a process-wide counter, 1, 2, 3... in the order slots are
- * claimed, stored in the slot: stable for the life of the process (and in a
+ * The site id is a process-wide counter, 1, 2, 3... in the order sites are
+ * first used, stored in the slot (slot_id): stable for the life of the process (and in a
  * forked child), and it says nothing of where code is loaded. Ids travel
  * to readers who may not see the process's addresses (netlink events,
  * pmd's database); the slot index of a hash of the return address that the
@@ -21,7 +21,8 @@
  * epoch (g_epoch, bumped whenever monitoring starts) registers it, so a
  * process that is stopped and started again, or a forked child, describes
  * its sites afresh. A full table (or 64 probes without a match) gives site
- * 0, which the kernel counts as "unknown".
+ * 0, which the kernel counts as "unknown"; no other path does, but for a
+ * vfork child's site not registered yet (claim_registration).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -38,7 +39,7 @@
 struct site_slot {
 	uint64_t key;		/* 0: free */
 	unsigned int reg_epoch;	/* epoch it was registered in */
-	uint32_t id;		/* 0 until the claiming thread has stored it */
+	uint32_t id;		/* 0 until slot_id gives it */
 };
 
 static struct site_slot g_sites[SITE_SLOTS];
@@ -62,11 +63,27 @@ static inline uint64_t mix64(uint64_t x)
 }
 
 /*
- * The slot of key, claimed if new; *id its id. A thread that finds the key
- * claimed but no id yet (the claiming thread is between its compare-and-
- * swap and its store, or is the very thread a signal handler interrupted
- * there) gets NULL, site 0 for that one record, rather than wait.
+ * The slot's id, given now if it has none: the thread that claimed the key
+ * gives it right after, but may never get there (another thread forked in
+ * between, or it was cancelled, or a signal handler left with longjmp), so
+ * whoever finds none gives one. Two finders each take a number and the
+ * first to store wins, the other adopts it: ids may skip a number under
+ * contention, never in a single thread.
  */
+static uint32_t slot_id(struct site_slot *s)
+{
+	uint32_t id = __atomic_load_n(&s->id, __ATOMIC_ACQUIRE), none = 0;
+
+	if (likely(id))
+		return id;
+	id = __atomic_add_fetch(&g_site_ids, 1, __ATOMIC_RELAXED);
+	if (!__atomic_compare_exchange_n(&s->id, &none, id, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		id = none;
+	return id;
+}
+
+/* The slot of key, claimed if new; *id its id (never 0). */
 static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 {
 	uint64_t h = mix64(key);
@@ -85,15 +102,14 @@ static struct site_slot *slot_get(uint64_t key, uint32_t *id)
 #ifdef PMM_FAKE_DEV
 				pmm_fake_point(FAKE_AT_CLAIM);
 #endif
-				*id = __atomic_add_fetch(&g_site_ids, 1, __ATOMIC_RELAXED);
-				__atomic_store_n(&s->id, *id, __ATOMIC_RELEASE);
-				return s;
+				k = key;
+			} else {
+				k = zero;
 			}
-			k = zero;
 		}
 		if (k == key) {
-			*id = __atomic_load_n(&s->id, __ATOMIC_ACQUIRE);
-			return *id ? s : NULL;
+			*id = slot_id(s);
+			return s;
 		}
 	}
 	return NULL;

@@ -23,6 +23,7 @@ from pmctl.uapi import Op
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
 SITES = TOP / "hooklib" / "bench" / "bin" / "sites"
+INHOOK = TOP / "hooklib" / "bench" / "bin" / "inhook"
 SIZES = (40, 72, 136)  # sites's three call sites, first used in this order
 
 
@@ -94,3 +95,29 @@ def test_site_ids_kept_when_monitoring_starts_again(tmp_path: Path) -> None:
     # the new epoch starts mid-loop, and printf's buffer (id 4) comes last
     assert sorted(again) == sorted([*first, again[-1]]) and again[-1][0] == 4
     assert site_by_size(after[restart:]) == {40: {1}, 72: {2}, 136: {3}}
+
+
+def test_site_whose_claim_never_finished_gets_an_id(tmp_path: Path) -> None:
+    """inhook: the fake device raises SIGUSR1 in the program's first claim
+    of a site's slot, after the key is taken and before the id is; the
+    handler allocates 200 bytes (another site, first to get an id: 1) and
+    leaves with siglongjmp, so the claiming call never stores one. The
+    site's next use finds its key with no id and gives it the next, 2; the
+    records of its blocks of 48 and 56 bytes carry it, and it is registered
+    (then 3: printf's buffer). The id used to stay 0 for the life of the
+    process, as when the claiming thread is forked away or cancelled in
+    that window."""
+    log = tmp_path / "calls.bin"
+    e = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_BUFFER="512",
+                  PMM_FAKE_RAISE="claim:1", PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(INHOOK), "jump"], env=e, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "jumped\n", "")
+    calls = fake_log_calls(log)
+    ids: dict[int, set[int]] = {}
+    for c in calls:
+        for rec in c.records:
+            if rec.op == Op.MALLOC and rec.size in (48, 56, 200):
+                ids.setdefault(rec.size, set()).add(rec.site)
+    assert ids == {200: {1}, 48: {2}, 56: {2}}
+    assert [i for i, _ in registered(calls)] == [1, 2, 3]

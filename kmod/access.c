@@ -17,7 +17,10 @@
  * A process that has exited has no thread to look at: it is judged by the
  * same rules on its last credentials (ptrace's uid/gid match and dumpable,
  * or CAP_SYS_PTRACE in its user namespace; the capability module's subset
- * rule). The other LSMs cannot be asked about a dead process.
+ * rule). The other LSMs cannot be asked about a dead process. So is the
+ * caller's own process when the credentials are not the caller's (an fd
+ * another user opened): ptrace lets a process read itself whatever its
+ * credentials, which must not extend to the fd's opener.
  *
  * Checks walk /proc and may sleep: run them with no pmm lock held.
  */
@@ -75,7 +78,8 @@ static bool task_may_access(struct task_struct *task, const struct cred *cred)
 	if (IS_ERR(f))
 		return false;
 	fput(f);
-	return true;
+	/* the number named task, not a task that took it after task died */
+	return task_pid_nr_ns(task, ns) == nr;
 }
 
 /* A live thread of the group of pid, with a reference; NULL if none. */
@@ -110,30 +114,53 @@ static bool cred_has_ptrace_cap(const struct cred *cred,
 
 /*
  * __ptrace_may_access() and the capability module's
- * cap_ptrace_access_check() on the last credentials of a process that has
- * exited (its mm's user namespace is taken to be its credentials').
+ * cap_ptrace_access_check() for cred on a process whose credentials are tc,
+ * dumpable or not (non-dumpable needs CAP_SYS_PTRACE in mm_ns, its mm's
+ * user namespace: the initial one once it has exited, as ptrace has it).
  */
-static bool exited_may_access(struct pmm_proc *p, const struct cred *cred)
+static bool rules_may_access(const struct cred *cred, const struct cred *tc,
+			     bool dumpable, struct user_namespace *mm_ns)
 {
-	const struct cred *tc;
-	bool dumpable, ok;
+	bool ok;
 
-	pmm_proc_lock(p);
-	tc = get_cred(p->cred);
-	dumpable = p->dumpable;
-	pmm_proc_unlock(p);
 	ok = (uid_eq(cred->fsuid, tc->euid) && uid_eq(cred->fsuid, tc->suid) &&
 	      uid_eq(cred->fsuid, tc->uid) && gid_eq(cred->fsgid, tc->egid) &&
 	      gid_eq(cred->fsgid, tc->sgid) && gid_eq(cred->fsgid, tc->gid)) ||
 	     cred_has_ptrace_cap(cred, tc->user_ns);
 	if (ok && !dumpable)
-		ok = cred_has_ptrace_cap(cred, tc->user_ns);
+		ok = cred_has_ptrace_cap(cred, mm_ns);
 	if (ok)
 		ok = (cred->user_ns == tc->user_ns &&
 		      cap_issubset(tc->cap_permitted, cred->cap_effective)) ||
 		     cred_has_ptrace_cap(cred, tc->user_ns);
+	return ok;
+}
+
+/* An exited process, on its last credentials. */
+static bool exited_may_access(struct pmm_proc *p, const struct cred *cred)
+{
+	const struct cred *tc;
+	bool dumpable, ok;
+
+	pmm_proc_lock_read(p);
+	tc = get_cred(p->cred);
+	dumpable = p->dumpable;
+	pmm_proc_unlock_read(p);
+	ok = rules_may_access(cred, tc, dumpable, &init_user_ns);
 	put_cred(tc);
 	return ok;
+}
+
+/* The caller's own process, for credentials that are not the caller's. */
+static bool self_may_access(const struct cred *cred)
+{
+	struct mm_struct *mm = current->mm;
+
+	if (cred == current_cred())
+		return true;	/* introspection, as ptrace allows it */
+	return rules_may_access(cred, current_real_cred(),
+				mm && get_dumpable(mm) == SUID_DUMP_USER,
+				mm ? mm->user_ns : &init_user_ns);
 }
 
 /* May a reader with cred read p (running or exited)? */
@@ -143,7 +170,7 @@ bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred)
 	bool ok;
 
 	if (p->pid == task_tgid(current))
-		return true;	/* introspection, as ptrace allows it */
+		return self_may_access(cred);
 	t = live_thread(p->pid);
 	if (!t)
 		return exited_may_access(p, cred);
@@ -161,20 +188,43 @@ bool pmm_may_access(struct pmm_proc *p, const struct file *file)
 	       pmm_cred_may_access(p, file->f_cred);
 }
 
-/* The same for a live task that is not monitored yet (START). */
+/* The same for a live task that may not be monitored (START, lookups). */
 bool pmm_may_access_task(struct task_struct *task, const struct file *file)
 {
-	struct task_struct *t = live_thread(task_tgid(task));
+	struct task_struct *t;
 	bool ok;
 
+	if (same_thread_group(task, current))
+		return self_may_access(file->f_cred);
+	t = live_thread(task_tgid(task));
 	if (!t)
 		return false;
-	ok = same_thread_group(t, current) ||
-	     task_may_access(t, current_cred());
+	ok = task_may_access(t, current_cred());
 	if (ok && file->f_cred != current_cred())
 		ok = task_may_access(t, file->f_cred);
 	put_task_struct(t);
 	return ok;
+}
+
+/*
+ * The number of pid in ns for a reader through file who may read its live
+ * process; 0 otherwise (the last START and STOP in the configuration).
+ */
+pid_t pmm_visible_nr(struct pid *pid, struct pid_namespace *ns,
+		     const struct file *file)
+{
+	struct task_struct *task;
+	pid_t nr = pid_nr_ns(pid, ns);
+
+	if (!nr)
+		return 0;
+	task = get_pid_task(pid, PIDTYPE_TGID);
+	if (!task)
+		return 0;
+	if (!pmm_may_access_task(task, file))
+		nr = 0;
+	put_task_struct(task);
+	return nr;
 }
 
 /*
@@ -198,7 +248,7 @@ struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns)
 
 /*
  * References to every monitored process from start id from_id on, in start
- * order; *n of them. NULL when there are none or memory is short.
+ * order; *n of them. NULL when memory is short.
  */
 struct pmm_proc **pmm_get_all(u64 from_id, u32 *n)
 {
@@ -207,8 +257,8 @@ struct pmm_proc **pmm_get_all(u64 from_id, u32 *n)
 
 	*n = 0;
 	mutex_lock(&pmm_lock);
-	out = pmm_nprocs ? kmalloc_array(pmm_nprocs, sizeof(*out), GFP_KERNEL) :
-			   NULL;
+	/* no process: ZERO_SIZE_PTR, not NULL, which means no memory */
+	out = kmalloc_array(pmm_nprocs, sizeof(*out), GFP_KERNEL);
 	if (out) {
 		list_for_each_entry(p, &pmm_procs, node) {
 			if (p->id < from_id)
@@ -244,12 +294,15 @@ static int no_entry(pid_t nr, struct pid_namespace *ns)
  * a reference: the entry of the live process with that number if it has
  * one, else the newest exited entry of that number that the caller may
  * read (another user's is skipped, as if absent). A running process the
- * caller may not read is -EPERM.
+ * caller may not read is -EPERM whether it is monitored or not, so that
+ * the answer tells nothing of other users' monitoring.
  */
 struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 {
 	struct pid_namespace *ns = task_active_pid_ns(current);
 	struct pmm_proc **all, *found = NULL;
+	struct task_struct *task = NULL;
+	bool live_ok = false;
 	struct pid *live;
 	u32 n, i;
 
@@ -260,25 +313,32 @@ struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 	live = nr ? pmm_tgid_of(nr, ns) : get_pid(task_tgid(current));
 	if (!nr)
 		nr = pid_vnr(live);
+	if (live)
+		task = get_pid_task(live, PIDTYPE_TGID);
+	if (task) {
+		live_ok = pmm_may_access_task(task, file);
+		put_task_struct(task);
+	}
 	all = pmm_get_all(0, &n);
-	for (i = 0; live && i < n && !found; i++)
+	if (!all) {
+		put_pid(live);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	for (i = 0; live_ok && i < n && !found; i++)
 		if (all[i]->pid == live)
 			found = all[i];
-	if (found && !pmm_may_access(found, file)) {
-		*err = -EPERM;
-		found = NULL;
-	} else if (!found) {
-		/* a dead process's number: its entry's pid is not the live one */
-		for (i = n; i-- > 0 && !found;)
-			if (all[i]->pid != live &&
-			    pid_nr_ns(all[i]->pid, ns) == nr &&
-			    pmm_may_access(all[i], file))
-				found = all[i];
-		if (!found)
-			*err = no_entry(nr, ns);
-	}
+	/* a dead process's number: its entry's pid is not the live one */
+	for (i = n; !found && i-- > 0;)
+		if (all[i]->pid != live && pid_nr_ns(all[i]->pid, ns) == nr &&
+		    pmm_may_access(all[i], file))
+			found = all[i];
 	if (found)
 		refcount_inc(&found->ref);
+	else if (task && !live_ok)
+		*err = -EPERM;
+	else
+		*err = no_entry(nr, ns);
 	pmm_put_all(all, 0, n);
 	put_pid(live);
 	return found;

@@ -14,11 +14,11 @@
  *    for a limit (counted in dropped_records); on -EINVAL it is the index of
  *    the first bad record.
  *  - Cursors: PMM_MONITORED_PIDS: the start order of the next pid;
- *    PMM_READ_BLOCKS: (bucket << 32 | index in bucket) of the hash table,
- *    so blocks come in table order; PMM_READ_SITES: the next site id;
- *    PMM_READ_SAMPLES: the sequence number of the next sample. Under
- *    concurrent changes a read never crashes but may skip or repeat
- *    entries (blocks when the table grows meanwhile).
+ *    PMM_READ_BLOCKS and PMM_READ_SITES: the next slot of the block or
+ *    site table, so they come in table order; PMM_READ_SAMPLES: the
+ *    sequence number of the next sample. Under concurrent changes a read
+ *    never crashes but may skip or repeat entries (when a table grows
+ *    meanwhile).
  */
 #define pr_fmt(fmt) "pmm: " fmt
 
@@ -226,6 +226,11 @@ static int pmm_log_chunk(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 	if (p->stopped) {
 		pmm_proc_unlock(p);
 		return -PMM_ENOTMONITORED_ERRNO;
+	}
+	if (unlikely(current_real_cred() != p->cred_seen)) {
+		/* exec or setuid: readers are judged on what it is now */
+		pmm_proc_refresh(p);
+		p->cred_seen = current_real_cred();
 	}
 	pmm_apply_records(p, r, n);
 	pmm_proc_unlock(p);
@@ -443,8 +448,10 @@ static long pmm_ioc_set_config(struct file *file, struct pmm_config __user *uc)
 	return 0;
 }
 
-static long pmm_ioc_get_config(struct pmm_config __user *uc)
+static long pmm_ioc_get_config(struct file *file, struct pmm_config __user *uc)
 {
+	struct pid_namespace *ns = task_active_pid_ns(current);
+	struct pid *start, *stop;
 	struct pmm_config c;
 	u32 size;
 
@@ -457,8 +464,8 @@ static long pmm_ioc_get_config(struct pmm_config __user *uc)
 	mutex_lock(&pmm_lock);
 	c.interval_ms = pmm_cfg.interval_ms;
 	c.scan = pmm_cfg.scan;
-	c.start_pid = pid_vnr(pmm_cfg.last_start);
-	c.stop_pid = pid_vnr(pmm_cfg.last_stop);
+	start = get_pid(pmm_cfg.last_start);
+	stop = get_pid(pmm_cfg.last_stop);
 	c.max_pids = pmm_cfg.max_pids;
 	c.max_blocks_per_pid = pmm_cfg.max_blocks;
 	c.max_sites_per_pid = pmm_cfg.max_sites;
@@ -467,6 +474,11 @@ static long pmm_ioc_get_config(struct pmm_config __user *uc)
 	c.exited_ttl_s = pmm_cfg.exited_ttl_s;
 	c.monitored_pids = pmm_nprocs;
 	mutex_unlock(&pmm_lock);
+	/* only a process the reader may read (checks walk /proc: no lock) */
+	c.start_pid = pmm_visible_nr(start, ns, file);
+	c.stop_pid = pmm_visible_nr(stop, ns, file);
+	put_pid(start);
+	put_pid(stop);
 	c.abi_version = PMM_ABI_VERSION;
 	c.records_accepted = atomic64_read(&pmm_records_accepted);
 	c.records_dropped = atomic64_read(&pmm_records_dropped);
@@ -532,9 +544,9 @@ static u32 fill_pids(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 			*done = false;
 			continue;
 		}
-		pmm_proc_lock(p);
+		pmm_proc_lock_read(p);
 		pmm_fill_pid_info(p, &out[n++], ctx->ns);
-		pmm_proc_unlock(p);
+		pmm_proc_unlock_read(p);
 		*cursor = p->id + 1;
 	}
 	pmm_put_all(all, 0, nall);
@@ -549,7 +561,7 @@ static u32 fill_blocks(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 	struct pmm_block_ent *b;
 	u32 n = 0;
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_fresh(p);
 	*total = p->nblocks;
 	b = pmm_block_at(p, cursor);
 	for (; b && n < max; ++*cursor, b = pmm_block_at(p, cursor)) {
@@ -564,7 +576,7 @@ static u32 fill_blocks(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 		n++;
 	}
 	*done = !b;
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	return n;
 }
 
@@ -576,13 +588,13 @@ static u32 fill_sites(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 	struct pmm_proc *p = ctx->p;
 	u32 n = 0;
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_fresh(p);
 	*total = p->nsites;
 	s = pmm_site_at(p, cursor);
 	for (; s && n < max; ++*cursor, s = pmm_site_at(p, cursor))
 		out[n++] = *s;
 	*done = !s;
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	return n;
 }
 
@@ -594,7 +606,7 @@ static u32 fill_samples(const struct pmm_read_ctx *ctx, u64 *cursor,
 	u64 oldest;
 	u32 n = 0;
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_fresh(p);
 	*total = p->ring ? min_t(u64, p->nsamples, p->ring_size) : 0;
 	oldest = p->nsamples - *total;
 	if (*cursor < oldest)
@@ -604,7 +616,7 @@ static u32 fill_samples(const struct pmm_read_ctx *ctx, u64 *cursor,
 		(*cursor)++;
 	}
 	*done = !p->ring || *cursor >= p->nsamples;
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	return n;
 }
 
@@ -691,9 +703,9 @@ static long pmm_ioc_get_stats(struct file *file, struct pmm_stats __user *us)
 		err = -ENOMEM;
 		goto out_put;
 	}
-	pmm_proc_lock(p);
+	pmm_proc_lock_fresh(p);
 	*st = p->stats;
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	st->pid = pid_vnr(p->pid);
 	st->reserved = 0;
 	if (copy_to_user(us, st, sizeof(*st)))
@@ -714,7 +726,7 @@ static long pmm_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case PMM_SET_CONFIG:
 		return pmm_ioc_set_config(file, argp);
 	case PMM_GET_CONFIG:
-		return pmm_ioc_get_config(argp);
+		return pmm_ioc_get_config(file, argp);
 	case PMM_MONITORED_PIDS:
 		return pmm_ioc_read(file, argp, &pmm_readers[0], false);
 	case PMM_REGISTER_SITE:

@@ -72,6 +72,8 @@ static struct genl_family pmm_genl_family __ro_after_init = {
 	.maxattr = PMM_A_MAX,
 	.policy = pmm_genl_policy,
 	.module = THIS_MODULE,
+	/* the dump takes only the module's locks: not under genl_mutex */
+	.parallel_ops = true,
 	.small_ops = pmm_genl_ops,
 	.n_small_ops = ARRAY_SIZE(pmm_genl_ops),
 	.mcgrps = pmm_genl_mcgrps,
@@ -133,12 +135,12 @@ void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p)
 	skb = pmm_genl_new(cmd, NLMSG_DEFAULT_SIZE, &hdr);
 	if (!skb)
 		return;
-	pmm_proc_lock(p);
+	pmm_proc_lock_read(p);
 	pmm_proc_refresh(p);
 	t = cmd == PMM_CMD_EXITED ? p->exit_time_ns : ktime_get_boottime_ns();
 	memcpy(comm, p->comm, sizeof(comm));
 	ppid = pid_nr(p->parent);
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	if (put_id(skb, p) || put_u64(skb, PMM_A_TIME, t) ||
 	    nla_put_string(skb, PMM_A_COMM, comm))
 		goto out_free;
@@ -218,7 +220,7 @@ static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 	u64 slot = 0;
 	u32 n = 0, i, min;
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_read(p);
 	for (s = pmm_site_at(p, &slot); s; ++slot, s = pmm_site_at(p, &slot)) {
 		if (!s->live_blocks)
 			continue;
@@ -236,7 +238,7 @@ static u32 pmm_top_sites(struct pmm_proc *p, struct pmm_top_site *top)
 		top[i].blocks = s->live_blocks;
 		top[i].id = s->desc.site;
 	}
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	sort(top, n, sizeof(*top), top_cmp, NULL);
 	return n;
 }
@@ -316,10 +318,10 @@ static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb)
 		p = all[i];
 		if (!pid_nr_ns(p->pid, ns) || !dump_may_access(p, file))
 			continue;
-		pmm_proc_lock(p);
+		pmm_proc_lock_read(p);
 		pmm_fill_pid_info(p, &info, ns);
 		memcpy(comm, p->comm, sizeof(comm));
-		pmm_proc_unlock(p);
+		pmm_proc_unlock_read(p);
 		hdr = genlmsg_put(skb, NETLINK_CB(cb->skb).portid,
 				  cb->nlh->nlmsg_seq, &pmm_genl_family,
 				  NLM_F_MULTI, PMM_CMD_GET_PIDS);

@@ -18,11 +18,16 @@
  *
  * The inbox. A thread whose records find the process's mutex taken does not
  * wait for it: it queues them on the lock-free inbox and returns, and the
- * holder applies them before it lets go (pmm_proc_unlock), as does whoever
- * takes the lock next (pmm_proc_lock). Every reader takes the lock, so it
- * sees every batch whose ioctl returned; one thread's records keep their
+ * holder applies them before it lets go (pmm_proc_unlock), as does the
+ * process's next sender (pmm_proc_lock). One thread's records keep their
  * order. A waiting thread would otherwise spin on the mutex for as long as
  * the other applies its batch (10% of the cpu with 2 threads, measured).
+ * Only the process's own threads, and its drain work item, apply its
+ * records: a reader or the sampler takes the lock with pmm_proc_lock_read
+ * and never does a (possibly hostile) process's table work. A reader that
+ * leaves records queued hands them to the drain work (an unbound workqueue,
+ * charged to the process's memory cgroup); a per-pid read waits for it
+ * first (pmm_proc_lock_fresh), so it sees every batch whose ioctl returned.
  */
 #ifndef _PMM_INT_H
 #define _PMM_INT_H
@@ -37,6 +42,7 @@
 #include <linux/cred.h>
 #include <linux/sched.h>
 #include <linux/siphash.h>
+#include <linux/workqueue.h>
 #include "uapi/pmm.h"
 
 #define PMM_DEF_INTERVAL_MS	10000
@@ -78,6 +84,15 @@ struct pmm_queued {
  * blocks, so 2048 here). A cluster this long costs its own process probes.
  */
 #define PMM_MAX_SAME_ADDR	PMM_MAX_BATCH
+
+/*
+ * No block is farther than this from its home slot in the block table (a
+ * cluster of one address's blocks fits, with room for its neighbours), nor
+ * a site farther than PMM_SITE_PROBE_MAX in the site table: every probe is
+ * bounded, whatever the process learned of its tables' order.
+ */
+#define PMM_PROBE_MAX		(2 * PMM_MAX_SAME_ADDR)
+#define PMM_SITE_PROBE_MAX	64
 
 /*
  * The block table: open addressing with linear probing, at most half full
@@ -133,11 +148,13 @@ struct pmm_proc {
 	u64 start_time_ns;		/* task start, CLOCK_BOOTTIME */
 	u64 monitor_start_ns;
 	hsiphash_key_t hkey;		/* seeds its tables' hashes */
-	bool stopped;			/* set under pmm_lock and lock */
+	bool stopped;			/* set under pmm_lock (WRITE_ONCE) */
 	unsigned long expires;		/* jiffies; 0 while running (READ_ONCE) */
 
 	struct llist_head inbox;	/* struct pmm_queued, newest first */
 	atomic_t inbox_records;
+	struct work_struct drain;	/* applies the inbox for a reader */
+	struct mem_cgroup *memcg;	/* its memory cgroup, held: drain work */
 
 	struct mutex lock;		/* protects all below */
 	u32 state;			/* PMM_STATE_* */
@@ -146,6 +163,7 @@ struct pmm_proc {
 	char comm[TASK_COMM_LEN];
 	struct pid *parent;		/* parent's thread group, held */
 	const struct cred *cred;	/* its credentials, held: access checks */
+	const struct cred *cred_seen;	/* a sender's, when cred was refreshed */
 	bool dumpable;			/*   after it exited */
 	/* tables; NULL once stopped (pmm_proc_retire), whoever holds p */
 	struct pmm_block_ent *blocks;	/* 1 << block_bits slots */
@@ -208,6 +226,9 @@ void pmm_proc_unpublish(struct pmm_proc *p);
 void pmm_proc_lock(struct pmm_proc *p);
 bool pmm_proc_trylock(struct pmm_proc *p);
 void pmm_proc_unlock(struct pmm_proc *p);
+void pmm_proc_lock_read(struct pmm_proc *p);
+void pmm_proc_lock_fresh(struct pmm_proc *p);
+void pmm_proc_unlock_read(struct pmm_proc *p);
 bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 u32 pmm_check_records(const struct pmm_record *r, u32 n);
@@ -228,6 +249,8 @@ void pmm_access_exit(void);
 bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred);
 bool pmm_may_access(struct pmm_proc *p, const struct file *file);
 bool pmm_may_access_task(struct task_struct *task, const struct file *file);
+pid_t pmm_visible_nr(struct pid *pid, struct pid_namespace *ns,
+		     const struct file *file);
 struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns);
 struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err);
 struct pmm_proc **pmm_get_all(u64 from_id, u32 *n);

@@ -7,7 +7,8 @@
  * MAX_SITES MAX_SAMPLES MAX_PIDS_PER_UID EXITED_TTL, one space, a decimal
  * number, optionally "\n"). Anything else, or a value out of range, is
  * -EINVAL and changes nothing. Writing needs CAP_SYS_ADMIN. START_PID and
- * STOP_PID are shown in the opener's pid namespace (0: not in it).
+ * STOP_PID are shown in the opener's pid namespace, and only when the
+ * reader may read that process (else 0).
  *
  * /proc/pmm/pid (0444) lists each monitored process that both the opener of
  * the file and the reader may ptrace, numbered in the opener's pid
@@ -61,7 +62,7 @@ static const struct pmm_cfg_key pmm_cfg_keys[] = {
 	{ "EXITED_TTL", "(Exited pid kept, seconds) := ", PMM_CFG_EXITED_TTL },
 };
 
-static long long pmm_cfg_get(u32 bit, struct pid_namespace *ns)
+static long long pmm_cfg_get(u32 bit, pid_t start, pid_t stop)
 {
 	switch (bit) {
 	case PMM_CFG_INTERVAL:
@@ -69,9 +70,9 @@ static long long pmm_cfg_get(u32 bit, struct pid_namespace *ns)
 	case PMM_CFG_SCAN:
 		return pmm_cfg.scan;
 	case PMM_CFG_START_PID:
-		return pid_nr_ns(pmm_cfg.last_start, ns);
+		return start;
 	case PMM_CFG_STOP_PID:
-		return pid_nr_ns(pmm_cfg.last_stop, ns);
+		return stop;
 	case PMM_CFG_MAX_PIDS:
 		return pmm_cfg.max_pids;
 	case PMM_CFG_MAX_BLOCKS:
@@ -90,13 +91,24 @@ static long long pmm_cfg_get(u32 bit, struct pid_namespace *ns)
 
 static int pmm_cfg_show(struct seq_file *m, void *v)
 {
+	struct pid *start_pid, *stop_pid;
+	pid_t start, stop;
 	unsigned int i;
 
+	mutex_lock(&pmm_lock);
+	start_pid = get_pid(pmm_cfg.last_start);
+	stop_pid = get_pid(pmm_cfg.last_stop);
+	mutex_unlock(&pmm_lock);
+	/* only a process the reader may read (checks walk /proc: no lock) */
+	start = pmm_visible_nr(start_pid, m->private, m->file);
+	stop = pmm_visible_nr(stop_pid, m->private, m->file);
+	put_pid(start_pid);
+	put_pid(stop_pid);
 	mutex_lock(&pmm_lock);
 	for (i = 0; i < ARRAY_SIZE(pmm_cfg_keys); i++)
 		seq_printf(m, "[\"%s\" %s%lld]\n", pmm_cfg_keys[i].key,
 			   pmm_cfg_keys[i].label,
-			   pmm_cfg_get(pmm_cfg_keys[i].bit, m->private));
+			   pmm_cfg_get(pmm_cfg_keys[i].bit, start, stop));
 	mutex_unlock(&pmm_lock);
 	return 0;
 }
@@ -224,7 +236,7 @@ static bool it_next_proc(struct pmm_pid_iter *it)
 	it->p = found;
 	it->nr++;
 	it->phase = PMM_IT_HEADER;
-	pmm_proc_lock(found);
+	pmm_proc_lock_read(found);
 	pmm_proc_refresh(found);
 	return true;
 }
@@ -249,7 +261,7 @@ static bool it_settle(struct pmm_pid_iter *it)
 		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
-		pmm_proc_unlock(it->p);
+		pmm_proc_unlock_read(it->p);
 		if (!it_next_proc(it))
 			return false;
 	}
@@ -272,7 +284,7 @@ static bool it_advance(struct pmm_pid_iter *it)
 		it->b = pmm_block_at(it->p, &it->slot);
 		if (it->b)
 			return true;
-		pmm_proc_unlock(it->p);
+		pmm_proc_unlock_read(it->p);
 		if (!it_next_proc(it))
 			return false;
 		break;
@@ -304,9 +316,15 @@ static void *pmm_pid_start(struct seq_file *m, loff_t *ppos)
 	}
 	if (!it->p)
 		return NULL;
-	pmm_proc_lock(it->p);
+	/* credentials may have changed since the last read (exec, setuid) */
+	if (!pmm_may_access(it->p, it->file)) {
+		if (!it_next_proc(it))
+			return NULL;
+		return it_settle(it) ? it : NULL;
+	}
+	pmm_proc_lock_read(it->p);
 	if (it->p->stopped) {
-		pmm_proc_unlock(it->p);
+		pmm_proc_unlock_read(it->p);
 		if (!it_next_proc(it))
 			return NULL;
 	}
@@ -327,7 +345,7 @@ static void pmm_pid_stop(struct seq_file *m, void *v)
 	struct pmm_pid_iter *it = m->private;
 
 	if (it->p)
-		pmm_proc_unlock(it->p);
+		pmm_proc_unlock_read(it->p);
 }
 
 static const char * const pmm_op_names[PMM_OP_NR] = {

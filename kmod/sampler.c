@@ -19,6 +19,7 @@
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
+#include <linux/memcontrol.h>
 #include "pmm_int.h"
 
 static struct task_struct *pmm_sampler;
@@ -77,6 +78,7 @@ static struct mm_struct *pmm_group_mm(struct task_struct *task)
 static void pmm_ring_grow(struct pmm_proc *p)
 {
 	u32 max = READ_ONCE(pmm_cfg.max_samples), old_size = p->ring_size;
+	struct mem_cgroup *old_memcg;
 	struct pmm_sample *ring, *old;
 	u64 seq, first;
 	u32 size;
@@ -84,9 +86,11 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	if (p->nsamples < old_size || old_size >= max || p->stopped)
 		return;
 	size = old_size ? min_t(u64, (u64)old_size * 2, max) : min(16U, max);
-	pmm_proc_unlock(p);
-	ring = kvmalloc_array(size, sizeof(*ring), GFP_KERNEL);
-	pmm_proc_lock(p);
+	pmm_proc_unlock_read(p);
+	old_memcg = set_active_memcg(p->memcg);	/* the process's memory */
+	ring = kvmalloc_array(size, sizeof(*ring), GFP_KERNEL_ACCOUNT);
+	set_active_memcg(old_memcg);
+	pmm_proc_lock_read(p);
 	if (!ring)
 		return;
 	if (p->ring_size != old_size || p->stopped) {
@@ -101,9 +105,9 @@ static void pmm_ring_grow(struct pmm_proc *p)
 		atomic64_add((u64)(size - old_size) * sizeof(*ring),
 			     &pmm_kmem_bytes);
 	}
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 	kvfree(old);
-	pmm_proc_lock(p);
+	pmm_proc_lock_read(p);
 }
 
 /* An exited entry whose time is up goes (unless stopped meanwhile). */
@@ -127,14 +131,14 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 	u64 live_bytes, live_blocks, dropped = 0;
 	bool exited = false, sites = false;
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_read(p);
 	pmm_expire_pending(p, false);
 	if (p->state == PMM_STATE_EXITED || p->stopped) {
-		pmm_proc_unlock(p);
+		pmm_proc_unlock_read(p);
 		pmm_expire_if_due(p);
 		return;
 	}
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 
 	task = get_pid_task(p->pid, PIDTYPE_TGID);
 	if (!task || atomic_read(&task->signal->live) == 0) {
@@ -149,9 +153,9 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 	if (mm && !scan) {
 		mmput(mm);
 		mm = NULL;
-		pmm_proc_lock(p);
+		pmm_proc_lock_read(p);
 		pmm_proc_refresh(p);
-		pmm_proc_unlock(p);
+		pmm_proc_unlock_read(p);
 		return;
 	}
 	if (mm) {
@@ -164,14 +168,18 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 	}
 	s.time_ns = ktime_get_boottime_ns();
 
-	pmm_proc_lock(p);
+	pmm_proc_lock_read(p);
+	if (p->stopped) {	/* stopped meanwhile: no event after STOPPED */
+		pmm_proc_unlock_read(p);
+		return;
+	}
 	if (!exited)
 		pmm_ring_grow(p);
 	if (exited) {
 		p->state = PMM_STATE_EXITED;
 		p->exit_time_ns = s.time_ns;
-		WRITE_ONCE(p->expires, jiffies + READ_ONCE(pmm_cfg.exited_ttl_s) *
-			   (unsigned long)HZ);
+		WRITE_ONCE(p->expires, (jiffies + READ_ONCE(pmm_cfg.exited_ttl_s) *
+					(unsigned long)HZ) ?: 1);
 	} else {
 		pmm_proc_refresh(p);
 		pmm_add_sample(p, &s);
@@ -183,7 +191,7 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 		dropped = p->dropped;
 		p->dropped_reported = dropped;
 	}
-	pmm_proc_unlock(p);
+	pmm_proc_unlock_read(p);
 
 	if (exited) {
 		pmm_genl_proc_event(PMM_CMD_EXITED, p);

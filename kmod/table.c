@@ -21,8 +21,12 @@
  *    record's time (with PMM_REC_F_PREV_FREED only the new block: the old
  *    one's allocation was sent FREED); MREMAP likewise for mappings;
  *  - at most PMM_MAX_SAME_ADDR blocks may share an address (more cannot be
- *    in flight at once from the hook); a further one is dropped, which
- *    also bounds the probes of the block table;
+ *    in flight at once from the hook), wherever a block lands (a trimmed
+ *    mapping moves); a further one is dropped;
+ *  - no block sits farther than PMM_PROBE_MAX slots from its home slot: a
+ *    process that learned the order of its table (reads show it) cannot
+ *    build longer runs, and no probe, removal or growth walks farther; a
+ *    block that finds no slot that close is dropped;
  *  - MUNMAP(ptr, len) pairs with a MMAP/MREMAP block that starts at ptr: a
  *    length >= the block's size removes it, a shorter one trims it from the
  *    start. An unmap that does not start at a block waits, then counts as
@@ -56,6 +60,8 @@
 #include <linux/sched/coredump.h>
 #include <linux/sched/signal.h>
 #include <linux/random.h>
+#include <linux/memcontrol.h>
+#include <linux/sched/mm.h>
 #include "pmm_int.h"
 
 /* Monitored processes by struct pid; RCU readers, writers under pmm_lock. */
@@ -63,6 +69,7 @@ static DEFINE_HASHTABLE(pmm_hash, 8);
 static struct kmem_cache *pmm_site_cache;
 static struct kmem_cache *pmm_queued_cache;
 static struct kmem_cache *pmm_pending_cache;
+static struct workqueue_struct *pmm_drain_wq;
 
 /*
  * With a constructor the slab does not clear each new object (init_on_alloc,
@@ -86,8 +93,12 @@ int pmm_table_init(void)
 					     sizeof(struct pmm_queued), 0,
 					     SLAB_ACCOUNT, pmm_queued_ctor);
 	pmm_pending_cache = KMEM_CACHE(pmm_pending, SLAB_ACCOUNT);
-	if (pmm_site_cache && pmm_queued_cache && pmm_pending_cache)
+	pmm_drain_wq = alloc_workqueue("pmm_drain", WQ_UNBOUND, 0);
+	if (pmm_site_cache && pmm_queued_cache && pmm_pending_cache &&
+	    pmm_drain_wq)
 		return 0;
+	if (pmm_drain_wq)
+		destroy_workqueue(pmm_drain_wq);
 	kmem_cache_destroy(pmm_pending_cache);
 	kmem_cache_destroy(pmm_queued_cache);
 	kmem_cache_destroy(pmm_site_cache);
@@ -96,6 +107,7 @@ int pmm_table_init(void)
 
 void pmm_table_exit(void)
 {
+	destroy_workqueue(pmm_drain_wq);	/* runs what is queued */
 	rcu_barrier();		/* kfree_rcu of the last processes */
 	kmem_cache_destroy(pmm_pending_cache);
 	kmem_cache_destroy(pmm_queued_cache);
@@ -175,14 +187,17 @@ void pmm_proc_refresh(struct pmm_proc *p)
 /* A per-pid read of an exited entry postpones its expiry. */
 void pmm_proc_touch(struct pmm_proc *p)
 {
-	if (READ_ONCE(p->expires))
-		WRITE_ONCE(p->expires, jiffies +
-			   READ_ONCE(pmm_cfg.exited_ttl_s) * (unsigned long)HZ);
+	if (READ_ONCE(p->expires))	/* 0 is "running": never store it */
+		WRITE_ONCE(p->expires, (jiffies + READ_ONCE(pmm_cfg.exited_ttl_s) *
+					(unsigned long)HZ) ?: 1);
 }
+
+static void pmm_proc_drain(struct work_struct *work);
 
 struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 {
 	struct task_struct *leader = task->group_leader;
+	struct mm_struct *mm;
 	struct pmm_proc *p;
 
 	p = kzalloc(proc_bytes(), GFP_KERNEL_ACCOUNT);
@@ -200,6 +215,12 @@ struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
 	refcount_set(&p->ref, 1);
 	mutex_init(&p->lock);
 	init_llist_head(&p->inbox);
+	INIT_WORK(&p->drain, pmm_proc_drain);
+	mm = get_task_mm(task);
+	if (mm) {
+		p->memcg = get_mem_cgroup_from_mm(mm);
+		mmput(mm);
+	}
 	hash_init(p->pending);
 	INIT_LIST_HEAD(&p->pending_fifo);
 	get_random_bytes(&p->hkey, sizeof(p->hkey));
@@ -277,6 +298,7 @@ void pmm_proc_put(struct pmm_proc *p)
 	put_pid(p->pid);
 	put_pid(p->parent);
 	put_cred(p->cred);
+	mem_cgroup_put(p->memcg);
 	kmem_add(-(long)proc_bytes());
 	kfree_rcu(p, rcu);
 }
@@ -373,35 +395,47 @@ static u32 site_home(struct pmm_proc *p, u32 id, u32 bits)
 	return hsiphash_1u32(id, &p->hkey) >> (32 - bits);
 }
 
-/* The slot of id in a table of 1 << bits: its entry, or the empty slot. */
+/*
+ * The slot of id in a table of 1 << bits: its entry, or the empty slot it
+ * would take; NULL when neither is within PMM_SITE_PROBE_MAX of its home.
+ */
 static struct pmm_site_stats **site_slot(struct pmm_proc *p,
 					 struct pmm_site_stats **tab, u32 bits,
 					 u32 id)
 {
-	u32 mask = (1U << bits) - 1, i = site_home(p, id, bits);
+	u32 mask = (1U << bits) - 1, i = site_home(p, id, bits), k;
 
-	while (tab[i] && tab[i]->desc.site != id)
-		i = (i + 1) & mask;
-	return &tab[i];
+	for (k = 0; k < PMM_SITE_PROBE_MAX; k++, i = (i + 1) & mask)
+		if (!tab[i] || tab[i]->desc.site == id)
+			return &tab[i];
+	return NULL;
 }
 
-/* Room for one more site: the table is created, or doubled at half full. */
-static bool sites_room(struct pmm_proc *p)
+/*
+ * Doubles the site table (or creates it). Fails, leaving it as it was,
+ * when memory is short, at the size limit, or when an entry would land too
+ * far from its home in the new one.
+ */
+static bool sites_grow(struct pmm_proc *p)
 {
 	u32 bits = p->site_bits ? p->site_bits + 1 : PMM_SITE_MIN_BITS, i;
-	struct pmm_site_stats **nt;
+	struct pmm_site_stats **nt, **slot;
 
-	if (p->sites && (p->nsites + 1) * 2 <= 1U << p->site_bits)
-		return true;
 	if (bits > PMM_SITE_MAX_BITS)
 		return false;
 	nt = kvcalloc(1U << bits, sizeof(*nt), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!nt)
 		return false;
-	for (i = 0; p->sites && i < 1U << p->site_bits; i++)
-		if (p->sites[i])
-			*site_slot(p, nt, bits, p->sites[i]->desc.site) =
-				p->sites[i];
+	for (i = 0; p->sites && i < 1U << p->site_bits; i++) {
+		if (!p->sites[i])
+			continue;
+		slot = site_slot(p, nt, bits, p->sites[i]->desc.site);
+		if (!slot) {
+			kvfree(nt);
+			return false;
+		}
+		*slot = p->sites[i];
+	}
 	if (p->sites)
 		kmem_add(-(long)(sizeof(*nt) << p->site_bits));
 	kmem_add(sizeof(*nt) << bits);
@@ -414,24 +448,30 @@ static bool sites_room(struct pmm_proc *p)
 /* site_get's slow path: the table, or a new (undescribed) entry. */
 static noinline struct pmm_site_stats *site_lookup(struct pmm_proc *p, u32 id)
 {
-	struct pmm_site_stats *s, **slot;
+	struct pmm_site_stats *s, **slot = NULL;
 
 	if (unlikely(!p->blocks))
 		return NULL;	/* retired */
-	if (p->sites) {
-		s = *site_slot(p, p->sites, p->site_bits, id);
-		if (s) {
-			p->site_cache[id % PMM_SITE_CACHE] = s;
-			return s;
-		}
+	if (p->sites)
+		slot = site_slot(p, p->sites, p->site_bits, id);
+	if (slot && *slot) {
+		p->site_cache[id % PMM_SITE_CACHE] = *slot;
+		return *slot;
 	}
-	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites) || !sites_room(p))
+	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites))
 		return NULL;
+	/* grown at half full, or when the slot is too far from its home */
+	if (!slot || (p->nsites + 1) * 2 > 1U << p->site_bits) {
+		if (!sites_grow(p) && !slot)
+			return NULL;
+		slot = site_slot(p, p->sites, p->site_bits, id);
+		if (!slot)
+			return NULL;
+	}
 	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
 	if (!s)
 		return NULL;
 	s->desc.site = id;
-	slot = site_slot(p, p->sites, p->site_bits, id);
 	*slot = s;
 	p->nsites++;
 	kmem_add(kmem_cache_size(pmm_site_cache));
@@ -510,23 +550,26 @@ static bool slot_used(const struct pmm_block_ent *e)
 	return e->op != PMM_OP_NONE;
 }
 
-/* The first empty slot from home on; the table always has one (block_room). */
+/* The first empty slot within PMM_PROBE_MAX of home, or NULL. */
 static struct pmm_block_ent *block_empty_from(struct pmm_block_ent *tab,
 					      u32 bits, u32 home)
 {
-	u32 mask = (1U << bits) - 1, i = home;
+	u32 mask = (1U << bits) - 1, i = home, k;
 
-	while (slot_used(&tab[i]))
-		i = (i + 1) & mask;
-	return &tab[i];
+	for (k = 0; k < PMM_PROBE_MAX; k++, i = (i + 1) & mask)
+		if (!slot_used(&tab[i]))
+			return &tab[i];
+	return NULL;
 }
 
-/* An empty slot for ptr. */
-static struct pmm_block_ent *block_slot_for(struct pmm_proc *p,
-					    struct pmm_block_ent *tab,
-					    u32 bits, u64 ptr)
+/* A block leaves the table's accounting without being freed (dropped). */
+static void block_forget(struct pmm_proc *p, const struct pmm_block_ent *b)
 {
-	return block_empty_from(tab, bits, block_home(p, ptr, bits));
+	p->live_bytes -= b->size * b->weight;
+	b->site->live_bytes -= b->size * b->weight;
+	b->site->live_blocks -= b->weight;
+	p->nblocks--;
+	pmm_drop(p);
 }
 
 /*
@@ -536,7 +579,7 @@ static struct pmm_block_ent *block_slot_for(struct pmm_proc *p,
 static noinline void blocks_grow(struct pmm_proc *p)
 {
 	u32 bits = p->block_bits + 1, i, h = 0;
-	struct pmm_block_ent *nt = NULL;
+	struct pmm_block_ent *nt = NULL, *slot;
 	bool hashed = false;
 	u64 last = 0;
 
@@ -555,8 +598,11 @@ static noinline void blocks_grow(struct pmm_proc *p)
 				last = p->blocks[i].ptr;
 				h = block_hash(p, last);
 			}
-			*block_empty_from(nt, bits, h >> (32 - bits)) =
-				p->blocks[i];
+			slot = block_empty_from(nt, bits, h >> (32 - bits));
+			if (slot)
+				*slot = p->blocks[i];
+			else
+				block_forget(p, &p->blocks[i]);
 		}
 		if (!(i & 4095))
 			cond_resched();
@@ -581,7 +627,7 @@ static __always_inline bool block_room(struct pmm_proc *p)
 
 /*
  * How many live blocks of that kind sit at ptr; *free is the empty slot a
- * new block at ptr goes to.
+ * new block at ptr goes to, NULL if none is within PMM_PROBE_MAX.
  */
 static __always_inline u32
 block_count_at(struct pmm_proc *p, u64 ptr, bool map,
@@ -589,14 +635,33 @@ block_count_at(struct pmm_proc *p, u64 ptr, bool map,
 {
 	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits), n = 0;
 	struct pmm_block_ent *e;
+	u32 k;
 
-	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
+	*free = NULL;
+	for (k = 0; k < PMM_PROBE_MAX; k++, i = (i + 1) & mask) {
+		e = &p->blocks[i];
+		if (!slot_used(e)) {
+			*free = e;
+			break;
+		}
 		if (e->ptr == ptr && op_is_map(e->op) == map)
 			n++;
-		i = (i + 1) & mask;
 	}
-	*free = e;
 	return n;
+}
+
+/*
+ * The slot a block at ptr may take: NULL when PMM_MAX_SAME_ADDR blocks sit
+ * there already or no slot is close enough to its home.
+ */
+static __always_inline struct pmm_block_ent *
+block_slot_at(struct pmm_proc *p, u64 ptr, bool map)
+{
+	struct pmm_block_ent *free;
+
+	if (block_count_at(p, ptr, map, &free) >= PMM_MAX_SAME_ADDR)
+		return NULL;
+	return free;
 }
 
 /*
@@ -621,10 +686,13 @@ static bool tag_fits(u64 alloc_time, u32 tag)
 static __always_inline struct pmm_block_ent *
 block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 {
-	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits);
+	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits), k;
 	struct pmm_block_ent *e, *best = NULL;
 
-	for (e = &p->blocks[i]; slot_used(e); e = &p->blocks[i]) {
+	for (k = 0; k < PMM_PROBE_MAX; k++) {
+		e = &p->blocks[i];
+		if (!slot_used(e))
+			break;
 		i = (i + 1) & mask;
 		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t ||
 		    !tag_fits(e->time_ns, tag))
@@ -637,7 +705,9 @@ block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
 
 /*
  * Empties slot e and shifts later entries of its cluster back, so that no
- * probe meets a hole before its entry (no tombstones).
+ * probe meets a hole before its entry (no tombstones). An entry
+ * PMM_PROBE_MAX or more past the hole has its home after the hole (no
+ * entry is farther from home), so the walk stops there.
  */
 static __always_inline void block_unlink(struct pmm_proc *p,
 					 struct pmm_block_ent *e)
@@ -651,7 +721,7 @@ static __always_inline void block_unlink(struct pmm_proc *p,
 
 	for (;;) {
 		i = (i + 1) & mask;
-		if (!slot_used(&tab[i]))
+		if (!slot_used(&tab[i]) || ((i - hole) & mask) >= PMM_PROBE_MAX)
 			break;
 		/* blocks at one address sit together: hash it once */
 		if (!hashed || tab[i].ptr != last) {
@@ -807,13 +877,19 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 
 	if (p->npending)
 		pe = pending_find(p, ptr, t, op_is_map(op));
-	/* a block remains unless a pending free cancels all of it */
+	/*
+	 * A block remains unless a pending free cancels all of it; an unmap
+	 * that cancels its start leaves the rest at ptr + its length.
+	 */
 	need_block = !pe || (pe->op == PMM_OP_MUNMAP && pe->len < size);
-	if (need_block && (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
-			   !block_room(p) ||
-			   block_count_at(p, ptr, op_is_map(op), &b) >=
-			   PMM_MAX_SAME_ADDR))
-		goto drop;
+	if (need_block) {
+		if (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
+		    !block_room(p))
+			goto drop;
+		b = block_slot_at(p, pe ? ptr + pe->len : ptr, op_is_map(op));
+		if (!b)
+			goto drop;
+	}
 	s = site_get(p, site);
 	if (!s)
 		goto drop;
@@ -828,7 +904,6 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 		ptr += len;
 		size -= len;
 		bucket = size_bucket(size);
-		b = block_slot_for(p, p->blocks, p->block_bits, ptr);
 	}
 	b->ptr = ptr;
 	b->prev_ptr = prev;
@@ -866,7 +941,11 @@ static __always_inline bool free_now(struct pmm_proc *p, u64 ptr, u64 len,
 		moved.ptr += len;
 		moved.size -= len;
 		moved.bucket = size_bucket(moved.size);
-		*block_slot_for(p, p->blocks, p->block_bits, moved.ptr) = moved;
+		b = block_slot_at(p, moved.ptr, true);
+		if (b)
+			*b = moved;
+		else
+			block_forget(p, &moved);	/* and so is the rest */
 		return true;
 	}
 	count_free(p, b->site, fop, b->bucket, b->size, b->weight);
@@ -1109,9 +1188,11 @@ bool pmm_proc_trylock(struct pmm_proc *p)
  * before it tries the lock and a holder looks at the inbox after it let go
  * (a full barrier each side), so one of the two always sees the other: no
  * batch is left behind for long. The rounds are bounded so that a sender
- * does not work for the others for ever; what is left waits for the next
- * holder, and every reader is one.
+ * does not work for the others for ever; what is left goes to the drain
+ * work.
  */
+static void pmm_proc_kick(struct pmm_proc *p);
+
 void pmm_proc_unlock(struct pmm_proc *p)
 {
 	int rounds = 4;
@@ -1119,12 +1200,61 @@ void pmm_proc_unlock(struct pmm_proc *p)
 	mutex_unlock(&p->lock);
 	for (;;) {
 		smp_mb();	/* the unlock before the look at the inbox */
-		if (llist_empty(&p->inbox) || !rounds-- ||
-		    !mutex_trylock(&p->lock))
+		if (llist_empty(&p->inbox) || !mutex_trylock(&p->lock))
 			return;
+		if (!rounds--) {
+			mutex_unlock(&p->lock);
+			pmm_proc_kick(p);	/* the rest is the drain's */
+			return;
+		}
 		inbox_drain(p);
 		mutex_unlock(&p->lock);
 	}
+}
+
+/* Has the drain work apply what is queued; it holds a reference meanwhile. */
+static void pmm_proc_kick(struct pmm_proc *p)
+{
+	refcount_inc(&p->ref);
+	if (!queue_work(pmm_drain_wq, &p->drain))
+		pmm_proc_put(p);	/* queued already: not the last reference */
+}
+
+/* The drain work: applies the inbox, charged to the process's cgroup. */
+static void pmm_proc_drain(struct work_struct *work)
+{
+	struct pmm_proc *p = container_of(work, struct pmm_proc, drain);
+	struct mem_cgroup *old = set_active_memcg(p->memcg);
+
+	pmm_proc_lock(p);
+	pmm_proc_unlock(p);
+	set_active_memcg(old);
+	pmm_proc_put(p);
+}
+
+/* A reader's lock: it applies nothing (see the inbox in pmm_int.h). */
+void pmm_proc_lock_read(struct pmm_proc *p)
+{
+	mutex_lock(&p->lock);
+}
+
+/* The same, once what was queued before is applied (per-pid reads). */
+void pmm_proc_lock_fresh(struct pmm_proc *p)
+{
+	if (!llist_empty(&p->inbox)) {
+		pmm_proc_kick(p);
+		flush_work(&p->drain);
+	}
+	mutex_lock(&p->lock);
+}
+
+/* A reader lets go; what was queued meanwhile goes to the drain work. */
+void pmm_proc_unlock_read(struct pmm_proc *p)
+{
+	mutex_unlock(&p->lock);
+	smp_mb();	/* the unlock before the look at the inbox */
+	if (!llist_empty(&p->inbox))
+		pmm_proc_kick(p);
 }
 
 /*

@@ -222,11 +222,18 @@ def test_other_users_process_is_refused(open_dev: None) -> None:
     assert got == {"blocks": errno.EPERM, "sites": errno.EPERM, "samples": errno.EPERM,
                    "stats": errno.EPERM, "stop": errno.EPERM, "start_a": errno.EPERM,
                    "start_b": 0, "listed": [b.pid]}
+    # whether A's process is monitored or not, B learns nothing: EPERM both
+    # ways, and the last START (A's) is not shown to B
+    a2 = spawn_as(USER_A)
+    assert as_user_fn(USER_B, lambda: read_err(Dev(), uapi.READ_BLOCKS, a2.pid)) == errno.EPERM
+    assert start_as(USER_A, a2.pid) == 0
+    assert as_user_fn(USER_B, lambda: Dev().config().start_pid) == 0
+    assert as_user_fn(USER_A, lambda: Dev().config().start_pid) == a2.pid
     mine = as_user_fn(USER_A, lambda: (read_err(Dev(), uapi.READ_BLOCKS, a.pid),
                                        sorted(p.pid for p in Dev().pids())))
-    assert mine == [0, [a.pid]]
+    assert mine == [0, sorted([a.pid, a2.pid])]
     with Dev() as d:
-        assert sorted(pids_of(d)) == sorted([a.pid, b.pid])
+        assert sorted(pids_of(d)) == sorted([a.pid, a2.pid, b.pid])
 
 
 def test_fd_opened_by_a_user_shows_a_root_caller_only_that_users(open_dev: None,
@@ -254,10 +261,13 @@ def test_fd_opened_by_a_user_shows_a_root_caller_only_that_users(open_dev: None,
     os.waitpid(child, 0)
     handed = Dev(fds[0])
     try:
+        d.start()  # root's own process: not A's to see either
         assert sorted(pids_of(handed)) == [a.pid]
         assert read_err(handed, uapi.READ_BLOCKS, root_s.pid) == errno.EPERM
+        assert read_err(handed, uapi.READ_BLOCKS, 0) == errno.EPERM
         assert read_err(handed, uapi.READ_BLOCKS, a.pid) == 0
         assert handed.err(uapi.SET_CONFIG, Dev.config_arg(stop_pid=root_s.pid)) == errno.EPERM
+        d.stop()
     finally:
         handed.close()
         root_s.kill()
@@ -390,8 +400,6 @@ def test_pid_namespace_sees_only_its_own(d: Dev) -> None:
     assert re.match(rf"\[1\] PID: {me}, Comp: python\S*, PPID: 0, State: 1,", got["proc"])
     assert got["dump"] == {"pids": [me]}
     assert got["after_stop"] == []
-    # outside, the inner process had an init-namespace number, not 1
-    assert d.config().start_pid not in (0, 1)
     outer.kill()
     outer.wait()
 
@@ -433,6 +441,25 @@ def test_stop_frees_tables_a_reader_holds(d: Dev) -> None:
         for f in readers:
             f.close()
     assert d.config().kmem_bytes == base
+
+
+def test_trimmed_mappings_cannot_pile_up_at_one_address(d: Dev) -> None:
+    """Mappings trimmed from their start all move to one address: no more
+    than PMM_MAX_SAME_ADDR blocks may sit there (the rest are dropped and
+    counted), as for blocks sent at one address, so probes stay bounded."""
+    top, n, page = 0x7000_0000_0000, uapi.MAX_BATCH + 500, 4096
+    recs = []
+    for k in range(1, n + 1):
+        recs.append(rec(uapi.Op.MMAP, ptr=top - k * page, size=(k + 1) * page, site=1))
+        recs.append(rec(uapi.Op.MUNMAP, ptr=top - k * page, size=k * page))
+    d.start()
+    d.send(recs)
+    at_top = [b for b in d.blocks() if b.ptr == top]
+    info = d.info()
+    d.stop()
+    assert len(at_top) == uapi.MAX_BATCH
+    assert info.live_blocks == uapi.MAX_BATCH
+    assert info.dropped_records == n - uapi.MAX_BATCH
 
 
 def test_per_user_cap_on_monitored_pids(open_dev: None) -> None:

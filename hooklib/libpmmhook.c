@@ -1140,10 +1140,11 @@ static int tbuf_get(struct tstate *t)
 		t->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
 	}
 	if (!t->keyed) {
+		uint64_t mask = pmm_internal_begin();	/* it may malloc */
+
 		t->keyed = 1;
-		pmm_internal++;
-		pthread_setspecific(g_key, t);	/* may malloc: guard is held */
-		pmm_internal--;
+		pthread_setspecific(g_key, t);
+		pmm_internal_end(mask);
 	}
 	errno = saved;
 	return 1;
@@ -1941,6 +1942,7 @@ static void pmm_init(void)
 	struct tstate *t = &t_st;
 	int expected = 0, saved = errno, r, fd;
 	const char *u;
+	uint64_t mask;
 	char **env;
 	long v;
 
@@ -1950,7 +1952,7 @@ static void pmm_init(void)
 					 __ATOMIC_ACQUIRE))
 		return;
 	guard_take(t);
-	pmm_internal++;
+	mask = pmm_internal_begin();
 	real.malloc = sym("malloc");
 	real.free = sym("free");
 	real.calloc = sym("calloc");
@@ -2044,7 +2046,7 @@ static void pmm_init(void)
 			pmm_dev_refused(-r, "PMM_QUERY_SELF");
 	}
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
-	pmm_internal--;
+	pmm_internal_end(mask);
 	guard_drop(t);
 	errno = saved;
 }

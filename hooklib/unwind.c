@@ -16,7 +16,6 @@
  * the loader's lock (dl_iterate_phdr); see the README for figures.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <unwind.h>
@@ -29,15 +28,14 @@ static __thread uintptr_t t_stack_hi
 	__attribute__((tls_model("initial-exec")));
 
 /* pthread_getattr_np reads /proc/self/maps for the main thread (malloc,
- * stdio): the hook's own call (pmm_internal), errno kept. */
+ * stdio): the hook's own call (pmm_internal_begin), errno kept. */
 static void stack_bounds(uintptr_t sp)
 {
+	uint64_t mask = pmm_internal_begin();
 	pthread_attr_t attr;
-	int saved = errno;
 	void *addr;
 	size_t size;
 
-	pmm_internal++;
 	if (pthread_getattr_np(pthread_self(), &attr) == 0) {
 		if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
 			t_stack_lo = (uintptr_t)addr;
@@ -45,8 +43,7 @@ static void stack_bounds(uintptr_t sp)
 		}
 		pthread_attr_destroy(&attr);
 	}
-	pmm_internal--;
-	errno = saved;
+	pmm_internal_end(mask);
 	if (t_stack_hi <= sp || t_stack_lo > sp) {
 		/* unknown stack: allow only the page-rounded 64 KiB above sp */
 		t_stack_lo = sp;
@@ -122,12 +119,10 @@ __attribute__((noinline))
 int pmm_unwind_eh(uint64_t *out, int max, void *ra0)
 {
 	struct eh_walk w = { .out = out, .ra0 = (uintptr_t)ra0, .max = max };
-	int saved = errno;
+	uint64_t mask = pmm_internal_begin();	/* libgcc may malloc (its FDE tables) */
 
-	pmm_internal++;	/* libgcc may malloc (its FDE tables) */
 	_Unwind_Backtrace(eh_step, &w);
-	pmm_internal--;
-	errno = saved;
+	pmm_internal_end(mask);
 	if (w.n == 0) {
 		out[0] = (uintptr_t)ra0;
 		w.n = 1;

@@ -41,7 +41,8 @@
  * not monitored (the parent's buffered records are the parent's to send);
  * it polls like any unmonitored process, and with PMM_FOLLOW_FORK=1 asks to
  * be monitored at once. A vfork child sends nothing and leaves the parent's
- * state as it is (pmm_mine). exec: the library leaves the environment
+ * state as it is (pmm_mine); a child made without fork handlers (_Fork, a
+ * raw clone) becomes a forked child where it first sends or polls. exec: the library leaves the environment
  * alone, so LD_PRELOAD (and the PMM_* variables) pass on to the new
  * program, which loads the library afresh; the device is opened O_CLOEXEC,
  * at fd 3 or above.
@@ -60,6 +61,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -239,6 +241,17 @@ struct tstate {
 		uint32_t id;
 	} site_cache[SITE_CACHE];
 	uint64_t held;		/* malloc's budget while the guard is held */
+	/*
+	 * A vfork child that found this buffer full (vfork_pin): the child's
+	 * robust futex list holds word, which the kernel marks when the child
+	 * exits or execs; pid, the child's, is non-zero while it may run.
+	 */
+	struct {
+		struct robust_list_head head;
+		struct robust_list entry;
+		uint32_t word;
+		pid_t pid;
+	} pin;
 };
 
 static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
@@ -620,12 +633,64 @@ static inline uint64_t stamp_map(struct tstate *t)
  * state. So whatever sends, or reacts to a refusal, first checks that the
  * caller is this process (one getpid system call, on those paths only:
  * never per record).
+ *
+ * A child made without fork handlers (glibc's _Fork, a raw clone or fork
+ * system call) has another pid too, but a copy of the memory: it must
+ * become a forked child (at_fork_child), not keep the parent's state as a
+ * vfork child does. g_fork_marker points into a page mapped with
+ * MADV_WIPEONFORK, set to 1 in this process: a copied child finds it 0, a
+ * vfork (or CLONE_VM) child, sharing the memory, finds it 1. NULL if the
+ * kernel has no MADV_WIPEONFORK (before 4.14): every child with another
+ * pid is then taken for a vfork child.
  */
 static pid_t g_pid;
+static volatile uint8_t *g_fork_marker;
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK	18
+#endif
+
+static void at_fork_child(void);
+
+static void fork_marker_map(void)
+{
+	int saved = errno;
+	void *p = real.mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			    -1, 0);
+
+	if (p != MAP_FAILED && madvise(p, 4096, MADV_WIPEONFORK) == 0) {
+		*(volatile uint8_t *)p = 1;
+		g_fork_marker = p;
+	} else if (p != MAP_FAILED) {
+		real.munmap(p, 4096);
+	}
+	errno = saved;
+}
+
+/* A vfork child pinned the buffer and has not exited or exec'd yet. */
+static inline int vfork_child_runs(struct tstate *t)
+{
+	if (likely(!t->pin.pid))
+		return 0;
+	if (__atomic_load_n(&t->pin.word, __ATOMIC_ACQUIRE) == (uint32_t)t->pin.pid)
+		return 1;
+	t->pin.pid = 0;	/* it has: this is the parent again */
+	return 0;
+}
 
 int pmm_mine(void)
 {
-	return (pid_t)syscall(SYS_getpid) == __atomic_load_n(&g_pid, __ATOMIC_RELAXED);
+	pid_t me;
+
+	if (vfork_child_runs(&t_st))
+		return 0;
+	me = (pid_t)syscall(SYS_getpid);
+	if (likely(me == __atomic_load_n(&g_pid, __ATOMIC_RELAXED)))
+		return 1;
+	if (!g_fork_marker || *g_fork_marker)
+		return 0;	/* a vfork or CLONE_VM child: the parent's state */
+	at_fork_child();	/* a copy made without fork handlers */
+	return 1;
 }
 
 /* g_fd's file as dev_open found it (fstat). */
@@ -1233,13 +1298,43 @@ static uint32_t merge_freed(struct pmm_record *buf, uint32_t n)
 }
 
 /*
+ * A vfork child found the buffer full: from now on each of its records
+ * would ask getpid whether it is still the child. Instead the child
+ * registers a robust futex list of one word holding its pid, which the
+ * kernel marks (FUTEX_OWNER_DIED) when the child exits or execs, however
+ * it does: while the word holds the pid, the caller is the child, and no
+ * system call says so. The parent finds the word marked at its next
+ * record and takes its buffer back. Not if the child has a list of its own
+ * already (glibc sets none in a vfork child): then every record asks.
+ */
+static void vfork_pin(struct tstate *t)
+{
+	struct robust_list_head *head = NULL;
+	int saved = errno;
+	size_t len;
+
+	if (syscall(SYS_get_robust_list, 0, &head, &len) == 0 && !head) {
+		t->pin.head.list.next = &t->pin.entry;
+		t->pin.head.futex_offset = (long)offsetof(struct tstate, pin.word) -
+					   (long)offsetof(struct tstate, pin.entry);
+		t->pin.head.list_op_pending = NULL;
+		t->pin.entry.next = &t->pin.head.list;
+		t->pin.word = (uint32_t)syscall(SYS_getpid);
+		if (syscall(SYS_set_robust_list, &t->pin.head, sizeof(t->pin.head)) == 0)
+			t->pin.pid = (pid_t)t->pin.word;
+	}
+	errno = saved;
+}
+
+/*
  * flush() in a vfork child (see pmm_mine): the buffer is the parent
  * thread's, and so is the heap, so the child's records (blocks it left in
  * the parent's heap included) stay there for the parent to send. The next
- * try is when the buffer is full or FLUSH_NS later. A full buffer holds
- * g_tbuf_records records and the spare one after them, where the next
- * record is written and dropped here: a child that allocates that much
- * loses its last records, never the parent's.
+ * try is FLUSH_NS later, or when the buffer is full, and then never again
+ * (vfork_pin). A full buffer holds g_tbuf_records records and the spare
+ * one after them, where the next record is written and dropped here: a
+ * child that allocates that much loses its last records, never the
+ * parent's.
  */
 __attribute__((noinline, cold)) static void flush_later(struct tstate *t)
 {
@@ -1247,6 +1342,8 @@ __attribute__((noinline, cold)) static void flush_later(struct tstate *t)
 		t->n = g_tbuf_records;
 	t->full = g_tbuf_records;
 	t->first_ns = coarse_ns();
+	if (t->n == g_tbuf_records && !t->pin.pid)
+		vfork_pin(t);
 }
 
 static void flush(struct tstate *t)
@@ -1832,8 +1929,6 @@ note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *ms
 
 /* ---- init ----------------------------------------------------------------- */
 
-static void at_fork_child(void);
-
 static void *sym(const char *name)
 {
 	return dlsym(RTLD_NEXT, name);
@@ -1974,6 +2069,7 @@ static void pmm_init(void)
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
 	g_alone_rng = alone_seed();
+	fork_marker_map();
 
 	env = init_env();
 	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
@@ -2067,13 +2163,23 @@ __attribute__((destructor)) static void pmm_fini(void)
 	guard_drop(t);
 }
 
+/*
+ * A forked child: pthread_atfork's child handler, or pmm_mine when a child
+ * made without fork handlers first sends or polls (possibly inside a hook).
+ */
 static void at_fork_child(void)
 {
 	struct tstate *t = &t_st;
 
 	__atomic_store_n(&g_pid, (pid_t)syscall(SYS_getpid), __ATOMIC_RELAXED);
+	if (g_fork_marker)
+		*g_fork_marker = 1;	/* wiped in this copy */
+	g_alone_rng = alone_seed();	/* not the parent's draws */
+	t->rng = 0;
+	t->pin.pid = 0;
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
 	t->left = 0;
+	t->held = 0;
 	t->sampling = 0;
 	g_exact_key = EXACT_OFF;
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);

@@ -3,11 +3,12 @@
  * A vfork child that allocates: it runs on the parent's memory and calling
  * thread (TLS included), so what the hook does in it happens to the
  * parent's state.
- *   vfork full|late   the parent allocates and frees 300 blocks of 48
- *                     bytes, then vforks; the child allocates and frees
+ *   vfork full|over|late   the parent allocates and frees 300 blocks of
+ *                     48 bytes, then vforks; the child allocates and frees
  *                     300 blocks of 88 bytes (full: at once, filling a
- *                     PMM_BUFFER=512 buffer) or 50 after sleeping 150 ms
- *                     (late: past the buffer's 100 ms deadline), then
+ *                     PMM_BUFFER=512 buffer), 3000 (over: filling it and
+ *                     going on) or 50 after sleeping 150 ms (late: past
+ *                     the buffer's 100 ms deadline), then
  *                     _exit(0)s; the parent then allocates and frees 1000
  *                     blocks of 56 bytes and prints "child PID".
  */
@@ -31,6 +32,7 @@ __attribute__((noinline)) static void churn(size_t size, int n)
 int main(int argc, char **argv)
 {
 	int late = argc > 1 && !strcmp(argv[1], "late"), status;
+	int over = argc > 1 && !strcmp(argv[1], "over");
 	struct timespec pause = { 0, 150 * 1000 * 1000 };
 	pid_t pid;
 
@@ -39,7 +41,7 @@ int main(int argc, char **argv)
 	if (pid == 0) {
 		if (late)
 			nanosleep(&pause, NULL);
-		churn(88, late ? 50 : 300);
+		churn(88, late ? 50 : over ? 3000 : 300);
 		_exit(0);
 	}
 	if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0)

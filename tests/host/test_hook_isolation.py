@@ -160,12 +160,12 @@ def test_device_fd_closed_by_the_program(tmp_path: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("fastpath", ["1", "0"])
-@pytest.mark.parametrize("mode", ["full", "late"])
+@pytest.mark.parametrize("mode", ["full", "over", "late"])
 def test_vfork_child_leaves_the_parent_monitored(tmp_path: Path, mode: str,
                                                   fastpath: str) -> None:
     """vfork: the parent buffers 300 blocks of 48 bytes, its vfork child
     allocates blocks of 88 bytes (full: 300, which fill the parent's buffer
-    of 512 records; late: 50 after 150 ms, past the buffer's deadline,
+    of 512 records; over: 3000; late: 50 after 150 ms, past the buffer's deadline,
     with PMM_CLOCK=mono so that the fake device's time moves), and the
     parent then 1000 blocks of 56 bytes. The child shares the parent's
     memory and thread, and the fake module, as the real one, refuses a
@@ -173,7 +173,7 @@ def test_vfork_child_leaves_the_parent_monitored(tmp_path: Path, mode: str,
     its pid), nor stop or disable the hook for the parent. Every record
     arrives from the parent: its own, and the child's, which stay in the
     parent's buffer (the child's blocks are in the parent's heap) until
-    the buffer is full: full leaves room for 212 of them. The hook used to
+    the buffer is full: full and over leave room for 212 of them. The hook used to
     send the buffer from the child, which the module refused, and stopped:
     the parent's 56-byte blocks went unrecorded."""
     log = tmp_path / "calls.bin"
@@ -195,6 +195,69 @@ def test_vfork_child_leaves_the_parent_monitored(tmp_path: Path, mode: str,
                 frees += rec.weight if rec.flags & uapi.REC_F_FREED else 0
             elif rec.op == uapi.Op.FREE and rec.ptr:
                 frees += 1
-    want = {48: 300, 88: 212 if mode == "full" else 50, 56: 1000}
+    want = {48: 300, 88: 50 if mode == "late" else 212, 56: 1000}
     assert {s: blocks.get(s) for s in want} == want
     assert frees == sum(want.values())
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_vfork_child_with_a_full_buffer_asks_no_more(tmp_path: Path, fastpath: str) -> None:
+    """vfork over: the child fills the parent's buffer of 512 records and
+    makes 2788 blocks more, whose records are dropped. Once it finds the
+    buffer full and itself a child (getpid), it registers a robust futex
+    list whose one word the kernel marks when it exits or execs, and asks
+    nothing more: at most 2 getpid from the child (strace), where every
+    record after the buffer filled used to ask again (5577 for its 2788
+    blocks). The
+    parent, finding the word marked, sends its buffer (the test above)."""
+    trace = tmp_path / "strace.txt"
+    env = clean_env(PMM_QUIET="1", PMM_BUFFER="512", PMM_FASTPATH=fastpath)
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=getpid", "-o", str(trace),
+                        "env", f"LD_PRELOAD={FAKE}", str(HBIN / "vfork"), "over"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, "")
+    child = int(r.stdout.split()[1])
+    asked = [line for line in trace.read_text().splitlines()
+             if line.startswith(f"{child} ") and "getpid()" in line]
+    assert 1 <= len(asked) <= 2, len(asked)
+
+
+@pytest.mark.parametrize("how", ["fork", "_Fork", "clone"])
+def test_child_made_without_fork_handlers(tmp_path: Path, how: str) -> None:
+    """forkraw, PMM_FOLLOW_FORK=1: the parent buffers 300 blocks of 48
+    bytes and makes a child with fork(), glibc's _Fork() or a raw clone
+    system call; the last two run no atfork handler, but the child has a
+    copy of the memory: the hook's page mapped with MADV_WIPEONFORK is
+    zeroed in it, where a vfork child would find it set. When the child
+    first sends (its inherited buffer fills) it finds another pid and a
+    zeroed page, and becomes a forked child: empty buffer, START_PID 0
+    asked (PMM_FOLLOW_FORK), and from then on its records go out under its
+    pid: its 1000 blocks of 104 bytes, and of its 600 blocks of 88 bytes
+    those after the 212 that filled the buffer (fork: all of them). The
+    parent's blocks all arrive from the parent. The hook used to take such
+    a child for a vfork child for good: it never sent, never polled, and
+    asked getpid on every record once the buffer was full."""
+    log = tmp_path / "calls.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_BUFFER="512",
+                    PMM_FOLLOW_FORK="1", PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "forkraw"), how], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    child = int(r.stdout.split()[1])
+    calls = fake_log_calls(log)
+    parent = calls[0].pid
+    assert {c.pid for c in calls} == {parent, child}
+    assert all(c.result >= 0 for c in calls)
+    first = next(c for c in calls if c.pid == child)
+    assert first.config is not None
+    assert (first.nr, first.config.set, first.config.start_pid) == (
+        NR_SET_CONFIG, uapi.CFG_START_PID, 0)
+    blocks: dict[tuple[int, int], int] = {}
+    for c in calls:
+        for rec in c.records:
+            if rec.op == uapi.Op.MALLOC and rec.size in (48, 56, 88, 104):
+                key = (c.pid, rec.size)
+                blocks[key] = blocks.get(key, 0) + rec.weight
+    assert blocks == {(parent, 48): 300, (parent, 56): 1000,
+                      (child, 88): 600 if how == "fork" else 388, (child, 104): 1000}

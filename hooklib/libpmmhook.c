@@ -607,7 +607,8 @@ static inline uint64_t next_stamp(struct tstate *t, uint64_t at)
 	return stamp_from(t, coarse_ns(), at);
 }
 
-/* A mapping's record: after every earlier mapping record of the process. */
+/* A mapping's record: after every earlier mapping record of the process.
+ * t NULL: made alone (record_alone), without the thread's clock. */
 static inline uint64_t stamp_map(struct tstate *t)
 {
 	uint64_t v, cur;
@@ -615,10 +616,16 @@ static inline uint64_t stamp_map(struct tstate *t)
 	if (g_precise)
 		return now_ns();
 	cur = __atomic_load_n(&g_map_clock, __ATOMIC_RELAXED);
-	do
-		v = next_stamp(t, cur);
-	while (!__atomic_compare_exchange_n(&g_map_clock, &cur, v, 0, __ATOMIC_SEQ_CST,
-					    __ATOMIC_RELAXED));
+	do {
+		if (t) {
+			v = next_stamp(t, cur);
+		} else {
+			v = coarse_ns();
+			if (v <= cur)
+				v = cur + 1;
+		}
+	} while (!__atomic_compare_exchange_n(&g_map_clock, &cur, v, 0, __ATOMIC_SEQ_CST,
+					      __ATOMIC_RELAXED));
 	return v;
 }
 
@@ -1466,7 +1473,8 @@ __attribute__((noinline)) static void record_alone(uint16_t op, const void *ptr,
 	else if (op == PMM_OP_REALLOC && prev)
 		tag = recent_tag(recent_slot((uintptr_t)prev), (uintptr_t)prev);
 	if (!now)
-		now = slot ? stamp_slot(NULL, slot) : stamp_none(NULL);
+		now = slot ? stamp_slot(NULL, slot) : op_is_map(op) ? stamp_map(NULL) :
+		      stamp_none(NULL);
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
@@ -2925,8 +2933,13 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
 
 /* ---- anonymous mappings ----------------------------------------------------- */
 
-/* A mapping's hook while monitored: with the guard held (the allocator's
- * own mapping inside malloc, or a signal handler's) it passes through. */
+/*
+ * A mapping's hook while monitored. With the guard held a mapping made
+ * passes (an allocator such as jemalloc maps inside malloc: its memory is
+ * the heap's), but an unmapping or mremap of a mapping the hook recorded
+ * is recorded alone (a signal handler's; the hook's own calls of others'
+ * code pass): otherwise the module would keep the mapping live for good.
+ */
 static inline int enter_map(struct tstate *t)
 {
 	return enter(t) == ENTER_TAKEN;
@@ -2970,26 +2983,27 @@ PMM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 PMM_EXPORT int munmap(void *addr, size_t len)
 {
 	struct tstate *t = &t_st;
-	int r, saved;
+	int r, saved, how;
 
 	if (g_fast.hot == HOT_BOOT && booting())
 		return (int)syscall(SYS_munmap, addr, len);
-	if (g_fast.hot < HOT_MON || !enter_map(t))
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS)
 		return real.munmap(addr, len);
 	saved = errno;
-	note_free(t, PMM_OP_MUNMAP, addr, len, &g_mapped);
+	note_free(how == ENTER_ALONE ? NULL : t, PMM_OP_MUNMAP, addr, len, &g_mapped);
 	errno = saved;
 	r = real.munmap(addr, len);
-	guard_drop(t);
+	if (how == ENTER_TAKEN)
+		guard_drop(t);
 	return r;
 }
 
 PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 {
 	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
-	struct tstate *t = &t_st;
+	struct tstate *t = &t_st, *by;
 	void *want = NULL, *p;
-	int saved, was;
+	int saved, was, how;
 	va_list ap;
 
 	if (flags & MREMAP_FIXED) {
@@ -2999,8 +3013,9 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 	}
 	if (g_fast.hot == HOT_BOOT && booting())
 		return (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
-	if (g_fast.hot < HOT_MON || !enter_map(t))
+	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS)
 		return real.mremap(old, old_len, len, flags, want);
+	by = how == ENTER_ALONE ? NULL : t;	/* NULL: recorded alone */
 	was = set_del(&g_mapped, old);
 	p = real.mremap(old, old_len, len, flags, want);
 	saved = errno;
@@ -3008,12 +3023,13 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		if (p == MAP_FAILED)
 			set_add(&g_mapped, old);
 		else if (set_add(&g_mapped, p))
-			record(t, PMM_OP_MREMAP, p, old, len, site_of(t, &s), 1, 0);
+			record(by, PMM_OP_MREMAP, p, old, len, site_of(by, &s), 1, 0);
 		else
-			record(t, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, 0);
+			record(by, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, 0);
 	}
 	errno = saved;
-	guard_drop(t);
+	if (by)
+		guard_drop(t);
 	return p;
 }
 

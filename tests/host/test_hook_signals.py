@@ -200,3 +200,29 @@ def test_handler_that_longjmps_out_of_the_hook(tmp_path: Path, mode: str,
     assert counts[56] == Counter(allocs=5000, frees=5000)
     assert left[HANDLER] == 1 and 56 not in left
     assert len(logs) < 30, len(logs)
+
+
+def test_handler_unmaps_a_recorded_mapping(tmp_path: Path) -> None:
+    """inhook maps: main maps two anonymous regions of 64 KiB (recorded);
+    the fake device raises SIGUSR1 while the hook sends the first batch,
+    and the handler unmaps the first region and mremaps the second to 128
+    KiB; main unmaps that at the end. Each of the handler's two calls finds
+    the guard held and is recorded alone; in stamp order (the mappings'
+    clock is process-wide) the five records describe the regions' lives.
+    The hook used to pass a mapping call with the guard held: neither was
+    recorded, the first region stayed live in the module for good, and
+    main's unmapping of the moved one was not recorded either."""
+    out, calls = inhook(tmp_path / "calls.bin", "maps", PMM_FAKE_RAISE="batch:1")
+    first, second, moved = (int(x, 16) for x in out.split()[1:])
+    maps = sorted((r.time_ns, r.op, r.ptr, r.prev_ptr, r.size, len(c.records))
+                  for c in calls if c.nr == NR_RECORD_LOG and c.result == 0
+                  for r in c.records if r.op in (Op.MMAP, Op.MUNMAP, Op.MREMAP))
+    region = 64 * 1024
+    assert [m[1:5] for m in maps] == [
+        (Op.MMAP, first, 0, region),
+        (Op.MMAP, second, 0, region),
+        (Op.MUNMAP, first, 0, region),
+        (Op.MREMAP, moved, second, 2 * region),
+        (Op.MUNMAP, moved, 0, 2 * region),
+    ]
+    assert [m[5] == 1 for m in maps] == [False, False, True, True, False]

@@ -285,8 +285,9 @@ static inline void guard_take(struct tstate *t)
 	}
 	guard_hold(t);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->held = t->left;
-	t->left = 0;
+	/* one instruction: a handler's malloc finds the budget whole or parked,
+	 * never read here and not yet parked (it would pass on it) */
+	t->held = __atomic_exchange_n(&t->left, 0, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 

@@ -1954,6 +1954,13 @@ extern void *__libc_stack_end __attribute__((weak));
  * put it, after argv on the first stack, whose start ld.so exports as
  * __libc_stack_end: argc, argv[argc], NULL, envp[], NULL (ld.so run as a
  * command shifts them in place). No malloc, no system call.
+ *
+ * But environ is NULL after clearenv() too, and what the program (an
+ * earlier library's constructor) cleared must stay cleared. libc's init
+ * sets program_invocation_name to argv[0] with environ; before it, it is
+ * libc's own "": so the stack is read only while it is not argv[0]. With
+ * no argv[0] (an empty argv, before Linux 5.18) nothing tells, and the
+ * stack is not read.
  */
 static char **init_env(void)
 {
@@ -1968,8 +1975,10 @@ static char **init_env(void)
 	sp = __libc_stack_end;
 	argc = sp[0];
 	argv = (char **)(sp + 1);
-	if (argc < 0 || argc > (1L << 24) || argv[argc])
+	if (argc < 1 || argc > (1L << 24) || argv[argc] || !argv[0])
 		return NULL;
+	if (program_invocation_name == argv[0] || program_invocation_name[0])
+		return NULL;	/* libc set environ, and the program cleared it */
 	return argv + argc + 1;
 }
 

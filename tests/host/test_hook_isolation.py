@@ -100,6 +100,28 @@ def test_settings_taken_when_the_hook_starts_in_preinit(tmp_path: Path) -> None:
     assert kept == 2000
 
 
+@pytest.mark.parametrize("lib", LIBS)
+def test_cleared_environment_stays_cleared(tmp_path: Path, lib: str) -> None:
+    """clearenv is linked with a library whose constructor, which runs
+    after libc's initialisation and before the preloaded hook's own,
+    empties the environment (clearenv: environ is NULL) and allocates, so
+    the hook starts there. environ NULL must not be taken for "libc not
+    initialised", whose initial environment (after argv on the stack)
+    still holds PMM_QUIET=1, PMM_START=1 and PMM_FAKE_LOG: none of them is
+    taken. The real library says that the device is missing (PMM_QUIET is
+    gone), the fake one writes no log. The hook used to read them back."""
+    if lib == "real":
+        no_device()
+    log = tmp_path / "calls.bin"
+    env = clean_env(LD_PRELOAD=str(LIBS[lib]), PMM_QUIET="1", PMM_START="1",
+                    PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "clearenv")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "environ NULL\n", NO_DEVICE_LINE if lib == "real" else "")
+    assert not log.exists()
+
+
 def close_std_fds() -> None:
     for fd in range(3):
         os.close(fd)

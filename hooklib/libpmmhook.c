@@ -35,7 +35,8 @@
  *   PMM_FASTPATH=0     exact mode without its fast paths (malloc_exact,
  *                      free_exact): tests compare them with the general path
  * They are read once, at init, from the initial environment if init comes
- * before libc has set environ (init_env).
+ * before libc has set environ (init_env), and ignored in secure-execution
+ * mode (AT_SECURE: set-user-ID and the like).
  *
  * Fork policy (pthread_atfork): the child starts with empty buffers and is
  * not monitored (the parent's buffered records are the parent's to send);
@@ -69,6 +70,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/mman.h>
@@ -2053,7 +2055,7 @@ static void no_huge_pages(void)
 static void pmm_init(void)
 {
 	struct tstate *t = &t_st;
-	int expected = 0, saved = errno, r, fd;
+	int expected = 0, saved = errno, r, fd, secure;
 	const char *u;
 	uint64_t mask;
 	char **env;
@@ -2089,8 +2091,15 @@ static void pmm_init(void)
 	g_alone_rng = alone_seed();
 	fork_marker_map();
 
-	env = init_env();
-	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
+	/*
+	 * Secure-execution mode (set-user-ID and the like): the invoking
+	 * user's environment must not steer the program, as glibc ignores
+	 * MALLOC_* there. Every PMM_* is ignored, and the hook says nothing:
+	 * it starts unmonitored, as without PMM_START.
+	 */
+	secure = getauxval(AT_SECURE) != 0;
+	env = secure ? NULL : init_env();
+	g_quiet = secure || env_num(env, "PMM_QUIET", 0) > 0;
 	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
 	v = env_num(env, "PMM_DEPTH", 1);
 	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;

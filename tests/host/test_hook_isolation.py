@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,47 @@ def test_cleared_environment_stays_cleared(tmp_path: Path, lib: str) -> None:
     assert (r.returncode, r.stdout, r.stderr) == (
         0, "environ NULL\n", NO_DEVICE_LINE if lib == "real" else "")
     assert not log.exists()
+
+
+def setuid_copy(program: Path, directory: Path) -> Path:
+    """A copy of program, set-user-ID to nobody."""
+    copy = directory / program.name
+    shutil.copy(program, copy)
+    os.chown(copy, 65534, 65534)
+    copy.chmod(0o4755)
+    return copy
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a set-user-ID copy for another user needs root")
+def test_setuid_program_ignores_pmm_variables() -> None:
+    """secure-real and secure-fake have the hook linked in (the loader
+    ignores LD_PRELOAD for a set-user-ID program). Not set-user-ID, they
+    take PMM_START=1 and PMM_FAKE_LOG (a START_PID first in the log), and
+    the real one says that the device is missing. Their copies set-user-ID
+    to nobody, run by root, run in secure-execution mode (AT_SECURE 1), as
+    glibc's MALLOC_* are ignored there, the hook ignores every PMM_*: no
+    log is written, and nothing is said on the invoking user's stderr. The
+    hook used to obey the invoking user's environment there too."""
+    no_device()
+    with tempfile.TemporaryDirectory() as name:
+        where = Path(name)
+        where.chmod(0o1777)  # nobody may write the log, should the hook try
+        if os.statvfs(where).f_flag & os.ST_NOSUID:
+            pytest.skip(f"{where} is mounted nosuid")
+        log = where / "calls.bin"
+        env = clean_env(PMM_START="1", PMM_FAKE_LOG=str(log))
+        for prog, said in (("secure-fake", ""), ("secure-real", NO_DEVICE_LINE)):
+            r = subprocess.run([str(HBIN / prog)], env=env, capture_output=True, text=True,
+                               timeout=60)
+            assert (r.returncode, r.stdout, r.stderr) == (0, "AT_SECURE 0\n", said)
+        config = fake_log_calls(log)[0].config
+        assert config is not None and config.set == uapi.CFG_START_PID
+        log.unlink()
+        for prog in ("secure-fake", "secure-real"):
+            r = subprocess.run([str(setuid_copy(HBIN / prog, where))], env=env,
+                               capture_output=True, text=True, timeout=60)
+            assert (r.returncode, r.stdout, r.stderr) == (0, "AT_SECURE 1\n", "")
+        assert not log.exists()
 
 
 def close_std_fds() -> None:

@@ -2276,27 +2276,28 @@ static inline int booting(void)
  * The guard is held, and not by the hook's own calls of others' code: 1 if
  * no hook is running under it any more (a signal handler left the hook with
  * longjmp, which never dropped it), and then it is given up; 0 if this call
- * is a handler's that interrupted the hook. A handler runs below the
- * interrupted code's stack pointer by a signal frame (over 1 KiB on x86-64,
- * more elsewhere), or on the alternate signal stack; a hook's own frames
- * below the stack pointer the guard holds are far fewer than GUARD_SLACK
- * bytes. So a call at or above that, less the slack, that is not on the
- * alternate stack (or is on it, where the guard was taken) is the program's
- * own, after a longjmp: reset the guard, pmm_internal and malloc's parked
- * budget (sampled; exact and not monitored set theirs on the next slow
- * path), and carry on. A call from deeper down is taken for a handler's:
- * after a longjmp, the thread's calls are recorded alone until one comes
- * from no deeper than the hook the handler left.
+ * is a handler's that interrupted the hook, or comes from what the hook
+ * calls (an allocator that maps inside malloc). cfa is the stack pointer of
+ * this hook's caller (or lower). While the guard is held, the hook runs
+ * below the stack pointer it holds, and so does all it calls; a handler
+ * runs below the code it interrupted, by a signal frame (over 1 KiB on
+ * x86-64; the hook's stack pointer may have climbed a few words above the
+ * guard's by then), or on the alternate signal stack. So a call from above
+ * that stack pointer that is not on the alternate stack (or is on it, where
+ * the guard was taken) is the program's own after a longjmp: the guard,
+ * pmm_internal and malloc's parked budget (sampled; exact and not
+ * monitored set theirs on the next slow path) are reset, and it goes on.
+ * A call from deeper down is taken for a handler's: after a longjmp, the
+ * thread's calls are recorded alone until one comes from no deeper than
+ * the hook the handler left.
  */
-#define GUARD_SLACK	512
-
-__attribute__((noinline, cold)) static int guard_stale(struct tstate *t)
+__attribute__((noinline, cold)) static int guard_stale(struct tstate *t, uintptr_t cfa)
 {
-	uintptr_t sp = (uintptr_t)__builtin_frame_address(0), at = t->guard;
+	uintptr_t at = t->guard;
 	stack_t ss;
 	int saved;
 
-	if (sp + GUARD_SLACK < at)
+	if (cfa <= at)
 		return 0;
 	saved = errno;
 	if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) &&
@@ -2330,7 +2331,8 @@ static inline int enter(struct tstate *t)
 	}
 	if (pmm_internal)
 		return ENTER_PASS;
-	if (unlikely(guard_stale(t))) {
+	/* the caller's stack pointer: the entry points reach here by tail calls */
+	if (unlikely(guard_stale(t, (uintptr_t)__builtin_dwarf_cfa()))) {
 		guard_take(t);
 		return ENTER_TAKEN;
 	}

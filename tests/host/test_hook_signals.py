@@ -172,25 +172,26 @@ def inhook(log: Path, mode: str, **env: str) -> tuple[str, list[FakeCall]]:
     return r.stdout, fake_log_calls(log)
 
 
-@pytest.mark.parametrize("fastpath", ["1", "0"])
+@pytest.mark.parametrize("monitoring", MODES)
 @pytest.mark.parametrize("mode", ["jump", "jump-alt", "jump-thread"])
 def test_handler_that_longjmps_out_of_the_hook(tmp_path: Path, mode: str,
-                                               fastpath: str) -> None:
+                                               monitoring: str) -> None:
     """inhook: the fake device raises SIGUSR1 while the hook sends the
     first batch (the guard held); the handler allocates a block of 200
     bytes, which is recorded alone, and leaves the hook with siglongjmp,
     which never drops the guard. The program then allocates and frees 5000
     blocks of 56 bytes from where it allocated before: its first call finds
-    the guard held from above the stack pointer that the guard holds, not
-    on the alternate stack (jump-alt: the handler ran on one below the
-    thread's stack; jump-thread: above it), and takes the guard back; every
+    the guard held, called from above the stack pointer that the guard
+    holds, not on the alternate stack (jump-alt: the handler ran on one
+    below the thread's stack; jump-thread: above it), and takes the guard
+    back; every
     block then goes through the thread's buffer, and no record but the
     handler's is sent alone. The hook used to keep the guard held for good:
     every later call was taken for a handler's, each record sent alone in
     an ioctl of its own (10000 of them here; 1M pairs took 300 times as
     long)."""
     out, calls = inhook(tmp_path / "calls.bin", mode, PMM_FAKE_RAISE="batch:1",
-                        PMM_FASTPATH=fastpath)
+                        **MODES[monitoring])
     assert out == "jumped\n"
     logs = [c for c in calls if c.nr == NR_RECORD_LOG]
     assert all(c.result == 0 for c in logs)
@@ -200,6 +201,30 @@ def test_handler_that_longjmps_out_of_the_hook(tmp_path: Path, mode: str,
     assert counts[56] == Counter(allocs=5000, frees=5000)
     assert left[HANDLER] == 1 and 56 not in left
     assert len(logs) < 30, len(logs)
+
+
+def test_allocators_own_mappings_pass(tmp_path: Path) -> None:
+    """libnextmalloc.so, preloaded after the hook, is the malloc the hook
+    calls; every 64th call it maps and unmaps a page of its own through the
+    PLT, one frame below the hook, as jemalloc maps its memory: those calls
+    find the guard held, from below the stack pointer it holds, and pass
+    unrecorded; sites's three sites get 1, 2, 3 as ever. When a guard was
+    taken for stale from the hook's own stack pointer, less a slack, those
+    calls were taken for the program's after a longjmp (29390 mapping
+    records in 100 ms)."""
+    log = tmp_path / "calls.bin"
+    preload = f"{FAKE} {TOP / 'hooklib' / 'bench' / 'bin' / 'libnextmalloc.so'}"
+    e = clean_env(LD_PRELOAD=preload, PMM_QUIET="1", PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(TOP / "hooklib" / "bench" / "bin" / "sites"), "100"], env=e,
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    records = [rec for c in fake_log_calls(log) if c.nr == NR_RECORD_LOG
+               for rec in c.records]
+    assert not [rec for rec in records if rec.op in (Op.MMAP, Op.MUNMAP, Op.MREMAP)]
+    sites = sites_by_size(records)
+    assert {size: sites[size] for size in (40, 72, 136)} == {40: {1}, 72: {2}, 136: {3}}
+    counts, _ = tally(records)
+    assert counts[40]["allocs"] > 64 * 3
 
 
 def test_handler_unmaps_a_recorded_mapping(tmp_path: Path) -> None:

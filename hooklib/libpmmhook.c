@@ -2462,6 +2462,9 @@ __attribute__((noinline)) static void *exact_malloc_miss(size_t n, void *ra)
 	struct src s = SRC(ra, NULL);	/* one-frame sites: no walk */
 	void *p;
 
+	/* malloc_exact's frame is gone: what this calls must run below the
+	 * guard's stack pointer (guard_stale) */
+	guard_hold(t);
 	p = real.malloc(n);
 	note_alloc(t, PMM_OP_MALLOC, p, n, &s, NULL);
 	t->guard = 0;

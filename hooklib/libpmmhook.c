@@ -1979,7 +1979,8 @@ static char **init_env(void)
 	argv = (char **)(sp + 1);
 	if (argc < 1 || argc > (1L << 24) || argv[argc] || !argv[0])
 		return NULL;
-	if (program_invocation_name == argv[0] || program_invocation_name[0])
+	if (!program_invocation_name || program_invocation_name == argv[0] ||
+	    program_invocation_name[0])
 		return NULL;	/* libc set environ, and the program cleared it */
 	return argv + argc + 1;
 }

@@ -1,0 +1,47 @@
+"""What the hostile-user tests run in other processes too (as other users,
+inside a pid namespace): light imports only, so that a fresh interpreter
+starts quickly on a slow guest."""
+
+from __future__ import annotations
+
+import ctypes
+
+from kmod_dev import Dev
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.generic import GenericNetlinkSocket
+
+from pmctl import uapi
+from pmd.genl import PmmMsg, decode
+
+
+def genl_join() -> dict[str, object]:
+    s = GenericNetlinkSocket()
+    try:
+        s.bind(uapi.GENL_NAME, PmmMsg)
+        s.add_membership(uapi.GENL_MCGRP_EVENTS)
+    except Exception as e:  # noqa: BLE001 - the errno is the answer
+        return {"joined": False, "errno": getattr(e, "code", None) or getattr(e, "errno", None)}
+    finally:
+        s.close()
+    return {"joined": True}
+
+
+def genl_dump() -> dict[str, object]:
+    s = GenericNetlinkSocket()
+    try:
+        s.bind(uapi.GENL_NAME, PmmMsg)
+        req = PmmMsg()
+        req["cmd"] = uapi.Cmd.GET_PIDS
+        req["version"] = uapi.GENL_VERSION
+        msgs = list(s.nlm_request(req, msg_type=s.prid, msg_flags=NLM_F_REQUEST | NLM_F_DUMP))
+        return {"pids": sorted(decode(m).pid for m in msgs)}
+    except Exception as e:  # noqa: BLE001 - the errno is the answer
+        return {"errno": getattr(e, "code", None) or getattr(e, "errno", None)}
+    finally:
+        s.close()
+
+
+def read_err(d: Dev, req: int, pid: int) -> int:
+    """The errno of a read-back call of 4 entries (any kind), 0 on success."""
+    buf = ctypes.create_string_buffer(4 * ctypes.sizeof(uapi.SiteStats))
+    return d.err(req, uapi.Read(pid=pid, capacity=4, buf=ctypes.addressof(buf)))

@@ -124,6 +124,21 @@ def stats_from_c(s: uapi.Stats) -> StatsInfo:
     )
 
 
+# struct pmm_config's settable fields and their PMM_CFG_* bits
+_CFG_BITS = {
+    "interval_ms": uapi.CFG_INTERVAL,
+    "scan": uapi.CFG_SCAN,
+    "start_pid": uapi.CFG_START_PID,
+    "stop_pid": uapi.CFG_STOP_PID,
+    "max_pids": uapi.CFG_MAX_PIDS,
+    "max_blocks_per_pid": uapi.CFG_MAX_BLOCKS,
+    "max_sites_per_pid": uapi.CFG_MAX_SITES,
+    "max_samples_per_pid": uapi.CFG_MAX_SAMPLES,
+    "max_pids_per_uid": uapi.CFG_MAX_PIDS_PER_UID,
+    "exited_ttl_s": uapi.CFG_EXITED_TTL,
+}
+
+
 class Device:
     """An open /dev/pmm. Use `Device.open()` as a context manager."""
 
@@ -204,39 +219,24 @@ class Device:
         """PMM_SET_CONFIG with the `set` bits of the fields given (not None)."""
         c = uapi.Config()
         c.size = ctypes.sizeof(uapi.Config)
-        pid: int | None = None
-        if interval_ms is not None:
-            c.set |= uapi.CFG_INTERVAL
-            c.interval_ms = interval_ms
-        if scan is not None:
-            c.set |= uapi.CFG_SCAN
-            c.scan = 1 if scan else 0
-        if start_pid is not None:
-            c.set |= uapi.CFG_START_PID
-            c.start_pid = start_pid
-            pid = start_pid
-        if stop_pid is not None:
-            c.set |= uapi.CFG_STOP_PID
-            c.stop_pid = stop_pid
-            pid = stop_pid
-        if max_pids is not None:
-            c.set |= uapi.CFG_MAX_PIDS
-            c.max_pids = max_pids
-        if max_blocks_per_pid is not None:
-            c.set |= uapi.CFG_MAX_BLOCKS
-            c.max_blocks_per_pid = max_blocks_per_pid
-        if max_sites_per_pid is not None:
-            c.set |= uapi.CFG_MAX_SITES
-            c.max_sites_per_pid = max_sites_per_pid
-        if max_samples_per_pid is not None:
-            c.set |= uapi.CFG_MAX_SAMPLES
-            c.max_samples_per_pid = max_samples_per_pid
-        if max_pids_per_uid is not None:
-            c.set |= uapi.CFG_MAX_PIDS_PER_UID
-            c.max_pids_per_uid = max_pids_per_uid
-        if exited_ttl_s is not None:
-            c.set |= uapi.CFG_EXITED_TTL
-            c.exited_ttl_s = exited_ttl_s
+        values = {
+            "interval_ms": interval_ms,
+            "scan": None if scan is None else int(scan),
+            "start_pid": start_pid,
+            "stop_pid": stop_pid,
+            "max_pids": max_pids,
+            "max_blocks_per_pid": max_blocks_per_pid,
+            "max_sites_per_pid": max_sites_per_pid,
+            "max_samples_per_pid": max_samples_per_pid,
+            "max_pids_per_uid": max_pids_per_uid,
+            "exited_ttl_s": exited_ttl_s,
+        }
+        for name, value in values.items():
+            if value is not None:
+                c.set |= _CFG_BITS[name]
+                setattr(c, name, value)
+        # the pid an error names (the module does STOP before START)
+        pid = stop_pid if stop_pid is not None else start_pid
         if c.set:
             self.ioctl(uapi.SET_CONFIG, c, what, pid=pid)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 from pmd.store import ProcessRow, SampleRow, Store
 
@@ -54,31 +55,6 @@ def shared() -> Iterator[Path]:
 def mode(p: Path) -> tuple[int, int]:
     st = os.stat(p)
     return stat.S_IMODE(st.st_mode), st.st_gid
-
-
-def as_user(uid: int, gid: int, fn: Callable[[], Any]) -> Any:
-    """fn() run by a forked child with only that uid and gid; its result, or
-    ("error", message)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-            try:
-                out: Any = fn()
-            except Exception as e:  # noqa: BLE001 - reported to the parent
-                out = ["error", f"{type(e).__name__}: {e}"]
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
 
 
 def fill(db: Path, n: int = 40) -> Store:

@@ -6,7 +6,6 @@ with uid UID runs pmctl's code in a forked child; "another user" is nobody."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user as shared_as_user
 
 from pmctl import symbolize as sy
 
@@ -44,29 +44,9 @@ def _fresh() -> Iterator[None]:
 
 def as_user(fn: Callable[[], Any]) -> Any:
     """fn() in a forked child running as UID, with no usable home cache."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            for k in ("PMM_CACHE_DIR", "XDG_CACHE_HOME"):
-                os.environ.pop(k, None)
-            os.environ["HOME"] = "/nonexistent"  # cannot be created: the /tmp fallback
-            os.setgroups([])
-            os.setresgid(UID, UID, UID)
-            os.setresuid(UID, UID, UID)
-            try:
-                out: Any = fn()
-            except Exception as e:  # noqa: BLE001 - reported to the parent
-                out = ["error", f"{type(e).__name__}: {e}"]
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    # HOME cannot be created: the /tmp fallback
+    return shared_as_user(UID, UID, fn, env={"PMM_CACHE_DIR": None, "XDG_CACHE_HOME": None,
+                                             "HOME": "/nonexistent"})
 
 
 def paths(maps: list[sy.Mapping] | None) -> list[str] | None:

@@ -25,12 +25,13 @@
 #define NSEC_PER_SEC	1000000000ULL
 #define NSEC_PER_MSEC	1000000ULL
 
-/* g_fast.hot: what the hot path does. */
+/* g_fast.mode: what the hooks do. */
 enum {
-	HOT_BOOT = 0,	/* real functions not resolved yet: bootstrap arena */
-	HOT_PASS = 1,	/* straight to libc (not monitored, or disabled) */
-	HOT_MON = 2,	/* monitored, exact: records flow */
-	HOT_SAMPLE = 3,	/* monitored, sampled (PMM_SAMPLE) */
+	MODE_BOOT = 0,		/* real functions not resolved yet: bootstrap arena */
+	MODE_PASS = 1,		/* straight to libc (not monitored, or disabled) */
+	MODE_EXACT = 2,		/* monitored, every event recorded */
+	MODE_SAMPLED = 3,	/* monitored, sampled (PMM_SAMPLE) */
+	MODE_MONITORED = MODE_EXACT,	/* mode >= MODE_MONITORED: records flow */
 };
 
 extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */

@@ -145,32 +145,32 @@ static void *malloc_spent(size_t n, void *ra);
 static struct {
 	union {
 		struct {
-			uint16_t hot;	/* HOT_*: what the hooks do */
+			uint16_t mode;	/* MODE_*: what the hooks do */
 			uint16_t arena;	/* 1 once the bootstrap arena gave a block */
 		};
 		/*
-		 * Both in one load: equal to a HOT_* value only while no block
-		 * of the arena exists, so free's pointer (entries_follow_hot)
+		 * Both in one load: equal to a MODE_* value only while no block
+		 * of the arena exists, so free's pointer (entries_follow_mode)
 		 * and an unmonitored realloc need not check whether a pointer
 		 * is one (nor will in most processes: the arena serves only
 		 * what dlsym allocates, often nothing).
 		 */
-		uint32_t hot_no_arena;
+		uint32_t mode_no_arena;
 	};
 	/*
-	 * What free() jumps to, set with hot (set_hot): not monitored, libc's
+	 * What free() jumps to, set with mode (set_mode): not monitored, libc's
 	 * free itself; sampled and exact, their own checks without a mode
 	 * test; the general code (do_free) while the arena has blocks, before
 	 * init, and for the instant a mode change leaves it behind.
 	 */
 	void (*free)(void *);
 	/* What malloc() jumps to once its budget is spent: exact mode's fast
-	 * path while exact, else the general code (set_hot, as free). */
+	 * path while exact, else the general code (set_mode, as free). */
 	void *(*malloc_spent)(size_t, void *);
 	uint8_t sampled_filter[SET_FILTER];
 } g_fast __attribute__((aligned(4096))) = { .free = do_free, .malloc_spent = malloc_spent };
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hot_no_arena: hot in the low half");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mode_no_arena: mode in the low half");
 
 _Static_assert(sizeof(g_fast) <= 4096, "g_fast fits one page");
 
@@ -183,7 +183,7 @@ static int g_resolved;		/* real.* are set */
 static int g_fd = -1;		/* /dev/pmm, 3 or above (dev_open) */
 static int g_active;		/* device usable; 0: pure passthrough */
 static int g_quiet;
-static int g_said;		/* the one stderr line was written */
+static int g_noticed;		/* the one stderr line was written */
 static int g_follow_fork;
 static int g_errors;		/* consecutive refusals other than ENOLINK */
 static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
@@ -211,9 +211,9 @@ struct tstate {
 	 * while records wait (their deadline is checked). 0 while exact and
 	 * before the thread's first call: every call takes the slow path.
 	 */
-	uint64_t left;
-	int64_t beyond;		/* sampled: the sample gap's bytes after left */
-	int sampling;		/* left + beyond is a sample gap */
+	uint64_t budget;
+	int64_t beyond;		/* sampled: the sample gap's bytes after the budget */
+	int sampling;		/* budget + beyond is a sample gap */
 	/*
 	 * The reentrancy guard: 0 when free; held, the stack pointer where it
 	 * was taken (guard_hold), so that a guard that a longjmp left held
@@ -235,14 +235,14 @@ struct tstate {
 	unsigned int merge_skip;	/* batches to send without merging */
 	unsigned int full;	/* n at which buf is sent (see CROSS_MAX) */
 	unsigned int cross;	/* frees in buf of other threads' blocks */
-	uint32_t id;		/* this thread's, in struct recent.owner; 0: none yet */
+	uint32_t id;		/* this thread's, in struct tag_slot.owner; 0: none yet */
 	unsigned int exact_key;	/* g_exact_key when this thread's buffer and
 				 * site cache are ready for the fast paths */
 	struct {		/* recent return addresses and their site ids */
 		void *ra;
 		uint32_t id;
 	} site_cache[SITE_CACHE];
-	uint64_t held;		/* malloc's budget while the guard is held */
+	uint64_t parked;	/* malloc's budget while the guard is held */
 	/*
 	 * A vfork child that found this buffer full (vfork_pin): the child's
 	 * robust futex list holds word, which the kernel marks when the child
@@ -264,7 +264,7 @@ __thread int pmm_internal __attribute__((tls_model("initial-exec")));
  * hook's own calls (pmm_internal) or by a signal handler that interrupted
  * the hook, whose call is recorded apart (record_alone), or it was left
  * held by a handler that left the hook with longjmp (guard_stale). While it
- * is held, malloc's budget waits in held and left is 0, so that a
+ * is held, malloc's budget waits in parked and budget is 0, so that a
  * handler's malloc never passes on the budget: every one reaches the hook,
  * which decides it on its own (sampled mode: sample_alone).
  */
@@ -289,7 +289,7 @@ static inline void guard_take(struct tstate *t)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	/* one instruction: a handler's malloc finds the budget whole or parked,
 	 * never read here and not yet parked (it would pass on it) */
-	t->held = __atomic_exchange_n(&t->left, 0, __ATOMIC_RELAXED);
+	t->parked = __atomic_exchange_n(&t->budget, 0, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
@@ -300,7 +300,7 @@ static inline void guard_drop(struct tstate *t)
 		return;
 	}
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->left = t->held;
+	t->budget = t->parked;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->guard = 0;
 }
@@ -319,15 +319,15 @@ static void free_sampled(void *p);
 static void free_exact(void *p);
 static void *malloc_exact(size_t n, void *ra);
 
-/* free()'s target for hot and arena (see g_fast.free). */
-static void (*free_for(uint32_t hot_no_arena))(void *)
+/* free()'s target for the mode and arena (see g_fast.free). */
+static void (*free_for(uint32_t mode_no_arena))(void *)
 {
-	switch (hot_no_arena) {
-	case HOT_PASS:
+	switch (mode_no_arena) {
+	case MODE_PASS:
 		return real.free ? real.free : do_free;
-	case HOT_SAMPLE:
+	case MODE_SAMPLED:
 		return free_sampled;
-	case HOT_MON:
+	case MODE_EXACT:
 		return free_exact;
 	default:
 		return do_free;
@@ -335,30 +335,30 @@ static void (*free_for(uint32_t hot_no_arena))(void *)
 }
 
 /*
- * Sets g_fast.free and g_fast.malloc_spent for g_fast's current hot and
+ * Sets g_fast.free and g_fast.malloc_spent for g_fast's current mode and
  * arena. Mode changes may race (a stop and a start from two threads): each
  * writer reads the state again after its stores and repeats until the
  * state it stored for is still the state, so the last stores are always
  * for the last state.
  */
-static void entries_follow_hot(void)
+static void entries_follow_mode(void)
 {
-	uint32_t now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST), was;
+	uint32_t now = __atomic_load_n(&g_fast.mode_no_arena, __ATOMIC_SEQ_CST), was;
 
 	do {
 		was = now;
 		__atomic_store_n(&g_fast.free, free_for(was), __ATOMIC_SEQ_CST);
 		__atomic_store_n(&g_fast.malloc_spent,
-				 (uint16_t)was == HOT_MON ? malloc_exact : malloc_spent,
+				 (uint16_t)was == MODE_EXACT ? malloc_exact : malloc_spent,
 				 __ATOMIC_SEQ_CST);
-		now = __atomic_load_n(&g_fast.hot_no_arena, __ATOMIC_SEQ_CST);
+		now = __atomic_load_n(&g_fast.mode_no_arena, __ATOMIC_SEQ_CST);
 	} while (now != was);
 }
 
-static void set_hot(uint16_t hot)
+static void set_mode(uint16_t mode)
 {
-	__atomic_store_n(&g_fast.hot, hot, __ATOMIC_SEQ_CST);
-	entries_follow_hot();
+	__atomic_store_n(&g_fast.mode, mode, __ATOMIC_SEQ_CST);
+	entries_follow_mode();
 }
 
 static void *arena_alloc(size_t size, size_t align)
@@ -380,7 +380,7 @@ static void *arena_alloc(size_t size, size_t align)
 	*(size_t *)(g_arena + start - 16) = size;
 	if (!__atomic_load_n(&g_fast.arena, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&g_fast.arena, 1, __ATOMIC_SEQ_CST);
-		entries_follow_hot();	/* its blocks need the general free */
+		entries_follow_mode();	/* its blocks need the general free */
 	}
 	return g_arena + start;	/* zeroed: the arena is never reused */
 }
@@ -416,7 +416,7 @@ static size_t put(char *buf, size_t at, size_t cap, const char *s)
 	return at;
 }
 
-static void say(const char *what, int err, const char *then)
+static void notice(const char *what, int err, const char *then)
 {
 	char line[200], num[12];
 	size_t n = 0, k = sizeof(num);
@@ -425,7 +425,7 @@ static void say(const char *what, int err, const char *then)
 
 	int saved = errno;
 
-	if (g_quiet || __atomic_exchange_n(&g_said, 1, __ATOMIC_RELAXED))
+	if (g_quiet || __atomic_exchange_n(&g_noticed, 1, __ATOMIC_RELAXED))
 		return;
 	num[--k] = '\0';
 	do {
@@ -502,7 +502,7 @@ static inline uint64_t coarse_ns(void)
  * libc), a free after the allocation whose pointer it got.
  *
  * The address clock gives exactly that, with no shared counter: each thread
- * keeps its last stamp, and each slot of the per-address table (g_recent,
+ * keeps its last stamp, and each slot of the per-address table (g_tags,
  * below) the last stamp of an event at its addresses. An event at ptr is
  * stamped max(thread's last + 1, slot's + 1, CLOCK_MONOTONIC_COARSE), and
  * the stamp goes to both; a free stamps before the memory is released, an
@@ -525,7 +525,7 @@ static inline uint64_t coarse_ns(void)
  * frees right).
  * PMM_CLOCK=mono stamps every record with CLOCK_MONOTONIC instead (tests).
  */
-static int g_precise;		/* PMM_CLOCK=mono: stamps are CLOCK_MONOTONIC */
+static int g_clock_mono;		/* PMM_CLOCK=mono: stamps are CLOCK_MONOTONIC */
 static uint64_t g_map_clock;	/* the mappings' stamps */
 
 #ifdef PMM_FAKE_DEV
@@ -569,7 +569,7 @@ static void map_kernel_clock(void)
 	const struct pmm_clock *none = NULL;
 	void *p;
 
-	if (__atomic_load_n(&g_precise, __ATOMIC_RELAXED) ||
+	if (__atomic_load_n(&g_clock_mono, __ATOMIC_RELAXED) ||
 	    __atomic_load_n(&g_kclock, __ATOMIC_RELAXED))
 		return;
 #ifdef PMM_FAKE_DEV
@@ -616,7 +616,7 @@ static inline uint64_t stamp_map(struct tstate *t)
 {
 	uint64_t v, cur;
 
-	if (g_precise)
+	if (g_clock_mono)
 		return now_ns();
 	cur = __atomic_load_n(&g_map_clock, __ATOMIC_RELAXED);
 	do {
@@ -926,14 +926,14 @@ static int deactivate(void)
 	if (!__atomic_exchange_n(&g_active, 0, __ATOMIC_SEQ_CST))
 		return 0;
 	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_hot(HOT_PASS);
+	set_mode(MODE_PASS);
 	return 1;
 }
 
 static void disable(int err, const char *what)
 {
 	if (deactivate())
-		say(what, err, "; allocations pass through to libc");
+		notice(what, err, "; allocations pass through to libc");
 }
 
 /*
@@ -977,24 +977,24 @@ static void start_monitoring(void)
 {
 	unsigned int e;
 
-	t_st.left = 0;	/* this thread's malloc: the others' see it when their budget is spent */
+	t_st.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
 	t_st.sampling = 0;
 	populate_tables();
 	map_kernel_clock();
 	e = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
-	if (g_fastpath && !g_sample && g_depth == 1 && !g_precise && e && e != EXACT_OFF &&
+	if (g_fastpath && !g_sample && g_depth == 1 && !g_clock_mono && e && e != EXACT_OFF &&
 	    __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE))
 		__atomic_store_n(&g_exact_key, e, __ATOMIC_RELEASE);
 	else
 		__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_hot(g_sample ? HOT_SAMPLE : HOT_MON);
+	set_mode(g_sample ? MODE_SAMPLED : MODE_EXACT);
 }
 
 static void stop_monitoring(void)
 {
 	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_hot(HOT_PASS);
+	set_mode(MODE_PASS);
 }
 
 /* The module refused an ioctl with err (positive errno). */
@@ -1054,8 +1054,8 @@ static int start_self(void)
  *    and one compare where a per-thread hash index of the buffer cost a
  *    tenth of exact mode's instructions.
  */
-#define RECENT_BITS	14
-#define RECENT_SLOTS	(1U << RECENT_BITS)
+#define TAG_TABLE_BITS	14
+#define TAG_SLOTS	(1U << TAG_TABLE_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
 /* The buffer, and one record more for a vfork child to write in vain
  * (flush_later). */
@@ -1082,14 +1082,14 @@ struct merge_slot {
 	uint32_t weight;	/* its weight, written back at the end */
 };
 
-struct recent {
+struct tag_slot {
 	uint64_t entry;		/* the last allocation: high bits, tag */
 	uint64_t stamp;		/* the last stamp of an event here (address clock) */
 	uint32_t at;		/* the last allocation's slot in its thread's buffer */
 	uint32_t owner;		/* the last allocation's thread (tstate.id) */
 };
 
-static struct recent g_recent[RECENT_SLOTS] __attribute__((aligned(64)));
+static struct tag_slot g_tags[TAG_SLOTS] __attribute__((aligned(64)));
 
 /*
  * The slot: the address's low bits (a run of neighbouring blocks spreads
@@ -1101,23 +1101,23 @@ static struct recent g_recent[RECENT_SLOTS] __attribute__((aligned(64)));
  * match is still exact. (A multiplicative hash of the high bits spread them
  * as well, at twice the instructions.)
  */
-static inline struct recent *recent_slot(uint64_t ptr)
+static inline struct tag_slot *tag_slot_of(uint64_t ptr)
 {
-	return &g_recent[((ptr >> 4) ^ (ptr >> (4 + RECENT_BITS))) & (RECENT_SLOTS - 1)];
+	return &g_tags[((ptr >> 4) ^ (ptr >> (4 + TAG_TABLE_BITS))) & (TAG_SLOTS - 1)];
 }
 
 /* The entry for ptr allocated at time t (never 0 for a valid ptr). */
-static inline uint64_t recent_entry(uint64_t ptr, uint64_t t)
+static inline uint64_t tag_entry(uint64_t ptr, uint64_t t)
 {
-	return (ptr >> (4 + RECENT_BITS)) << PMM_ALLOC_TAG_BITS | (t & TAG_MASK);
+	return (ptr >> (4 + TAG_TABLE_BITS)) << PMM_ALLOC_TAG_BITS | (t & TAG_MASK);
 }
 
 /* The tag of the last recorded allocation at ptr (slot: its slot), or -1. */
-static inline int64_t recent_tag(const struct recent *slot, uint64_t ptr)
+static inline int64_t slot_tag(const struct tag_slot *slot, uint64_t ptr)
 {
 	uint64_t e = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
 
-	if (!e || e >> PMM_ALLOC_TAG_BITS != ptr >> (4 + RECENT_BITS))
+	if (!e || e >> PMM_ALLOC_TAG_BITS != ptr >> (4 + TAG_TABLE_BITS))
 		return -1;
 	return (int64_t)(e & TAG_MASK);
 }
@@ -1134,11 +1134,11 @@ static inline int op_is_map(uint16_t op)
  * whose clock the interrupted code may be updating; stamps need only
  * follow the order of the events at each address, which the slot keeps.
  */
-static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
+static inline uint64_t stamp_slot(struct tstate *t, struct tag_slot *slot)
 {
 	uint64_t v, at;
 
-	if (g_precise)
+	if (g_clock_mono)
 		return now_ns();
 	at = __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED);
 	if (t) {
@@ -1155,7 +1155,7 @@ static inline uint64_t stamp_slot(struct tstate *t, struct recent *slot)
 /* A record that names no address (a failed allocation). */
 static inline uint64_t stamp_none(struct tstate *t)
 {
-	if (g_precise)
+	if (g_clock_mono)
 		return now_ns();
 	return t ? next_stamp(t, 0) : coarse_ns();
 }
@@ -1175,7 +1175,7 @@ static void tbuf_reset(struct tstate *t)
  * of an allocation at ptr with the tag is it: the tag is the allocation's
  * stamp, and stamps at one address only grow.
  */
-static inline int cancel_buffered(struct tstate *t, const struct recent *slot, uint64_t ptr,
+static inline int cancel_buffered(struct tstate *t, const struct tag_slot *slot, uint64_t ptr,
 				  int64_t tag)
 {
 	uint32_t i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
@@ -1193,7 +1193,7 @@ static inline int cancel_buffered(struct tstate *t, const struct recent *slot, u
 }
 
 /* Every hook keeps errno: this is the only place on the record path that
- * may change it, other than pmm_dev_ioctl and say, which restore it. */
+ * may change it, other than pmm_dev_ioctl and notice, which restore it. */
 static int tbuf_get(struct tstate *t)
 {
 	int saved = errno;
@@ -1373,7 +1373,7 @@ static void flush(struct tstate *t)
 	b.count = t->n;
 	tbuf_reset(t);	/* the records stay in the buffer until the next one */
 	if (t->gen != __atomic_load_n(&g_epoch, __ATOMIC_RELAXED) ||
-	    __atomic_load_n(&g_fast.hot, __ATOMIC_RELAXED) < HOT_MON)
+	    __atomic_load_n(&g_fast.mode, __ATOMIC_RELAXED) < MODE_MONITORED)
 		return;	/* from before a stop or a fork: dropped */
 	if (t->merge_skip) {
 		t->merge_skip--;
@@ -1415,10 +1415,10 @@ static void send_one(const struct pmm_record *r)
 /* ptr, allocated at now by thread owner, is the last allocation at its
  * slot; at: its record's position in that thread's buffer (NOT_BUFFERED:
  * sent alone). */
-static inline void slot_note(struct recent *slot, uint64_t ptr, uint64_t now, uint32_t at,
+static inline void slot_note(struct tag_slot *slot, uint64_t ptr, uint64_t now, uint32_t at,
 			     uint32_t owner)
 {
-	__atomic_store_n(&slot->entry, recent_entry(ptr, now), __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->entry, tag_entry(ptr, now), __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->owner, owner, __ATOMIC_RELAXED);
 }
@@ -1466,15 +1466,15 @@ __attribute__((noinline)) static void record_alone(uint16_t op, const void *ptr,
 						   const void *prev, uint64_t size,
 						   uint32_t site, uint32_t weight, uint64_t now)
 {
-	struct recent *slot = ptr && !op_is_map(op) ? recent_slot((uintptr_t)ptr) : NULL;
+	struct tag_slot *slot = ptr && !op_is_map(op) ? tag_slot_of((uintptr_t)ptr) : NULL;
 	struct pmm_record r;
 	uint16_t flags = 0;
 	int64_t tag = -1;
 
 	if (op == PMM_OP_FREE && slot)
-		tag = recent_tag(slot, (uintptr_t)ptr);
+		tag = slot_tag(slot, (uintptr_t)ptr);
 	else if (op == PMM_OP_REALLOC && prev)
-		tag = recent_tag(recent_slot((uintptr_t)prev), (uintptr_t)prev);
+		tag = slot_tag(tag_slot_of((uintptr_t)prev), (uintptr_t)prev);
 	if (!now)
 		now = slot ? stamp_slot(NULL, slot) : op_is_map(op) ? stamp_map(NULL) :
 		      stamp_none(NULL);
@@ -1503,8 +1503,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
 	struct pmm_record one, *r;
-	struct recent *slot = NULL;	/* ptr's, for a heap record */
-	struct recent *tagged = NULL;	/* the slot whose tag the record carries */
+	struct tag_slot *slot = NULL;	/* ptr's, for a heap record */
+	struct tag_slot *tagged = NULL;	/* the slot whose tag the record carries */
 	uint16_t flags = 0;
 	int64_t tag = -1;
 
@@ -1519,16 +1519,16 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	if (unlikely(!t->buf))
 		tbuf_get(t);	/* and the thread's id; without it, records go alone */
 	if (ptr && !op_is_map(op))
-		slot = recent_slot((uintptr_t)ptr);
+		slot = tag_slot_of((uintptr_t)ptr);
 	if (op == PMM_OP_FREE && slot) {
-		tag = recent_tag(slot, (uintptr_t)ptr);
+		tag = slot_tag(slot, (uintptr_t)ptr);
 		if (cancel_buffered(t, slot, (uintptr_t)ptr, tag))
 			return;
 		tagged = slot;
 	} else if (op == PMM_OP_REALLOC && prev) {
 		/* before ptr's entry replaces it */
-		tagged = recent_slot((uintptr_t)prev);
-		tag = recent_tag(tagged, (uintptr_t)prev);
+		tagged = tag_slot_of((uintptr_t)prev);
+		tag = slot_tag(tagged, (uintptr_t)prev);
 		/*
 		 * The old block's allocation still in the buffer: it cancels
 		 * as a free would (FREED), and this record says so, keeping
@@ -1612,7 +1612,7 @@ static void populate_tables(void)
 	if (g_sample)
 		populate(&g_sampled, sizeof(g_sampled));
 	else
-		populate(g_recent, sizeof(g_recent));
+		populate(g_tags, sizeof(g_tags));
 }
 
 /* Fibonacci hashing of p / 16 (blocks are 16-aligned): the multiplier is
@@ -1703,10 +1703,10 @@ static int64_t sample_gap(struct tstate *t)
 	return g > 9e18 ? INT64_MAX : (int64_t)g + 1;
 }
 
-/* malloc's budget: left, or held while the guard is (guard_take). */
+/* malloc's budget: budget, or parked while the guard is held (guard_take). */
 static inline uint64_t *budget_of(struct tstate *t)
 {
-	return t->guard ? &t->held : &t->left;
+	return t->guard ? &t->parked : &t->budget;
 }
 
 /*
@@ -2031,7 +2031,7 @@ static void no_huge_pages(void)
 	} tables[] = {
 		{ &g_mapped, sizeof(g_mapped) },
 		{ &g_sampled, sizeof(g_sampled) },
-		{ g_recent, sizeof(g_recent) },
+		{ g_tags, sizeof(g_tags) },
 		{ g_arena, sizeof(g_arena) },
 	};
 	uintptr_t lo, hi;
@@ -2118,7 +2118,7 @@ static void pmm_init(void)
 				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
 	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
 	u = env_get(env, "PMM_CLOCK");
-	g_precise = u && !strcmp(u, "mono");
+	g_clock_mono = u && !strcmp(u, "mono");
 #ifdef PMM_FAKE_DEV
 	u = env_get(env, "PMM_FAKE_LOG");
 	if (u && strlen(u) < sizeof(g_fake_log))
@@ -2139,7 +2139,7 @@ static void pmm_init(void)
 	if (!real.malloc || !real.free || !real.calloc || !real.realloc || !real.mmap ||
 	    !real.munmap || !real.mremap) {
 		/* cannot happen with glibc; nothing sane to fall back to */
-		say("dlsym(RTLD_NEXT) failed", 0, "");
+		notice("dlsym(RTLD_NEXT) failed", 0, "");
 		abort();
 	}
 	r = pthread_key_create(&g_key, thread_exit);
@@ -2149,19 +2149,19 @@ static void pmm_init(void)
 	if (fd < 0 || r != 0) {
 		if (fd >= 0)
 			close(fd);
-		say("cannot open /dev/" PMM_DEVICE_NAME, fd < 0 ? -fd : r,
+		notice("cannot open /dev/" PMM_DEVICE_NAME, fd < 0 ? -fd : r,
 		    "; allocations pass through to libc");
 		g_active = 0;
-		set_hot(HOT_PASS);
+		set_mode(MODE_PASS);
 	} else {
 		g_fd = fd;
 		g_active = 1;
-		set_hot(HOT_PASS);
+		set_mode(MODE_PASS);
 		g_next_query = coarse_ns() + QUERY_NS;
 		if (env_num(env, "PMM_START", 0) > 0) {
 			r = start_self();
 			if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
-				say("PMM_START=1: START_PID refused", -r, "");
+				notice("PMM_START=1: START_PID refused", -r, "");
 		}
 		r = pmm_dev_ioctl(PMM_QUERY_SELF, NULL);
 		if (r == 1)
@@ -2186,7 +2186,7 @@ __attribute__((destructor)) static void pmm_fini(void)
 	struct tstate *t = &t_st;
 
 	guard_take(t);
-	if (t->buf && g_fast.hot >= HOT_MON)
+	if (t->buf && g_fast.mode >= MODE_MONITORED)
 		flush(t);
 	guard_drop(t);
 }
@@ -2206,14 +2206,14 @@ static void at_fork_child(void)
 	t->rng = 0;
 	t->pin.pid = 0;
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
-	t->left = 0;
-	t->held = 0;
+	t->budget = 0;
+	t->parked = 0;
 	t->sampling = 0;
 	g_exact_key = EXACT_OFF;
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_active)
 		return;
-	set_hot(HOT_PASS);
+	set_mode(MODE_PASS);
 	g_next_query = coarse_ns() + QUERY_NS;
 	if (g_follow_fork) {
 		int r;
@@ -2235,17 +2235,17 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 	int r;
 
 	t->poll = POLL_EVERY;
-	if (g_fast.hot >= HOT_MON)
+	if (g_fast.mode >= MODE_MONITORED)
 		return;	/* a nested call while monitored */
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) != 2)
 		return;	/* called from inside init: the device is not open yet */
 	t->sampling = 0;
 	if (!g_active) {
 		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
-		t->left = UINT64_MAX / 2;
+		t->budget = UINT64_MAX / 2;
 		return;
 	}
-	t->left = POLL_BYTES;
+	t->budget = POLL_BYTES;
 	now = poll_ns();
 	next = __atomic_load_n(&g_next_query, __ATOMIC_RELAXED);
 	if ((int64_t)(now - next) < 0 || !pmm_mine() ||	/* a vfork child: the parent asks */
@@ -2307,7 +2307,7 @@ __attribute__((noinline, cold)) static int guard_stale(struct tstate *t, uintptr
 		return 0;	/* a handler on the alternate stack */
 	}
 	errno = saved;
-	t->left = g_sample ? t->held : 0;
+	t->budget = g_sample ? t->parked : 0;
 	t->nest = 0;
 	pmm_internal = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -2355,9 +2355,9 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
 	void *p;
 	int how;
 
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return arena_alloc(n, 16);
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.malloc(n);
 	}
@@ -2399,26 +2399,26 @@ __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
 __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 {
 	struct tstate *t = &t_st;
-	int hot = g_fast.hot;
+	int mode = g_fast.mode;
 	int64_t rest;
 
-	if (hot == HOT_PASS) {
-		t->left = 0;
+	if (mode == MODE_PASS) {
+		t->budget = 0;
 		pass_poll(t);
 		return real.malloc(n);
 	}
-	if (hot != HOT_SAMPLE) {
-		t->left = 0;	/* exact, or starting: every call comes here */
+	if (mode != MODE_SAMPLED) {
+		t->budget = 0;	/* exact, or starting: every call comes here */
 		return malloc_slow(n, ra);
 	}
-	if (unlikely(t->guard || t->left + n >= 1ULL << 63)) {
+	if (unlikely(t->guard || t->budget + n >= 1ULL << 63)) {
 		/*
 		 * Not this call's gap to update: a signal handler's call in
 		 * the hook (or the hook's own), or one that interrupted a
 		 * malloc that had spent the budget before this call took n
 		 * (gap_busy). do_malloc decides it.
 		 */
-		t->left += n;
+		t->budget += n;
 		return malloc_slow(n, ra);
 	}
 	rest = sample_gap_left(t);	/* after these n bytes */
@@ -2428,7 +2428,7 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
 			sampled_poll(t);
 		return real.malloc(n);
 	}
-	t->left += n;	/* part of the sample gap: sample() takes n */
+	t->budget += n;	/* part of the sample gap: sample() takes n */
 	return malloc_slow(n, ra);
 }
 
@@ -2490,12 +2490,12 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	struct tstate *t = &t_st;
 	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
 	struct pmm_record *r;
-	struct recent *slot;
+	struct tag_slot *slot;
 	uint64_t now;
 	uint32_t at;
 	void *p;
 
-	t->left = 0;	/* exact: every call records */
+	t->budget = 0;	/* exact: every call records */
 	if (unlikely(!exact_fast(t)))
 		return malloc_slow(n, ra);
 	/* before the cache is read: a handler's malloc could replace the entry */
@@ -2520,7 +2520,7 @@ __attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
 	}
 	at = t->n;
 	r = &t->buf[at];
-	slot = recent_slot((uintptr_t)p);
+	slot = tag_slot_of((uintptr_t)p);
 	now = exact_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
 	__atomic_store_n(&slot->stamp, now, __ATOMIC_RELAXED);
 	r->ptr = (uintptr_t)p;
@@ -2551,17 +2551,17 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
 static void free_exact(void *p)
 {
 	struct tstate *t = &t_st;
-	struct recent *slot;
+	struct tag_slot *slot;
 	int cancelled;
 
 	if (unlikely(!exact_fast(t))) {
 		do_free(p);
 		return;
 	}
-	slot = recent_slot((uintptr_t)p);
+	slot = tag_slot_of((uintptr_t)p);
 	guard_hold(t);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* a handler's malloc sees it */
-	cancelled = cancel_buffered(t, slot, (uintptr_t)p, recent_tag(slot, (uintptr_t)p));
+	cancelled = cancel_buffered(t, slot, (uintptr_t)p, slot_tag(slot, (uintptr_t)p));
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->guard = 0;
 	if (unlikely(!cancelled)) {
@@ -2572,7 +2572,7 @@ static void free_exact(void *p)
 }
 
 /*
- * t->left -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
+ * t->budget -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
  * spends it too) and what is left is below 2^63, as every budget is. A
  * spent budget has wrapped to 2^63 or more until the slow path sets it
  * again, and a signal handler's malloc that comes in between must find it
@@ -2586,14 +2586,14 @@ static inline __attribute__((always_inline)) int budget_take(size_t n)
 	asm goto("subq %1, %0\n\t"
 		 "jbe %l[spent]\n\t"
 		 "js %l[spent]"
-		 : : "m"(t_st.left), "r"(n) : "cc", "memory" : spent);
+		 : : "m"(t_st.budget), "r"(n) : "cc", "memory" : spent);
 	return 1;
 spent:
 	return 0;
 #else
-	uint64_t left = t_st.left;
+	uint64_t left = t_st.budget;
 
-	t_st.left = left - n;
+	t_st.budget = left - n;
 	return left > n && left - n < (1ULL << 63);
 #endif
 }
@@ -2622,9 +2622,9 @@ static void do_free(void *p)
 
 	if (in_arena(p))
 		return;
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return;	/* cannot be ours, cannot be freed yet: leak it */
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		real.free(p);
 		return;
 	}
@@ -2666,14 +2666,14 @@ static void *do_calloc(size_t n, size_t m, const struct src *s)
 	void *p;
 	int how;
 
-	if (g_fast.hot == HOT_BOOT && booting()) {
+	if (g_fast.mode == MODE_BOOT && booting()) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
 			errno = ENOMEM;
 			return NULL;
 		}
 		return arena_alloc(bytes, 16);
 	}
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.calloc(n, m);
 	}
@@ -2704,7 +2704,7 @@ __attribute__((noinline)) static void *calloc_slow(size_t n, size_t m, void *ra)
 
 PMM_EXPORT void *calloc(size_t n, size_t m)
 {
-	if (likely(g_fast.hot == HOT_PASS)) {
+	if (likely(g_fast.mode == MODE_PASS)) {
 		if (poll_due(&t_st))
 			return calloc_poll(n, m);
 		return real.calloc(n, m);
@@ -2747,7 +2747,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		was = set_del(&g_sampled, p);
 	if (p && (!g_sample || was))
 		/* the old block's free: before the call */
-		before = stamp_slot(t, recent_slot((uintptr_t)p));
+		before = stamp_slot(t, tag_slot_of((uintptr_t)p));
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;
@@ -2793,9 +2793,9 @@ static void *do_realloc(void *p, size_t n, const struct src *s)
 
 	if (in_arena(p))
 		return arena_realloc(p, n, s);
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return p ? NULL : arena_alloc(n, 16);
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.realloc(p, n);
 	}
@@ -2821,7 +2821,7 @@ __attribute__((noinline)) static void *realloc_slow(void *p, size_t n, void *ra)
 
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
-	if (likely(g_fast.hot_no_arena == HOT_PASS)) {
+	if (likely(g_fast.mode_no_arena == MODE_PASS)) {
 		if (poll_due(&t_st))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
@@ -2837,14 +2837,14 @@ PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 	void *q;
 	int how;
 
-	if (in_arena(p) || (g_fast.hot == HOT_BOOT && booting()) || !real.reallocarray) {
+	if (in_arena(p) || (g_fast.mode == MODE_BOOT && booting()) || !real.reallocarray) {
 		if (__builtin_mul_overflow(n, m, &bytes)) {
 			errno = ENOMEM;
 			return NULL;
 		}
 		return do_realloc(p, bytes, &s);
 	}
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.reallocarray(p, n, m);
 	}
@@ -2862,9 +2862,9 @@ static void *aligned_common(uint16_t op, size_t align, size_t n, const struct sr
 	void *p;
 	int how;
 
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return arena_alloc(n, align ? align : 4096);
-	if (g_fast.hot >= HOT_MON && (how = enter(t)) != ENTER_PASS) {
+	if (g_fast.mode >= MODE_MONITORED && (how = enter(t)) != ENTER_PASS) {
 		switch (op) {
 		case PMM_OP_ALIGNED_ALLOC: p = real.aligned_alloc(align, n); break;
 		case PMM_OP_MEMALIGN: p = real.memalign(align, n); break;
@@ -2894,7 +2894,7 @@ PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 	struct tstate *t = &t_st;
 	int r, how;
 
-	if (g_fast.hot == HOT_BOOT && booting()) {
+	if (g_fast.mode == MODE_BOOT && booting()) {
 		void *p;
 
 		if (align < sizeof(void *) || (align & (align - 1)))
@@ -2905,7 +2905,7 @@ PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 		*out = p;
 		return 0;
 	}
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS) {
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS) {
 		pass_tick();
 		return real.posix_memalign(out, align, n);
 	}
@@ -2951,7 +2951,7 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
 {
 	if (in_arena(p))
 		return arena_size(p);
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return 0;
 	return real.malloc_usable_size(p);
 }
@@ -2977,9 +2977,9 @@ static void *do_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *ad
 	void *p;
 	int saved;
 
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-	if (g_fast.hot < HOT_MON || !(flags & MAP_ANONYMOUS) || !enter_map(t))
+	if (g_fast.mode < MODE_MONITORED || !(flags & MAP_ANONYMOUS) || !enter_map(t))
 		return fn(addr, len, prot, flags, fd, off);
 	p = fn(addr, len, prot, flags, fd, off);
 	if (p != MAP_FAILED) {
@@ -3010,9 +3010,9 @@ PMM_EXPORT int munmap(void *addr, size_t len)
 	struct tstate *t = &t_st;
 	int r, saved, how;
 
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return (int)syscall(SYS_munmap, addr, len);
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS)
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS)
 		return real.munmap(addr, len);
 	saved = errno;
 	note_free(how == ENTER_ALONE ? NULL : t, PMM_OP_MUNMAP, addr, len, &g_mapped);
@@ -3036,9 +3036,9 @@ PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 		want = va_arg(ap, void *);
 		va_end(ap);
 	}
-	if (g_fast.hot == HOT_BOOT && booting())
+	if (g_fast.mode == MODE_BOOT && booting())
 		return (void *)syscall(SYS_mremap, old, old_len, len, flags, want);
-	if (g_fast.hot < HOT_MON || (how = enter(t)) == ENTER_PASS)
+	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS)
 		return real.mremap(old, old_len, len, flags, want);
 	by = how == ENTER_ALONE ? NULL : t;	/* NULL: recorded alone */
 	was = set_del(&g_mapped, old);
@@ -3108,7 +3108,7 @@ PMM_EXPORT void pmm_flush(void)
 {
 	struct tstate *t = &t_st;
 
-	if (g_fast.hot < HOT_MON || enter(t) != ENTER_TAKEN)
+	if (g_fast.mode < MODE_MONITORED || enter(t) != ENTER_TAKEN)
 		return;
 	flush(t);
 	guard_drop(t);

@@ -28,7 +28,7 @@
  *   PMM_FOLLOW_FORK=1  forked children ask the same
  *   PMM_DEPTH=N        frames per site, 1..32 (default 1: the caller)
  *   PMM_UNWIND=fp|eh   stack walker for N > 1 (default auto: fp, eh when fp
- *                      stops before 3 frames; figures in README)
+ *                      stops before 3 frames)
  *   PMM_SAMPLE=BYTES   sampled tracking, one sample per BYTES on average
  *   PMM_CLOCK=mono     stamp records with CLOCK_MONOTONIC (default: the
  *                      address clock, see next_stamp(); for tests)
@@ -88,10 +88,8 @@
  * it in a flush period; PMM_BUFFER=N takes N (TBUF_MIN_RECORDS at least,
  * TBUF_RECORDS at most) where memory counts more than cpu. The longer a
  * record waits in the buffer, the likelier its block dies there and the pair
- * never reaches the module's tables: on the microbenchmark (a window of 4096
- * live blocks) a fifth of the frees cancel with 4096 records, 0.7 with
- * 32768, and exact mode costs 3.53x -> 2.95x (4 batches) -> 2.70x bare's
- * guest instructions (scripts/bench-icount.sh).
+ * never reaches the module's tables (cancel_buffered): a bigger buffer costs
+ * memory and saves the module work.
  */
 #define TBUF_RECORDS	(8 * PMM_MAX_BATCH)
 #define TBUF_MIN_RECORDS	512
@@ -269,7 +267,7 @@ __thread int pmm_internal __attribute__((tls_model("initial-exec")));
  * which decides it on its own (sampled mode: sample_alone).
  */
 
-/* t->guard = the stack pointer: one store, as taking it with 1 was. */
+/* t->guard = the stack pointer: one store. */
 static inline __attribute__((always_inline)) void guard_hold(struct tstate *t)
 {
 #ifdef __x86_64__
@@ -478,7 +476,7 @@ static inline uint64_t now_ns(void)
 /*
  * The module's clock page (PMM_CLOCK_OFFSET): CLOCK_MONOTONIC_COARSE, kept
  * by the module. Reading it is one load where the vDSO's coarse clock is a
- * call; under QEMU's TCG that call was about a tenth of exact mode's cost.
+ * call, which QEMU's TCG makes dear, and exact mode reads it on every record.
  * NULL until mapped (map_kernel_clock), or with a module without it.
  */
 static const struct pmm_clock *g_kclock;
@@ -511,11 +509,10 @@ static inline uint64_t coarse_ns(void)
  * stamp larger. The coarse time (the module's clock page: one load) keeps
  * stamps within about a jiffy, plus one ns per record, of CLOCK_MONOTONIC,
  * so the kernel's HH:MM:SS display holds. The cost is that of the table,
- * which the tags read and write anyway: no atomic read-modify-write (about
- * 20 cycles each), no cache line that every thread writes (a process-wide
- * counter made the 2-thread microbenchmark 4.8x natively, and contended in
- * the TCG guest), no vDSO read (27 ns on this project's host, a system
- * call in a guest whose clocksource is hpet).
+ * which the tags read and write anyway: no atomic read-modify-write, no
+ * cache line that every thread writes (a process-wide counter is one, and
+ * threads contend for it), no vDSO read (a system call in a guest whose
+ * clocksource is hpet).
  * Mappings (rare) are stamped from one process-wide atomic counter, also
  * kept at or above the coarse time: a mapping trimmed from its start moves
  * to another address, so their order must hold across addresses.
@@ -531,8 +528,8 @@ static uint64_t g_map_clock;	/* the mappings' stamps */
 #ifdef PMM_FAKE_DEV
 /*
  * The module's clock page, faked, so that this build's stamps cost what the
- * module's do, one load (the vDSO call they made instead put 2-8% on
- * bench/host_instr.sh's exact figures). No thread keeps it: a second thread
+ * module's do, one load: bench/host_instr.sh measures the hook's cost with
+ * this build. No thread keeps it: a second thread
  * makes glibc's malloc take its locks, which the measured program would pay.
  * The batches' and polls' stand-in system calls refresh it instead, so its
  * time is that of the last of them.
@@ -1051,8 +1048,7 @@ static int start_self(void)
  *    looks there in its own buffer, and the record's address, op and tag
  *    say whether it is that allocation (a slot written by another thread,
  *    or a buffer flushed since, points at some other record). One store
- *    and one compare where a per-thread hash index of the buffer cost a
- *    tenth of exact mode's instructions.
+ *    and one compare: the buffer needs no index of its own.
  */
 #define TAG_TABLE_BITS	14
 #define TAG_SLOTS	(1U << TAG_TABLE_BITS)
@@ -1098,8 +1094,8 @@ static struct tag_slot g_tags[TAG_SLOTS] __attribute__((aligned(64)));
  * share a slot, leaving the frees of exactly the blocks that threads pass to
  * each other untagged; bits 26-31 land on the slot's bits 8-13. The entry
  * keeps the high bits, and with the slot they give back the low ones, so a
- * match is still exact. (A multiplicative hash of the high bits spread them
- * as well, at twice the instructions.)
+ * match is still exact. (A multiplicative hash spreads them no better, at
+ * more instructions.)
  */
 static inline struct tag_slot *tag_slot_of(uint64_t ptr)
 {
@@ -1227,15 +1223,14 @@ static int tbuf_get(struct tstate *t)
 
 /*
  * Most records of most programs are allocations their thread freed again
- * before the batch left (FREED): 93% of sqlite3's, 99% of python3's in
- * bench/workloads.sh. They only add to their site's counts, so those of one
- * site, op and size become one record whose weight is the sum of theirs (w
- * events of size bytes each: the same counts). The kernel then applies tens
- * of records where it applied thousands. In place, in order; a record that
- * does not find its key within a few probes is kept as it is. Where it does
- * not pay (the malloc microbenchmark: a fifth of its records are FREED, of
- * 512 sizes), a batch that merged less than an eighth of its records is
- * followed by MERGE_SKIP batches sent as they are.
+ * before the batch left (FREED). They only add to their site's counts, so
+ * those of one site, op and size become one record whose weight is the sum
+ * of theirs (w events of size bytes each: the same counts), and the kernel
+ * applies a few records where it would apply many. In place, in order; a
+ * record that does not find its key within a few probes is kept as it is.
+ * Where it does not pay (few records FREED, or of many sizes), a batch that
+ * merged less than an eighth of its records is followed by MERGE_SKIP
+ * batches sent as they are.
  */
 #define MERGE_PROBES	8
 #define MERGE_SKIP	7
@@ -2019,8 +2014,8 @@ static long env_num(char **env, const char *name, long dflt)
  * The big static tables (address sets, site table, tags, bootstrap arena:
  * 3.4 MiB of bss) are touched a few pages at a time, if at all. With
  * transparent huge pages "always" (Debian's default) the first write into a
- * 2 MiB-aligned part of them faulted in and cleared a whole huge page: 5-6 ms
- * of every process start in the TCG guest (perf), for memory never used.
+ * 2 MiB-aligned part of them faults in and clears a whole huge page, at
+ * every process start, for memory never used.
  * Done before anything in the bss is written.
  */
 static void no_huge_pages(void)
@@ -2437,9 +2432,8 @@ __attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
  * not the guard. They do what note_alloc and note_free do in the commonest
  * cases, with every test that the key answers left out: a malloc whose
  * return address is in the site cache, and a free that cancels against its
- * allocation in the thread's buffer (most frees: all but 184 of sqlite3's
- * 330687 in bench/workloads.sh). Other
- * cases take the general code from where the fast path stands. The guard is
+ * allocation in the thread's buffer (most frees). Other cases take the
+ * general code from where the fast path stands. The guard is
  * held while they touch the buffer, as the general path holds it.
  */
 static inline int exact_fast(const struct tstate *t)
@@ -2651,8 +2645,7 @@ static void free_sampled(void *p)
 /*
  * One jump: to libc's free when not monitored, to the mode's checks
  * otherwise (g_fast.free). A jump through memory the hook writes only when
- * the mode changes, where a test of the mode was a load, two compares and
- * their branches before libc's free.
+ * the mode changes, rather than a test of the mode on every call.
  */
 PMM_EXPORT void free(void *p)
 {

@@ -11,11 +11,11 @@
  * never have the top bit set.
  *
  * The site id is a process-wide counter, 1, 2, 3... in the order sites are
- * first used, stored in the slot (slot_id): stable for the life of the process (and in a
- * forked child), and it says nothing of where code is loaded. Ids travel
- * to readers who may not see the process's addresses (netlink events,
- * pmd's database); the slot index of a hash of the return address that the
- * id used to be gave the load base away from a few ids.
+ * first used, stored in the slot (slot_id): stable for the life of the
+ * process (and in a forked child), and it says nothing of where code is
+ * loaded. Ids travel to readers who may not see the process's addresses
+ * (netlink events, pmd's database); an id derived from the return address
+ * (a slot index of its hash) would give the load base away from a few ids.
  *
  * Registration is lazy: the first record that uses a slot in the current
  * epoch (g_epoch, bumped whenever monitoring starts) registers it, so a
@@ -172,8 +172,8 @@ uint32_t pmm_site_addr(void *ra, void *frame, int alone)
 		frames[0] = (uintptr_t)ra;
 	} else {
 		/*
-		 * auto: frame pointers (about 4 ns a frame), and libgcc's
-		 * unwinder (about 150 ns a frame + 500 ns) only when they stop
+		 * auto: frame pointers (a few loads a frame), and libgcc's
+		 * unwinder (far dearer: it reads .eh_frame) only when they stop
 		 * before 3 frames, i.e. in code built without them.
 		 */
 		if (g_unwind == UNWIND_EH && !alone)

@@ -13,7 +13,7 @@
  *
  * pmm_unwind_eh: libgcc's _Unwind_Backtrace, which reads .eh_frame and so
  * walks code built without frame pointers too. It is slower and it takes
- * the loader's lock (dl_iterate_phdr); see the README for figures.
+ * the loader's lock (dl_iterate_phdr).
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -10,9 +10,9 @@
  * exported, but following the magic link /proc/TID/ns/pid runs it
  * (proc_ns_get_link) with the current credentials. So we keep a private
  * proc mount, and open that link of a live thread of the process (O_PATH)
- * with the reader's credentials put in place by override_creds(). A thread, not the
- * thread-group leader: a leader that called pthread_exit() is a zombie with
- * no mm while its process runs on.
+ * with the reader's credentials put in place by override_creds(). A
+ * thread, not the thread-group leader: a leader that called pthread_exit()
+ * is a zombie with no mm while its process runs on.
  *
  * A process that has exited has no thread to look at: it is judged by the
  * same rules on its last credentials (ptrace's uid/gid match and dumpable,
@@ -24,8 +24,6 @@
  *
  * Checks walk /proc and may sleep: run them with no pmm lock held.
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/fs.h>
 #include <linux/mount.h>
 #include <linux/file.h>
@@ -246,40 +244,6 @@ struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns)
 	return tgid;
 }
 
-/*
- * References to every monitored process from start id from_id on, in start
- * order; *n of them. NULL when memory is short.
- */
-struct pmm_proc **pmm_get_all(u64 from_id, u32 *n)
-{
-	struct pmm_proc **out, *p;
-	u32 i = 0;
-
-	*n = 0;
-	mutex_lock(&pmm_lock);
-	/* no process: ZERO_SIZE_PTR, not NULL, which means no memory */
-	out = kmalloc_array(pmm_nprocs, sizeof(*out), GFP_KERNEL);
-	if (out) {
-		list_for_each_entry(p, &pmm_procs, node) {
-			if (p->id < from_id)
-				continue;
-			refcount_inc(&p->ref);
-			out[i++] = p;
-		}
-	}
-	mutex_unlock(&pmm_lock);
-	*n = i;
-	return out;
-}
-
-/* Drops the references procs[from..n) and the array. */
-void pmm_put_all(struct pmm_proc **procs, u32 from, u32 n)
-{
-	for (; from < n; from++)
-		pmm_proc_put(procs[from]);
-	kfree(procs);
-}
-
 /* -ENOENT if a process nr exists in ns (but has no entry), else -ESRCH. */
 static int no_entry(pid_t nr, struct pid_namespace *ns)
 {
@@ -314,10 +278,14 @@ struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 	if (!nr)
 		nr = pid_vnr(live);
 	if (live)
-		task = get_pid_task(live, PIDTYPE_TGID);
+		task = live_thread(live);
 	if (task) {
 		live_ok = pmm_may_access_task(task, file);
 		put_task_struct(task);
+	} else if (live) {
+		/* exiting: no thread to check; its entry is judged as exited */
+		put_pid(live);
+		live = NULL;
 	}
 	all = pmm_get_all(0, &n);
 	if (!all) {
@@ -335,7 +303,7 @@ struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 			found = all[i];
 	if (found)
 		refcount_inc(&found->ref);
-	else if (task && !live_ok)
+	else if (live && !live_ok)
 		*err = -EPERM;
 	else
 		*err = no_entry(nr, ns);

@@ -2,8 +2,9 @@
 /*
  * pmm: the clock page (uapi/pmm.h, PMM_CLOCK_OFFSET). One page, mapped
  * read-only into every process that asks, holding CLOCK_MONOTONIC_COARSE.
- * A timer refreshes it every jiffy while at least one mapping exists, and
- * stops at its next tick after the last one goes.
+ * A timer refreshes it every jiffy while at least one mapping exists (the
+ * count clock_maps, atomic), and stops at its next tick after the last one
+ * goes.
  *
  * The mapping can never become writable or executable (VM_MAYWRITE and
  * VM_MAYEXEC are cleared), never grows (VM_DONTEXPAND: mremap to a larger

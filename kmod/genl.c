@@ -5,7 +5,9 @@
  * monitored process of every user, so their pids are those of the initial
  * pid namespace. PMM_CMD_GET_PIDS dumps the monitored processes to a
  * CAP_NET_ADMIN requester, only those it may read (access.c, with its
- * socket's and its own credentials), numbered in its pid namespace.
+ * socket's and its own credentials), numbered in its pid namespace. A
+ * process's figures are copied under its lock (as a reader); nothing is
+ * sent with a lock held, and the dump runs outside genl_mutex.
  *
  * Attributes of each event (types as in uapi/pmm.h):
  *   SAMPLE   PID START_TIME TIME VM RSS RSS_ANON RSS_FILE RSS_SHMEM
@@ -18,8 +20,6 @@
  *            every PMM_SITES_EVERY samples
  *   GET_PIDS PID PPID COMM STATE START_TIME LIVE_BYTES LIVE_BLOCKS DROPPED
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/pid_namespace.h>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmm: process memory monitor. Module init and exit, global state.
+ * pmm: process memory monitor. Module init and exit, and the global state:
+ * the list of monitored processes and the configuration (pmm_lock), the
+ * global counters (atomic).
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/module.h>
 #include <linux/init.h>
 #include "pmm_int.h"
@@ -53,12 +53,18 @@ static int __init pmm_init(void)
 {
 	int ret;
 
-	ret = pmm_table_init();
+	ret = pmm_sites_init();
 	if (ret)
 		return ret;
+	ret = pmm_pairing_init();
+	if (ret)
+		goto out_sites_exit;
+	ret = pmm_registry_init();
+	if (ret)
+		goto out_pairing_exit;
 	ret = pmm_access_init();
 	if (ret)
-		goto out_table_exit;
+		goto out_registry_exit;
 	ret = pmm_genl_init();
 	if (ret)
 		goto out_access_exit;
@@ -82,11 +88,20 @@ out_genl_exit:
 	pmm_genl_exit();
 out_access_exit:
 	pmm_access_exit();
-out_table_exit:
-	pmm_table_exit();
+out_registry_exit:
+	pmm_registry_exit();
+out_pairing_exit:
+	pmm_pairing_exit();
+out_sites_exit:
+	pmm_sites_exit();
 	return ret;
 }
 
+/*
+ * The mirror of init, but for the processes: they go after the interfaces
+ * (nothing can start one any more), and the registry's drain work may still
+ * free their tables, so pairing's and sites' caches go last.
+ */
 static void __exit pmm_exit(void)
 {
 	pmm_dev_exit();
@@ -95,7 +110,9 @@ static void __exit pmm_exit(void)
 	pmm_genl_exit();
 	pmm_free_all();
 	pmm_access_exit();
-	pmm_table_exit();
+	pmm_registry_exit();
+	pmm_pairing_exit();
+	pmm_sites_exit();
 	pr_info("unloaded\n");
 }
 

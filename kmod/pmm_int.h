@@ -212,9 +212,14 @@ extern atomic64_t pmm_unmatched_frees;
 extern atomic64_t pmm_kmem_bytes;
 extern atomic64_t pmm_records_queued;
 
-/* table.c */
-int pmm_table_init(void);
-void pmm_table_exit(void);
+static inline void pmm_kmem_add(long bytes)
+{
+	atomic64_add(bytes, &pmm_kmem_bytes);
+}
+
+/* registry.c: the processes, their lock, inbox and drain work */
+int pmm_registry_init(void);
+void pmm_registry_exit(void);
 struct pmm_proc *pmm_proc_alloc(struct task_struct *task);
 void pmm_proc_put(struct pmm_proc *p);
 void pmm_proc_retire(struct pmm_proc *p);
@@ -230,18 +235,45 @@ void pmm_proc_lock_read(struct pmm_proc *p);
 void pmm_proc_lock_fresh(struct pmm_proc *p);
 void pmm_proc_unlock_read(struct pmm_proc *p);
 bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n);
-void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
-u32 pmm_check_records(const struct pmm_record *r, u32 n);
-int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
-struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot);
-void pmm_expire_pending(struct pmm_proc *p, bool all);
 void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info,
 		       struct pid_namespace *ns);
-struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot);
-void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s);
 void pmm_proc_refresh(struct pmm_proc *p);
 void pmm_proc_touch(struct pmm_proc *p);
-u64 pmm_mono_to_real_ns(u64 mono);
+struct pmm_proc **pmm_get_all(u64 from_id, u32 *n);
+void pmm_put_all(struct pmm_proc **procs, u32 from, u32 n);
+
+/* pairing.c: blocks, pending frees, the record path */
+int pmm_pairing_init(void);
+void pmm_pairing_exit(void);
+int pmm_blocks_alloc(struct pmm_proc *p);
+void pmm_blocks_free(struct pmm_proc *p);
+void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
+u32 pmm_check_records(const struct pmm_record *r, u32 n);
+void pmm_expire_pending(struct pmm_proc *p, bool all);
+struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot);
+
+/* sites.c */
+int pmm_sites_init(void);
+void pmm_sites_exit(void);
+void pmm_sites_free(struct pmm_proc *p);
+struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
+int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
+struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot);
+
+/*
+ * The site entry for id, created (undescribed) when new; NULL at the limit.
+ * Most records come from a few sites: a direct-mapped cache skips the
+ * table's hash (pmm_site_lookup).
+ */
+static __always_inline struct pmm_site_stats *
+site_get(struct pmm_proc *p, u32 id)
+{
+	struct pmm_site_stats *s = p->site_cache[id % PMM_SITE_CACHE];
+
+	if (likely(s && s->desc.site == id))
+		return s;
+	return pmm_site_lookup(p, id);
+}
 
 /* access.c: who may see what, and pid numbers in each namespace */
 int pmm_access_init(void);
@@ -253,17 +285,17 @@ pid_t pmm_visible_nr(struct pid *pid, struct pid_namespace *ns,
 		     const struct file *file);
 struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns);
 struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err);
-struct pmm_proc **pmm_get_all(u64 from_id, u32 *n);
-void pmm_put_all(struct pmm_proc **procs, u32 from, u32 n);
 
 /* clock.c: the clock page /dev/pmm maps */
 int pmm_clock_init(void);
 void pmm_clock_exit(void);
 int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma);
 
-/* dev.c */
+/* dev.c: /dev/pmm and its ioctls */
 int pmm_dev_init(void);
 void pmm_dev_exit(void);
+
+/* control.c: START, STOP, expiry, configuration values */
 int pmm_start_pid(pid_t nr, const struct file *file);
 int pmm_stop_pid(pid_t nr, const struct file *file);
 void pmm_expire(struct pmm_proc *p);

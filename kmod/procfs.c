@@ -25,10 +25,10 @@
  * function) have non-printable, non-ASCII and backslash characters escaped
  * as \ooo (octal), so that no process can write terminal escapes into a
  * reader's terminal. The iterator keeps its place between reads (O(n) in
- * all) and copies to user space with no lock held.
+ * all) and copies to user space with no lock held. Locks: pmm_lock to find
+ * the next process (a reference taken, access checked after), then that
+ * process's lock as a reader from ->start to ->stop.
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/proc_fs.h>
 #include <linux/seq_file.h>
 #include <linux/uaccess.h>

@@ -6,10 +6,10 @@
  * vm and rss (total, anon, file, shmem) into the process's ring, and the
  * genl events. Exited entries are removed exited_ttl_s after their exit or
  * their last read. A configuration change wakes it; the new interval counts
- * from that moment.
+ * from that moment. It takes pmm_lock only to find the next process, and
+ * each process's lock as a reader (pmm_proc_lock_read): it never applies a
+ * process's queued records, so no process can make it wait for long.
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/kthread.h>
 #include <linux/wait.h>
 #include <linux/mm.h>
@@ -108,6 +108,16 @@ static void pmm_ring_grow(struct pmm_proc *p)
 	pmm_proc_unlock_read(p);
 	kvfree(old);
 	pmm_proc_lock_read(p);
+}
+
+/* The sample ring: sample seq at ring[seq % ring_size]. */
+static void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)
+{
+	lockdep_assert_held(&p->lock);
+	if (!p->ring)
+		return;
+	p->ring[p->nsamples % p->ring_size] = *s;
+	p->nsamples++;
 }
 
 /* An exited entry whose time is up goes (unless stopped meanwhile). */

@@ -6,9 +6,11 @@ import ctypes
 import errno
 import mmap
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import spawn_sleeper
@@ -550,3 +552,15 @@ def test_clock_page_refusals(dev: Dev) -> None:
         assert clock_map(wo) == -errno.EACCES  # a read mapping needs a readable file
     finally:
         os.close(wo)
+
+
+def test_ioctl_selftest_in_c(progs: Path) -> None:
+    """tests/progs/ioctl_selftest.c, the kernel selftest way (ntsync's): every
+    output struct filled with 0xcc before the call, then every field the
+    module must write, and every byte it must leave alone, checked."""
+    r = subprocess.run([str(progs / "ioctl_selftest")], capture_output=True, text=True,
+                       timeout=120)
+    failed = [line for line in r.stdout.splitlines() if line.startswith("not ok")]
+    assert r.returncode == 0 and not failed, r.stdout + r.stderr
+    assert re.search(r"^1\.\.(\d+)$", r.stdout, re.M), r.stdout
+    assert len(re.findall(r"^ok \d+ ", r.stdout, re.M)) >= 40, r.stdout

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmm: the per-process tables: live blocks keyed by address, sites, early
- * frees, samples, and the pairing of records.
+ * pmm: the pairing of records: each process's live blocks keyed by address,
+ * its early (pending) frees, the checks a record must pass and their
+ * application. All of it is under the process's lock. The record path is
+ * this file: its helpers are __always_inline into pmm_apply_records.
  *
  * Pairing. Every record carries time_ns (CLOCK_MONOTONIC's scale, taken by
  * the hook at the call, ordered at each address). Records of different
@@ -46,319 +48,52 @@
  * them), and a process's tables are freed when it is stopped or expires,
  * whoever still holds a reference to it (pmm_proc_retire).
  */
-#define pr_fmt(fmt) "pmm: " fmt
-
 #include <linux/slab.h>
 #include <linux/mm.h>
-#include <linux/hashtable.h>
 #include <linux/hash.h>
+#include <linux/hashtable.h>
 #include <linux/jiffies.h>
-#include <linux/timekeeping.h>
-#include <linux/capability.h>
-#include <linux/pid.h>
-#include <linux/sched/mm.h>
-#include <linux/sched/coredump.h>
-#include <linux/sched/signal.h>
-#include <linux/random.h>
-#include <linux/memcontrol.h>
-#include <linux/sched/mm.h>
 #include "pmm_int.h"
 
-/* Monitored processes by struct pid; RCU readers, writers under pmm_lock. */
-static DEFINE_HASHTABLE(pmm_hash, 8);
-static struct kmem_cache *pmm_site_cache;
-static struct kmem_cache *pmm_queued_cache;
 static struct kmem_cache *pmm_pending_cache;
-static struct workqueue_struct *pmm_drain_wq;
 
-/*
- * With a constructor the slab does not clear each new object (init_on_alloc,
- * on in Debian's kernels): records are copied over count entries and no
- * more are read, and clearing 784 bytes a chunk (rep stosb, which QEMU's
- * TCG runs a byte at a time) cost as much as applying the chunk.
- */
-static void pmm_queued_ctor(void *obj)
+int pmm_pairing_init(void)
 {
-	struct pmm_queued *q = obj;
-
-	q->count = 0;
-}
-
-int pmm_table_init(void)
-{
-	pmm_site_cache = kmem_cache_create("pmm_site",
-					   sizeof(struct pmm_site_stats), 0,
-					   SLAB_ACCOUNT, NULL);
-	pmm_queued_cache = kmem_cache_create("pmm_queued",
-					     sizeof(struct pmm_queued), 0,
-					     SLAB_ACCOUNT, pmm_queued_ctor);
 	pmm_pending_cache = KMEM_CACHE(pmm_pending, SLAB_ACCOUNT);
-	pmm_drain_wq = alloc_workqueue("pmm_drain", WQ_UNBOUND, 0);
-	if (pmm_site_cache && pmm_queued_cache && pmm_pending_cache &&
-	    pmm_drain_wq)
-		return 0;
-	if (pmm_drain_wq)
-		destroy_workqueue(pmm_drain_wq);
+	return pmm_pending_cache ? 0 : -ENOMEM;
+}
+
+void pmm_pairing_exit(void)
+{
 	kmem_cache_destroy(pmm_pending_cache);
-	kmem_cache_destroy(pmm_queued_cache);
-	kmem_cache_destroy(pmm_site_cache);
-	return -ENOMEM;
 }
 
-void pmm_table_exit(void)
+/* A new process's block table (PMM_BLOCK_MIN_BITS slots). */
+int pmm_blocks_alloc(struct pmm_proc *p)
 {
-	destroy_workqueue(pmm_drain_wq);	/* runs what is queued */
-	rcu_barrier();		/* kfree_rcu of the last processes */
-	kmem_cache_destroy(pmm_pending_cache);
-	kmem_cache_destroy(pmm_queued_cache);
-	kmem_cache_destroy(pmm_site_cache);
-}
-
-static void kmem_add(long bytes)
-{
-	atomic64_add(bytes, &pmm_kmem_bytes);
-}
-
-u64 pmm_mono_to_real_ns(u64 mono)
-{
-	return mono + (ktime_get_real_ns() - ktime_get_ns());
-}
-
-/* What struct pmm_proc takes: kzalloc rounds it up to its slab's size. */
-static size_t proc_bytes(void)
-{
-	return kmalloc_size_roundup(sizeof(struct pmm_proc));
-}
-
-/* The leader's comm, parent, credentials and dumpable state, for readers. */
-static void proc_set_identity(struct pmm_proc *p, struct task_struct *leader)
-{
-	struct pid *parent;
-	const struct cred *cred, *old_cred;
-	struct task_struct *t;
-	struct mm_struct *mm;
-	bool dumpable;
-
-	get_task_comm(p->comm, leader);
-	rcu_read_lock();
-	parent = get_pid(task_tgid(rcu_dereference(leader->real_parent)));
-	rcu_read_unlock();
-	put_pid(p->parent);
-	p->parent = parent;
-	cred = get_task_cred(leader);
-	old_cred = p->cred;
-	p->cred = cred;
-	if (old_cred)
-		put_cred(old_cred);
-	rcu_read_lock();
-	for_each_thread(leader, t) {
-		task_lock(t);
-		mm = t->mm;
-		if (mm)
-			dumpable = get_dumpable(mm) == SUID_DUMP_USER;
-		task_unlock(t);
-		if (mm) {
-			p->dumpable = dumpable;
-			break;
-		}
-	}
-	rcu_read_unlock();
-}
-
-/*
- * Refreshes the identity of a running process (exec changes comm and
- * credentials, reparenting the parent). Called with p->lock held.
- */
-void pmm_proc_refresh(struct pmm_proc *p)
-{
-	struct task_struct *leader;
-
-	lockdep_assert_held(&p->lock);
-	if (p->state != PMM_STATE_RUNNING)
-		return;
-	leader = get_pid_task(p->pid, PIDTYPE_TGID);
-	if (!leader)
-		return;
-	if (atomic_read(&leader->signal->live))
-		proc_set_identity(p, leader);
-	put_task_struct(leader);
-}
-
-/* A per-pid read of an exited entry postpones its expiry. */
-void pmm_proc_touch(struct pmm_proc *p)
-{
-	if (READ_ONCE(p->expires))	/* 0 is "running": never store it */
-		WRITE_ONCE(p->expires, (jiffies + READ_ONCE(pmm_cfg.exited_ttl_s) *
-					(unsigned long)HZ) ?: 1);
-}
-
-static void pmm_proc_drain(struct work_struct *work);
-
-struct pmm_proc *pmm_proc_alloc(struct task_struct *task)
-{
-	struct task_struct *leader = task->group_leader;
-	struct mm_struct *mm;
-	struct pmm_proc *p;
-
-	p = kzalloc(proc_bytes(), GFP_KERNEL_ACCOUNT);
-	if (!p)
-		return NULL;
 	p->block_bits = PMM_BLOCK_MIN_BITS;
 	p->block_grow_at = 1U << (PMM_BLOCK_MIN_BITS - 1);
 	p->blocks = kvcalloc(1U << p->block_bits, sizeof(*p->blocks),
 			     GFP_KERNEL_ACCOUNT);
-	if (!p->blocks) {
-		kfree(p);
-		return NULL;
-	}
-	kmem_add(proc_bytes() + (sizeof(*p->blocks) << p->block_bits));
-	refcount_set(&p->ref, 1);
-	mutex_init(&p->lock);
-	init_llist_head(&p->inbox);
-	INIT_WORK(&p->drain, pmm_proc_drain);
-	mm = get_task_mm(task);
-	if (mm) {
-		p->memcg = get_mem_cgroup_from_mm(mm);
-		mmput(mm);
-	}
+	if (!p->blocks)
+		return -ENOMEM;
+	pmm_kmem_add(sizeof(*p->blocks) << p->block_bits);
 	hash_init(p->pending);
 	INIT_LIST_HEAD(&p->pending_fifo);
-	get_random_bytes(&p->hkey, sizeof(p->hkey));
-	p->pid = get_pid(task_tgid(task));
-	p->owner = current_euid();
-	p->start_time_ns = leader->start_boottime;
-	p->monitor_start_ns = ktime_get_boottime_ns();
-	p->state = PMM_STATE_RUNNING;
-	proc_set_identity(p, leader);
-	return p;
+	return 0;
 }
 
-static void inbox_free(struct pmm_proc *p, struct pmm_queued *q)
+/* Frees the block table and the pending frees (they count as unmatched). */
+void pmm_blocks_free(struct pmm_proc *p)
 {
-	atomic_sub(q->count, &p->inbox_records);
-	kmem_cache_free(pmm_queued_cache, q);
-	kmem_add(-(long)kmem_cache_size(pmm_queued_cache));
-}
-
-/* Frees the tables (and queued records); p itself stays. */
-static void pmm_proc_free_tables(struct pmm_proc *p)
-{
-	struct pmm_queued *q, *next;
-	u32 i;
-
-	llist_for_each_entry_safe(q, next, llist_del_all(&p->inbox), node)
-		inbox_free(p, q);
 	if (p->blocks) {
-		kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
+		pmm_kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
 		kvfree(p->blocks);
 		p->blocks = NULL;
 		p->block_bits = 0;
 		p->nblocks = 0;
 	}
 	pmm_expire_pending(p, true);
-	if (p->sites) {
-		for (i = 0; i < 1U << p->site_bits; i++)
-			if (p->sites[i])
-				kmem_cache_free(pmm_site_cache, p->sites[i]);
-		kmem_add(-(long)(p->nsites * kmem_cache_size(pmm_site_cache) +
-				 (sizeof(*p->sites) << p->site_bits)));
-		kvfree(p->sites);
-		p->sites = NULL;
-		p->site_bits = 0;
-		p->nsites = 0;
-		memset(p->site_cache, 0, sizeof(p->site_cache));
-	}
-	if (p->ring) {
-		kmem_add(-(long)(p->ring_size * sizeof(*p->ring)));
-		kvfree(p->ring);
-		p->ring = NULL;
-		p->ring_size = 0;
-	}
-}
-
-/*
- * Frees a stopped (or expired, or unloading) process's tables now, whoever
- * still holds a reference to it: a reader keeps only the small struct.
- * p->stopped is set, so nothing fills them again.
- */
-void pmm_proc_retire(struct pmm_proc *p)
-{
-	pmm_proc_lock(p);
-	p->stopped = true;
-	pmm_proc_free_tables(p);
-	pmm_proc_unlock(p);
-}
-
-/* Drops a reference; the last one frees p. Sleeps. */
-void pmm_proc_put(struct pmm_proc *p)
-{
-	if (!refcount_dec_and_test(&p->ref))
-		return;
-	pmm_proc_free_tables(p);
-	put_pid(p->pid);
-	put_pid(p->parent);
-	put_cred(p->cred);
-	mem_cgroup_put(p->memcg);
-	kmem_add(-(long)proc_bytes());
-	kfree_rcu(p, rcu);
-}
-
-void pmm_proc_publish(struct pmm_proc *p)
-{
-	lockdep_assert_held(&pmm_lock);
-	hash_add_rcu(pmm_hash, &p->hnode, (unsigned long)p->pid);
-}
-
-void pmm_proc_unpublish(struct pmm_proc *p)
-{
-	lockdep_assert_held(&pmm_lock);
-	hash_del_rcu(&p->hnode);
-}
-
-/* The entry of a thread group, no reference taken. */
-struct pmm_proc *pmm_proc_find_pid(struct pid *pid)
-{
-	struct pmm_proc *p;
-
-	lockdep_assert_held(&pmm_lock);
-	hash_for_each_possible(pmm_hash, p, hnode, (unsigned long)pid)
-		if (p->pid == pid)
-			return p;
-	return NULL;
-}
-
-static struct pmm_proc *pmm_proc_lookup_current(void)
-{
-	struct pid *me = task_tgid(current);
-	struct pmm_proc *p;
-
-	hash_for_each_possible_rcu(pmm_hash, p, hnode, (unsigned long)me)
-		if (p->pid == me)
-			return p;
-	return NULL;
-}
-
-/* The caller's entry with a reference, or NULL; takes no global lock. */
-struct pmm_proc *pmm_proc_get_current(void)
-{
-	struct pmm_proc *p;
-
-	rcu_read_lock();
-	p = pmm_proc_lookup_current();
-	if (p && !refcount_inc_not_zero(&p->ref))
-		p = NULL;
-	rcu_read_unlock();
-	return p;
-}
-
-bool pmm_current_monitored(void)
-{
-	bool ret;
-
-	rcu_read_lock();
-	ret = pmm_proc_lookup_current();
-	rcu_read_unlock();
-	return ret;
 }
 
 static bool op_is_map(u16 op)
@@ -388,145 +123,6 @@ static void pmm_unmatched(struct pmm_proc *p)
 {
 	p->stats.unmatched_frees++;
 	atomic64_inc(&pmm_unmatched_frees);
-}
-
-static u32 site_home(struct pmm_proc *p, u32 id, u32 bits)
-{
-	return hsiphash_1u32(id, &p->hkey) >> (32 - bits);
-}
-
-/*
- * The slot of id in a table of 1 << bits: its entry, or the empty slot it
- * would take; NULL when neither is within PMM_SITE_PROBE_MAX of its home.
- */
-static struct pmm_site_stats **site_slot(struct pmm_proc *p,
-					 struct pmm_site_stats **tab, u32 bits,
-					 u32 id)
-{
-	u32 mask = (1U << bits) - 1, i = site_home(p, id, bits), k;
-
-	for (k = 0; k < PMM_SITE_PROBE_MAX; k++, i = (i + 1) & mask)
-		if (!tab[i] || tab[i]->desc.site == id)
-			return &tab[i];
-	return NULL;
-}
-
-/*
- * Doubles the site table (or creates it). Fails, leaving it as it was,
- * when memory is short, at the size limit, or when an entry would land too
- * far from its home in the new one.
- */
-static bool sites_grow(struct pmm_proc *p)
-{
-	u32 bits = p->site_bits ? p->site_bits + 1 : PMM_SITE_MIN_BITS, i;
-	struct pmm_site_stats **nt, **slot;
-
-	if (bits > PMM_SITE_MAX_BITS)
-		return false;
-	nt = kvcalloc(1U << bits, sizeof(*nt), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
-	if (!nt)
-		return false;
-	for (i = 0; p->sites && i < 1U << p->site_bits; i++) {
-		if (!p->sites[i])
-			continue;
-		slot = site_slot(p, nt, bits, p->sites[i]->desc.site);
-		if (!slot) {
-			kvfree(nt);
-			return false;
-		}
-		*slot = p->sites[i];
-	}
-	if (p->sites)
-		kmem_add(-(long)(sizeof(*nt) << p->site_bits));
-	kmem_add(sizeof(*nt) << bits);
-	kvfree(p->sites);
-	p->sites = nt;
-	p->site_bits = bits;
-	return true;
-}
-
-/* site_get's slow path: the table, or a new (undescribed) entry. */
-static noinline struct pmm_site_stats *site_lookup(struct pmm_proc *p, u32 id)
-{
-	struct pmm_site_stats *s, **slot = NULL;
-
-	if (unlikely(!p->blocks))
-		return NULL;	/* retired */
-	if (p->sites)
-		slot = site_slot(p, p->sites, p->site_bits, id);
-	if (slot && *slot) {
-		p->site_cache[id % PMM_SITE_CACHE] = *slot;
-		return *slot;
-	}
-	if (p->nsites >= READ_ONCE(pmm_cfg.max_sites))
-		return NULL;
-	/* grown at half full, or when the slot is too far from its home */
-	if (!slot || (p->nsites + 1) * 2 > 1U << p->site_bits) {
-		if (!sites_grow(p) && !slot)
-			return NULL;
-		slot = site_slot(p, p->sites, p->site_bits, id);
-		if (!slot)
-			return NULL;
-	}
-	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
-	if (!s)
-		return NULL;
-	s->desc.site = id;
-	*slot = s;
-	p->nsites++;
-	kmem_add(kmem_cache_size(pmm_site_cache));
-	p->site_cache[id % PMM_SITE_CACHE] = s;
-	return s;
-}
-
-/*
- * The site entry for id, created (undescribed) when new; NULL at the limit.
- * Most records come from a few sites: a direct-mapped cache skips the
- * table's hash.
- */
-static __always_inline struct pmm_site_stats *
-site_get(struct pmm_proc *p, u32 id)
-{
-	struct pmm_site_stats *s = p->site_cache[id % PMM_SITE_CACHE];
-
-	if (likely(s && s->desc.site == id))
-		return s;
-	return site_lookup(p, id);
-}
-
-/*
- * The first site at or after *slot in table order, updating *slot; NULL
- * past the end. The caller moves on with ++*slot.
- */
-struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot)
-{
-	lockdep_assert_held(&p->lock);
-	if (!p->sites)
-		return NULL;
-	for (; *slot < 1U << p->site_bits; (*slot)++)
-		if (p->sites[*slot])
-			return p->sites[*slot];
-	return NULL;
-}
-
-int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
-{
-	struct pmm_site_stats *s;
-
-	lockdep_assert_held(&p->lock);
-	s = site_get(p, in->site);
-	if (!s)
-		return -ENOSPC;
-	s->desc = *in;
-	if (in->depth < PMM_MAX_FRAMES)
-		memset(&s->desc.frames[in->depth], 0,
-		       (PMM_MAX_FRAMES - in->depth) * sizeof(s->desc.frames[0]));
-	if (!(in->flags & PMM_SITE_F_SOURCE)) {
-		memset(s->desc.file, 0, sizeof(s->desc.file));
-		memset(s->desc.func, 0, sizeof(s->desc.func));
-		s->desc.line = 0;
-	}
-	return 0;
 }
 
 static u32 block_mask(struct pmm_proc *p)
@@ -608,7 +204,7 @@ static noinline void blocks_grow(struct pmm_proc *p)
 			cond_resched();
 	}
 	kvfree(p->blocks);
-	kmem_add(sizeof(*nt) << p->block_bits);
+	pmm_kmem_add(sizeof(*nt) << p->block_bits);
 	p->blocks = nt;
 	p->block_bits = bits;
 	p->block_grow_at = 1U << (bits - 1);
@@ -796,7 +392,7 @@ static void pending_del(struct pmm_proc *p, struct pmm_pending *pe)
 	list_del(&pe->fifo);
 	kmem_cache_free(pmm_pending_cache, pe);
 	p->npending--;
-	kmem_add(-(long)kmem_cache_size(pmm_pending_cache));
+	pmm_kmem_add(-(long)kmem_cache_size(pmm_pending_cache));
 }
 
 static struct hlist_head *pending_bucket(struct pmm_proc *p, u64 ptr)
@@ -841,7 +437,7 @@ static void pending_add(struct pmm_proc *p, u64 ptr, u64 len, u64 t, u16 op,
 	hlist_add_head(&pe->node, pending_bucket(p, ptr));
 	list_add_tail(&pe->fifo, &p->pending_fifo);
 	p->npending++;
-	kmem_add(kmem_cache_size(pmm_pending_cache));
+	pmm_kmem_add(kmem_cache_size(pmm_pending_cache));
 }
 
 /*
@@ -1152,167 +748,6 @@ void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 	pmm_expire_pending(p, false);
 }
 
-/* Applies (or, once stopped, drops) the queued records, oldest first. */
-static void inbox_drain(struct pmm_proc *p)
-{
-	struct pmm_queued *q, *next;
-	struct llist_node *list;
-
-	lockdep_assert_held(&p->lock);
-	if (llist_empty(&p->inbox))
-		return;		/* the usual case: no atomic exchange */
-	list = llist_del_all(&p->inbox);
-	llist_for_each_entry_safe(q, next, llist_reverse_order(list), node) {
-		if (!p->stopped)
-			pmm_apply_records(p, q->rec, q->count);
-		inbox_free(p, q);
-	}
-}
-
-void pmm_proc_lock(struct pmm_proc *p)
-{
-	mutex_lock(&p->lock);
-	inbox_drain(p);
-}
-
-bool pmm_proc_trylock(struct pmm_proc *p)
-{
-	if (!mutex_trylock(&p->lock))
-		return false;
-	inbox_drain(p);
-	return true;
-}
-
-/*
- * Releases the lock, then applies what was queued meanwhile. A sender queues
- * before it tries the lock and a holder looks at the inbox after it let go
- * (a full barrier each side), so one of the two always sees the other: no
- * batch is left behind for long. The rounds are bounded so that a sender
- * does not work for the others for ever; what is left goes to the drain
- * work.
- */
-static void pmm_proc_kick(struct pmm_proc *p);
-
-void pmm_proc_unlock(struct pmm_proc *p)
-{
-	int rounds = 4;
-
-	mutex_unlock(&p->lock);
-	for (;;) {
-		smp_mb();	/* the unlock before the look at the inbox */
-		if (llist_empty(&p->inbox) || !mutex_trylock(&p->lock))
-			return;
-		if (!rounds--) {
-			mutex_unlock(&p->lock);
-			pmm_proc_kick(p);	/* the rest is the drain's */
-			return;
-		}
-		inbox_drain(p);
-		mutex_unlock(&p->lock);
-	}
-}
-
-/* Has the drain work apply what is queued; it holds a reference meanwhile. */
-static void pmm_proc_kick(struct pmm_proc *p)
-{
-	refcount_inc(&p->ref);
-	if (!queue_work(pmm_drain_wq, &p->drain))
-		pmm_proc_put(p);	/* queued already: not the last reference */
-}
-
-/* The drain work: applies the inbox, charged to the process's cgroup. */
-static void pmm_proc_drain(struct work_struct *work)
-{
-	struct pmm_proc *p = container_of(work, struct pmm_proc, drain);
-	struct mem_cgroup *old = set_active_memcg(p->memcg);
-
-	pmm_proc_lock(p);
-	pmm_proc_unlock(p);
-	set_active_memcg(old);
-	pmm_proc_put(p);
-}
-
-/* A reader's lock: it applies nothing (see the inbox in pmm_int.h). */
-void pmm_proc_lock_read(struct pmm_proc *p)
-{
-	mutex_lock(&p->lock);
-}
-
-/* The same, once what was queued before is applied (per-pid reads). */
-void pmm_proc_lock_fresh(struct pmm_proc *p)
-{
-	if (!llist_empty(&p->inbox)) {
-		pmm_proc_kick(p);
-		flush_work(&p->drain);
-	}
-	mutex_lock(&p->lock);
-}
-
-/* A reader lets go; what was queued meanwhile goes to the drain work. */
-void pmm_proc_unlock_read(struct pmm_proc *p)
-{
-	mutex_unlock(&p->lock);
-	smp_mb();	/* the unlock before the look at the inbox */
-	if (!llist_empty(&p->inbox))
-		pmm_proc_kick(p);
-}
-
-/*
- * Queues n checked records for the lock's holder; false when the inbox is
- * full or memory is short (then the caller waits for the lock).
- */
-bool pmm_proc_queue(struct pmm_proc *p, const struct pmm_record *r, u32 n)
-{
-	struct pmm_queued *q;
-
-	if (WARN_ON_ONCE(n > PMM_CHUNK) ||
-	    atomic_read(&p->inbox_records) >= PMM_INBOX_MAX)
-		return false;
-	q = kmem_cache_alloc(pmm_queued_cache, GFP_KERNEL | __GFP_NOWARN);
-	if (!q)
-		return false;
-	memcpy(q->rec, r, n * sizeof(*r));
-	q->count = n;
-	atomic_add(n, &p->inbox_records);
-	atomic64_add(n, &pmm_records_queued);
-	kmem_add(sizeof(*q));
-	llist_add(&q->node, &p->inbox);	/* a full barrier */
-	/* the holder may have looked before the add: try to apply it now */
-	if (pmm_proc_trylock(p))
-		pmm_proc_unlock(p);
-	return true;
-}
-
-/* The figures of p for a reader in ns (pid and ppid numbered there). */
-void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info,
-		       struct pid_namespace *ns)
-{
-	lockdep_assert_held(&p->lock);
-	memset(info, 0, sizeof(*info));
-	pmm_proc_refresh(p);
-	info->pid = pid_nr_ns(p->pid, ns);
-	info->ppid = pid_nr_ns(p->parent, ns);
-	info->state = p->state;
-	memcpy(info->comm, p->comm, sizeof(info->comm));
-	info->start_time_ns = p->start_time_ns;
-	info->monitor_start_ns = p->monitor_start_ns;
-	info->exit_time_ns = p->exit_time_ns;
-	info->live_blocks = p->nblocks;
-	info->live_bytes = p->live_bytes;
-	info->records = p->records;
-	info->dropped_records = p->dropped;
-	info->unmatched_frees = p->stats.unmatched_frees;
-	info->pending_frees = p->npending;
-	info->samples = p->nsamples;
-	if (p->nsamples && p->ring) {
-		struct pmm_sample *s;
-
-		s = &p->ring[(p->nsamples - 1) % p->ring_size];
-		info->vm_bytes = s->vm;
-		info->rss_bytes = s->rss;
-	}
-}
-
 /*
  * The first block at or after *slot in table order, updating *slot; NULL
  * past the end. The caller moves on with ++*slot.
@@ -1326,13 +761,4 @@ struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot)
 		if (slot_used(&p->blocks[*slot]))
 			return &p->blocks[*slot];
 	return NULL;
-}
-
-void pmm_add_sample(struct pmm_proc *p, const struct pmm_sample *s)
-{
-	lockdep_assert_held(&p->lock);
-	if (!p->ring)
-		return;
-	p->ring[p->nsamples % p->ring_size] = *s;
-	p->nsamples++;
 }

@@ -1,83 +1,13 @@
-"""Fixtures for the in-guest suite: it runs as root inside the VM, on a kernel
-that loads the freshly built pmm.ko (scripts/vmtest.sh)."""
+"""Fixtures of the in-guest suite; the helpers they use are helpers.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-TOP = Path(os.environ.get("PMM_TOP", Path(__file__).resolve().parents[2]))
-KO = Path(os.environ.get("PMM_KO", TOP / "kmod" / "pmm.ko"))
-PROGS = TOP / "tests" / "progs" / "bin"
-FULL = os.environ.get("PMM_FULL", "0") == "1"
-
-
-def module_loaded(name: str = "pmm") -> bool:
-    with open("/proc/modules") as f:
-        return any(line.split()[0] == name for line in f)
-
-
-def load_module(ko: Path = KO, *params: str) -> None:
-    if not module_loaded():
-        r = subprocess.run(["insmod", str(ko), *params], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"insmod {ko} failed: {r.stderr.strip()}")
-
-
-def holders_of_device(path: str = "/dev/pmm") -> list[int]:
-    """Pids (other than ours) with the device open."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if any(os.readlink(fd) == path for fd in (proc / "fd").iterdir()):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-def unload_module() -> None:
-    """rmmod pmm. A test that failed may have left a process holding /dev/pmm:
-    kill it, so one failure does not turn every later test into an error."""
-    for _ in range(50):
-        if not module_loaded():
-            return
-        if subprocess.run(["rmmod", "pmm"], capture_output=True).returncode == 0:
-            return
-        for pid in holders_of_device():
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-    raise RuntimeError(f"rmmod pmm keeps failing; /dev/pmm held by {holders_of_device()}")
-
-
-def as_nobody(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    """Runs argv as the unprivileged user nobody (no capabilities)."""
-    cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
-    return subprocess.run(cmd, text=True, capture_output=True, **kw)  # type: ignore[call-overload,no-any-return]
-
-
-def spawn_sleeper(seconds: int = 60) -> subprocess.Popen[bytes]:
-    """`sleep SECONDS`, returned once it has exec'd: Popen returns after fork,
-    and until exec the child's comm is still the test's."""
-    p = subprocess.Popen(["sleep", str(seconds)])
-    for _ in range(500):
-        try:
-            if Path(f"/proc/{p.pid}/comm").read_text() == "sleep\n":
-                break
-        except OSError:
-            break
-        time.sleep(0.01)
-    return p
+from helpers import PROGS, load_module, unload_module
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import as_nobody
+from helpers import as_nobody
 from kmod_dev import wait_for
 
 from pmctl.device import Device

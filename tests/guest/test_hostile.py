@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TOP, spawn_sleeper
+from helpers import TOP, spawn_sleeper
 
 # imported before any test drops to another user: the interpreter's files
 # are under /root, which other users cannot read

@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import KO, TOP, module_loaded, unload_module
+from helpers import KO, TOP, module_loaded, unload_module
 
 
 def test_staged_module_loads_with_modprobe(tmp_path: Path) -> None:

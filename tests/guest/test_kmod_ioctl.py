@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import spawn_sleeper
+from helpers import spawn_sleeper
 from ioctl_opt import IO, IOWR
 from kmod_dev import Dev, as_nobody_fn, cfg_lines, rec
 

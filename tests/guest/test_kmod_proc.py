@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import FULL, as_nobody, spawn_sleeper
+from helpers import FULL, as_nobody, spawn_sleeper
 from kmod_dev import (
     DEFAULT_CFG,
     RECORD_DTYPE,

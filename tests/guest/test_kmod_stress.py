@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FULL, load_module, module_loaded, unload_module
+from helpers import FULL, load_module, module_loaded, unload_module
 from kmod_dev import DEFAULT_CFG, Dev, cfg_lines, rec
 
 from pmctl import uapi

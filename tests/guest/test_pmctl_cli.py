@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOP, spawn_sleeper
+from helpers import TOP, spawn_sleeper
 from typer.testing import CliRunner
 
 from pmctl import cli, procfs, uapi

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import kmod_dev
 import pytest
-from conftest import TOP, load_module, unload_module
+from helpers import TOP, load_module, unload_module
 
 from pmctl.device import Device
 

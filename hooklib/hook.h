@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * libpmmhook.so internals shared by libpmmhook.c (hooks, buffers, device),
- * site.c (site table, registration) and unwind.c (stack walkers).
+ * What every file of libpmmhook.so shares: the ABI header, the modes, a few
+ * macros and limits. Each file's own header says what that file offers.
  *
  * Rules for everything reachable from a hook: no malloc, no stdio, no lock
  * that another hook could hold; fixed-size storage only.
@@ -22,10 +22,23 @@
 #define likely(x)	__builtin_expect(!!(x), 1)
 #define unlikely(x)	__builtin_expect(!!(x), 0)
 
+/*
+ * Around each header's declarations: hidden, so that a global of another
+ * file is one PC-relative access, as a static is, not a load of its GOT
+ * entry first (-fvisibility=hidden applies to definitions only).
+ */
+#define PMM_HIDDEN_BEGIN	_Pragma("GCC visibility push(hidden)")
+#define PMM_HIDDEN_END		_Pragma("GCC visibility pop")
+
 #define NSEC_PER_SEC	1000000000ULL
 #define NSEC_PER_MSEC	1000000ULL
 
-/* g_fast.mode: what the hooks do. */
+#define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
+#define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
+#define POLL_EVERY	16			/* hook calls between clock reads */
+#define POLL_BYTES	(16 * 1024)		/* malloc: bytes between clock reads */
+
+/* g_fast.mode (mode.h): what the hooks do. */
 enum {
 	MODE_BOOT = 0,		/* real functions not resolved yet: bootstrap arena */
 	MODE_PASS = 1,		/* straight to libc (not monitored, or disabled) */
@@ -34,11 +47,9 @@ enum {
 	MODE_MONITORED = MODE_EXACT,	/* mode >= MODE_MONITORED: records flow */
 };
 
-extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
-extern int g_depth;		/* frames per site, 1..PMM_MAX_FRAMES */
-extern int g_unwind;		/* UNWIND_*: stack walker for depth > 1 */
+PMM_HIDDEN_BEGIN
 
-enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
+extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
 
 /* libpmmhook.c */
 /*
@@ -93,12 +104,9 @@ uint32_t pmm_site_addr(void *ra, void *frame, int alone);
 uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);
 
-/* unwind.c: up to max return addresses, starting at the frame whose return
- * address is ra0 (the hook's caller). Returns the count (>= 1: ra0 itself
- * when nothing better is found). alone: in a signal handler that interrupted
- * the hook, where the fp walk stops at once if the thread's stack bounds are
- * not known yet (finding them allocates). */
-int pmm_unwind_fp(uint64_t *out, int max, void *ra0, void *frame, int alone);
-int pmm_unwind_eh(uint64_t *out, int max, void *ra0);
+PMM_HIDDEN_END
+
+/* hooklib/bench/unwind_bench.c takes the walkers' declarations from here. */
+#include "unwind.h"
 
 #endif /* PMM_HOOK_H */

@@ -80,46 +80,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "hook.h"
+#include "notice.h"
+#include "real.h"
 
-/*
- * Records per thread buffer: 8 batches (PMM_RECORD_LOG takes PMM_MAX_BATCH at
- * a time), 1.5 MiB mmap'd per thread, touched only as far as a thread fills
- * it in a flush period; PMM_BUFFER=N takes N (TBUF_MIN_RECORDS at least,
- * TBUF_RECORDS at most) where memory counts more than cpu. The longer a
- * record waits in the buffer, the likelier its block dies there and the pair
- * never reaches the module's tables (cancel_buffered): a bigger buffer costs
- * memory and saves the module work.
- */
-#define TBUF_RECORDS	(8 * PMM_MAX_BATCH)
-#define TBUF_MIN_RECORDS	512
-#define FLUSH_NS	(100 * NSEC_PER_MSEC)	/* oldest record waits at most */
-#define QUERY_NS	NSEC_PER_SEC		/* unmonitored: PMM_QUERY_SELF period */
-#define POLL_EVERY	16			/* hook calls between clock reads */
-#define POLL_BYTES	(16 * 1024)		/* malloc: bytes between clock reads */
 #define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
 #define MAX_ERRORS	8			/* consecutive refusals before giving up */
 #define SITE_CACHE	16			/* per-thread return address -> site id */
-
-/* ---- real functions ---------------------------------------------------- */
-
-static struct {
-	void *(*malloc)(size_t);
-	void (*free)(void *);
-	void *(*calloc)(size_t, size_t);
-	void *(*realloc)(void *, size_t);
-	void *(*reallocarray)(void *, size_t, size_t);
-	int (*posix_memalign)(void **, size_t, size_t);
-	void *(*aligned_alloc)(size_t, size_t);
-	void *(*memalign)(size_t, size_t);
-	void *(*valloc)(size_t);
-	void *(*pvalloc)(size_t);
-	size_t (*malloc_usable_size)(void *);
-	void *(*mmap)(void *, size_t, int, int, int, off_t);
-	void *(*mmap64)(void *, size_t, int, int, int, off_t);
-	int (*munmap)(void *, size_t);
-	void *(*mremap)(void *, size_t, size_t, int, ...);
-} real;
 
 /* ---- global state ------------------------------------------------------- */
 
@@ -173,21 +141,13 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mode_no_arena: mode i
 _Static_assert(sizeof(g_fast) <= 4096, "g_fast fits one page");
 
 unsigned int g_epoch = 1;	/* bumped each time monitoring (re)starts */
-int g_depth = 1;
-int g_unwind = UNWIND_AUTO;
 
 static int g_init;		/* 0: not started, 1: resolving, 2: done */
-static int g_resolved;		/* real.* are set */
 static int g_fd = -1;		/* /dev/pmm, 3 or above (dev_open) */
 static int g_active;		/* device usable; 0: pure passthrough */
-static int g_quiet;
-static int g_noticed;		/* the one stderr line was written */
-static int g_follow_fork;
 static int g_errors;		/* consecutive refusals other than ENOLINK */
 static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
-static uint64_t g_sample;	/* PMM_SAMPLE bytes, 0: exact */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
-static uint32_t g_tbuf_records = TBUF_RECORDS;	/* PMM_BUFFER */
 
 /*
  * Exact mode's fast paths (malloc_exact, free_exact) run while a thread's
@@ -199,7 +159,6 @@ static uint32_t g_tbuf_records = TBUF_RECORDS;	/* PMM_BUFFER */
  */
 #define EXACT_OFF	UINT_MAX
 static unsigned int g_exact_key = EXACT_OFF;
-static int g_fastpath = 1;	/* PMM_FASTPATH=0: never */
 
 struct tstate {
 	/*
@@ -388,64 +347,6 @@ static inline size_t arena_size(const void *p)
 	return *(const size_t *)((const char *)p - 16);
 }
 
-/* ---- stderr: one line at most ------------------------------------------- */
-
-static const char *err_name(int err)
-{
-	switch (err) {
-	case ENOENT: return "no such file (is pmm.ko loaded?)";
-	case EACCES: return "permission denied";
-	case EPERM: return "operation not permitted";
-	case ENODEV: return "no such device (module unloaded?)";
-	case ENXIO: return "no such device or address";
-	case EBADF: return "bad file descriptor";
-	case ENOTTY: return "not a pmm device";
-	case EINVAL: return "invalid argument";
-	case EIO: return "input/output error";
-	case EMFILE: return "too many open files";
-	default: return "error";
-	}
-}
-
-static size_t put(char *buf, size_t at, size_t cap, const char *s)
-{
-	while (*s && at < cap)
-		buf[at++] = *s++;
-	return at;
-}
-
-static void notice(const char *what, int err, const char *then)
-{
-	char line[200], num[12];
-	size_t n = 0, k = sizeof(num);
-	unsigned int e = (unsigned int)err;
-	ssize_t w;
-
-	int saved = errno;
-
-	if (g_quiet || __atomic_exchange_n(&g_noticed, 1, __ATOMIC_RELAXED))
-		return;
-	num[--k] = '\0';
-	do {
-		num[--k] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e && k);
-	n = put(line, n, sizeof(line) - 1, "pmm: ");
-	n = put(line, n, sizeof(line) - 1, what);
-	if (err) {
-		n = put(line, n, sizeof(line) - 1, ": ");
-		n = put(line, n, sizeof(line) - 1, err_name(err));
-		n = put(line, n, sizeof(line) - 1, " (errno ");
-		n = put(line, n, sizeof(line) - 1, num + k);
-		n = put(line, n, sizeof(line) - 1, ")");
-	}
-	n = put(line, n, sizeof(line) - 1, then);
-	line[n++] = '\n';
-	w = write(STDERR_FILENO, line, n);
-	(void)w;
-	errno = saved;
-}
-
 /* ---- clocks ----------------------------------------------------------- */
 
 /* The vDSO's own entry, found at init: libc's wrapper costs two more jumps. */
@@ -522,7 +423,6 @@ static inline uint64_t coarse_ns(void)
  * frees right).
  * PMM_CLOCK=mono stamps every record with CLOCK_MONOTONIC instead (tests).
  */
-static int g_clock_mono;		/* PMM_CLOCK=mono: stamps are CLOCK_MONOTONIC */
 static uint64_t g_map_clock;	/* the mappings' stamps */
 
 #ifdef PMM_FAKE_DEV
@@ -1935,81 +1835,6 @@ note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *ms
 
 /* ---- init ----------------------------------------------------------------- */
 
-static void *sym(const char *name)
-{
-	return dlsym(RTLD_NEXT, name);
-}
-
-extern char **environ;
-extern void *__libc_stack_end __attribute__((weak));
-
-/*
- * The environment pmm_init reads. environ is still NULL when the first
- * allocation comes before libc's own initialisation, from a .preinit_array
- * function (glibc 2.36 sets it in libc's init, which runs after them), and
- * getenv then finds nothing. The initial environment is where the kernel
- * put it, after argv on the first stack, whose start ld.so exports as
- * __libc_stack_end: argc, argv[argc], NULL, envp[], NULL (ld.so run as a
- * command shifts them in place). No malloc, no system call.
- *
- * But environ is NULL after clearenv() too, and what the program (an
- * earlier library's constructor) cleared must stay cleared. libc's init
- * sets program_invocation_name to argv[0] with environ; before it, it is
- * libc's own "": so the stack is read only while it is not argv[0]. With
- * no argv[0] (an empty argv, before Linux 5.18) nothing tells, and the
- * stack is not read.
- */
-static char **init_env(void)
-{
-	const long *sp;
-	char **argv;
-	long argc;
-
-	if (environ)
-		return environ;
-	if (!&__libc_stack_end || !__libc_stack_end)
-		return NULL;
-	sp = __libc_stack_end;
-	argc = sp[0];
-	argv = (char **)(sp + 1);
-	if (argc < 1 || argc > (1L << 24) || argv[argc] || !argv[0])
-		return NULL;
-	if (!program_invocation_name || program_invocation_name == argv[0] ||
-	    program_invocation_name[0])
-		return NULL;	/* libc set environ, and the program cleared it */
-	return argv + argc + 1;
-}
-
-static const char *env_get(char **env, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (; env && *env; env++)
-		if (!strncmp(*env, name, n) && (*env)[n] == '=')
-			return *env + n + 1;
-	return NULL;
-}
-
-/* v as a decimal number: dflt if empty or absent, -1 if not a number. */
-static long num_of(const char *v, long dflt)
-{
-	long n = 0;
-
-	if (!v || !*v)
-		return dflt;
-	for (; *v; v++) {
-		if (*v < '0' || *v > '9' || n > (LONG_MAX - 9) / 10)
-			return -1;
-		n = n * 10 + (*v - '0');
-	}
-	return n;
-}
-
-static long env_num(char **env, const char *name, long dflt)
-{
-	return num_of(env_get(env, name), dflt);
-}
-
 /*
  * The big static tables (address sets, site table, tags, bootstrap arena:
  * 3.4 MiB of bss) are touched a few pages at a time, if at all. With
@@ -2051,11 +1876,12 @@ static void no_huge_pages(void)
 static void pmm_init(void)
 {
 	struct tstate *t = &t_st;
-	int expected = 0, saved = errno, r, fd, secure;
-	const char *u;
+	int expected = 0, saved = errno, r, fd, resolved;
 	uint64_t mask;
 	char **env;
-	long v;
+#ifdef PMM_FAKE_DEV
+	const char *u;
+#endif
 
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
 		no_huge_pages();
@@ -2064,56 +1890,13 @@ static void pmm_init(void)
 		return;
 	guard_take(t);
 	mask = pmm_internal_begin();
-	real.malloc = sym("malloc");
-	real.free = sym("free");
-	real.calloc = sym("calloc");
-	real.realloc = sym("realloc");
-	real.reallocarray = sym("reallocarray");
-	real.posix_memalign = sym("posix_memalign");
-	real.aligned_alloc = sym("aligned_alloc");
-	real.memalign = sym("memalign");
-	real.valloc = sym("valloc");
-	real.pvalloc = sym("pvalloc");
-	real.malloc_usable_size = sym("malloc_usable_size");
-	real.mmap = sym("mmap");
-	real.mmap64 = sym("mmap64");
-	real.munmap = sym("munmap");
-	real.mremap = sym("mremap");
-	if (!real.mmap64)
-		real.mmap64 = real.mmap;
-	__atomic_store_n(&g_resolved, 1, __ATOMIC_RELEASE);
+	resolved = real_resolve();
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
 	g_alone_rng = alone_seed();
 	fork_marker_map();
 
-	/*
-	 * Secure-execution mode (set-user-ID and the like): the invoking
-	 * user's environment must not steer the program, as glibc ignores
-	 * MALLOC_* there. Every PMM_* is ignored, and the hook says nothing:
-	 * it starts unmonitored, as without PMM_START.
-	 */
-	secure = getauxval(AT_SECURE) != 0;
-	env = secure ? NULL : init_env();
-	g_quiet = secure || env_num(env, "PMM_QUIET", 0) > 0;
-	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
-	v = env_num(env, "PMM_DEPTH", 1);
-	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
-	u = env_get(env, "PMM_UNWIND");
-	if (u && u[0] == 'f' && u[1] == 'p' && !u[2])
-		g_unwind = UNWIND_FP;
-	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
-		g_unwind = UNWIND_EH;
-	g_fastpath = env_num(env, "PMM_FASTPATH", 1) != 0;
-	v = env_num(env, "PMM_SAMPLE", 0);
-	g_sample = v > 0 ? (uint64_t)v : 0;
-	v = env_num(env, "PMM_BUFFER", TBUF_RECORDS);
-	if (v >= 0)	/* a number out of range takes the nearest bound */
-		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
-				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
-	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
-	u = env_get(env, "PMM_CLOCK");
-	g_clock_mono = u && !strcmp(u, "mono");
+	env = settings_read();
 #ifdef PMM_FAKE_DEV
 	u = env_get(env, "PMM_FAKE_LOG");
 	if (u && strlen(u) < sizeof(g_fake_log))
@@ -2131,8 +1914,7 @@ static void pmm_init(void)
 		g_fake_monitored = g_pid;
 #endif
 
-	if (!real.malloc || !real.free || !real.calloc || !real.realloc || !real.mmap ||
-	    !real.munmap || !real.mremap) {
+	if (!resolved) {
 		/* cannot happen with glibc; nothing sane to fall back to */
 		notice("dlsym(RTLD_NEXT) failed", 0, "");
 		abort();

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "env.h"
 #include "hook.h"
 
 #define SITE_BITS	16

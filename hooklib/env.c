@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The PMM_* settings: read once, when the hook starts, without malloc or
+ * stdio (the first hook may come before libc is initialised), and ignored
+ * in secure-execution mode.
+ *
+ * Owns: the settings (g_quiet, g_follow_fork, g_depth, g_unwind,
+ * g_fastpath, g_sample, g_tbuf_records, g_clock_mono).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/auxv.h>
+
+#include "env.h"
+
+int g_quiet;
+int g_follow_fork;
+int g_depth = 1;
+int g_unwind = UNWIND_AUTO;
+int g_fastpath = 1;
+uint64_t g_sample;
+uint32_t g_tbuf_records = TBUF_RECORDS;
+int g_clock_mono;
+
+extern char **environ;
+extern void *__libc_stack_end __attribute__((weak));
+
+/*
+ * The environment the settings are read from. environ is still NULL when
+ * the first allocation comes before libc's own initialisation, from a
+ * .preinit_array function (glibc 2.36 sets it in libc's init, which runs
+ * after them), and getenv then finds nothing. The initial environment is
+ * where the kernel put it, after argv on the first stack, whose start
+ * ld.so exports as __libc_stack_end: argc, argv[argc], NULL, envp[], NULL
+ * (ld.so run as a command shifts them in place). No malloc, no system call.
+ *
+ * But environ is NULL after clearenv() too, and what the program (an
+ * earlier library's constructor) cleared must stay cleared. libc's init
+ * sets program_invocation_name to argv[0] with environ; before it, it is
+ * libc's own "": so the stack is read only while it is not argv[0]. With
+ * no argv[0] (an empty argv, before Linux 5.18) nothing tells, and the
+ * stack is not read.
+ */
+static char **init_env(void)
+{
+	const long *sp;
+	char **argv;
+	long argc;
+
+	if (environ)
+		return environ;
+	if (!&__libc_stack_end || !__libc_stack_end)
+		return NULL;
+	sp = __libc_stack_end;
+	argc = sp[0];
+	argv = (char **)(sp + 1);
+	if (argc < 1 || argc > (1L << 24) || argv[argc] || !argv[0])
+		return NULL;
+	if (!program_invocation_name || program_invocation_name == argv[0] ||
+	    program_invocation_name[0])
+		return NULL;	/* libc set environ, and the program cleared it */
+	return argv + argc + 1;
+}
+
+const char *env_get(char **env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; env && *env; env++)
+		if (!strncmp(*env, name, n) && (*env)[n] == '=')
+			return *env + n + 1;
+	return NULL;
+}
+
+long num_of(const char *v, long dflt)
+{
+	long n = 0;
+
+	if (!v || !*v)
+		return dflt;
+	for (; *v; v++) {
+		if (*v < '0' || *v > '9' || n > (LONG_MAX - 9) / 10)
+			return -1;
+		n = n * 10 + (*v - '0');
+	}
+	return n;
+}
+
+long env_num(char **env, const char *name, long dflt)
+{
+	return num_of(env_get(env, name), dflt);
+}
+
+char **settings_read(void)
+{
+	const char *u;
+	char **env;
+	int secure;
+	long v;
+
+	/*
+	 * Secure-execution mode (set-user-ID and the like): the invoking
+	 * user's environment must not steer the program, as glibc ignores
+	 * MALLOC_* there. Every PMM_* is ignored, and the hook says nothing:
+	 * it starts unmonitored, as without PMM_START.
+	 */
+	secure = getauxval(AT_SECURE) != 0;
+	env = secure ? NULL : init_env();
+	g_quiet = secure || env_num(env, "PMM_QUIET", 0) > 0;
+	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
+	v = env_num(env, "PMM_DEPTH", 1);
+	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
+	u = env_get(env, "PMM_UNWIND");
+	if (u && u[0] == 'f' && u[1] == 'p' && !u[2])
+		g_unwind = UNWIND_FP;
+	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
+		g_unwind = UNWIND_EH;
+	g_fastpath = env_num(env, "PMM_FASTPATH", 1) != 0;
+	v = env_num(env, "PMM_SAMPLE", 0);
+	g_sample = v > 0 ? (uint64_t)v : 0;
+	v = env_num(env, "PMM_BUFFER", TBUF_RECORDS);
+	if (v >= 0)	/* a number out of range takes the nearest bound */
+		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
+				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
+	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
+	u = env_get(env, "PMM_CLOCK");
+	g_clock_mono = u && !strcmp(u, "mono");
+	return env;
+}

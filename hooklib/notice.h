@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* notice.c: the hook's one line on stderr. */
+#ifndef PMM_NOTICE_H
+#define PMM_NOTICE_H
+
+#include "hook.h"
+
+PMM_HIDDEN_BEGIN
+
+/* "pmm: what: <err's name> (errno N)then", once per process at most, none
+ * with PMM_QUIET; err 0: no errno part. errno kept. */
+void notice(const char *what, int err, const char *then);
+
+PMM_HIDDEN_END
+
+#endif /* PMM_NOTICE_H */

@@ -52,42 +52,6 @@ PMM_HIDDEN_BEGIN
 extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
 
 /* libpmmhook.c */
-/*
- * Non-zero while the hook calls code of others that may allocate (dlsym,
- * dlopen, pthread_setspecific, pthread_getattr_np, libgcc's unwinder): an
- * allocation that reaches the hook while its guard is held is then that
- * code's, and goes straight to libc; otherwise it is a signal handler's.
- */
-extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
-
-/*
- * Around those calls: pmm_internal, with every signal blocked, so that
- * every allocation made meanwhile is theirs and no handler's call lands
- * there (it would pass unrecorded); a handler runs when the mask is
- * restored, still in the hook, and is recorded alone. Raw rt_sigprocmask,
- * which blocks glibc's own signals too (cancellation, setxid: deferred);
- * errno kept. pmm_internal_begin returns the mask pmm_internal_end puts
- * back.
- */
-static inline uint64_t pmm_internal_begin(void)
-{
-	uint64_t all = ~0ULL, old = 0;
-	int saved = errno;
-
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
-	pmm_internal++;
-	errno = saved;
-	return old;
-}
-
-static inline void pmm_internal_end(uint64_t old)
-{
-	int saved = errno;
-
-	pmm_internal--;
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
-	errno = saved;
-}
 int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
 #ifdef PMM_FAKE_DEV
 /* The fake device's PMM_FAKE_RAISE: SIGUSR1 at the Nth pass at this point. */

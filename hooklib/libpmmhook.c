@@ -84,10 +84,10 @@
 #include "hook.h"
 #include "notice.h"
 #include "real.h"
+#include "thread.h"
 
 #define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
 #define MAX_ERRORS	8			/* consecutive refusals before giving up */
-#define SITE_CACHE	16			/* per-thread return address -> site id */
 
 /* ---- global state ------------------------------------------------------- */
 
@@ -159,108 +159,6 @@ static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
  */
 #define EXACT_OFF	UINT_MAX
 static unsigned int g_exact_key = EXACT_OFF;
-
-struct tstate {
-	/*
-	 * malloc's budget: the bytes the entry point passes straight to libc
-	 * (one subtraction) before its slow path runs. Not monitored: until
-	 * the next poll. Sampled: until the next sample point, or sooner
-	 * while records wait (their deadline is checked). 0 while exact and
-	 * before the thread's first call: every call takes the slow path.
-	 */
-	uint64_t budget;
-	int64_t beyond;		/* sampled: the sample gap's bytes after the budget */
-	int sampling;		/* budget + beyond is a sample gap */
-	/*
-	 * The reentrancy guard: 0 when free; held, the stack pointer where it
-	 * was taken (guard_hold), so that a guard that a longjmp left held
-	 * can be told from a hook that a signal handler interrupted
-	 * (guard_stale). nest counts the takes inside the held guard.
-	 */
-	uintptr_t guard;
-	int nest;
-	int poll;		/* hook calls until the next clock read */
-	unsigned int gen;	/* epoch the buffered records belong to */
-	unsigned int n;		/* records in buf */
-	int exiting;		/* key destructor ran: no buffer any more */
-	int keyed;		/* pthread_setspecific done */
-	uint64_t first_ns;	/* time of buf[0] */
-	uint64_t rng;		/* xorshift64* state, 0: unseeded */
-	struct pmm_record *buf;	/* TBUF_RECORDS, mmap'd on first use */
-	unsigned int site_gen;	/* epoch of site_cache */
-	uint64_t clock;		/* this thread's last stamp (address clock) */
-	unsigned int merge_skip;	/* batches to send without merging */
-	unsigned int full;	/* n at which buf is sent (see CROSS_MAX) */
-	unsigned int cross;	/* frees in buf of other threads' blocks */
-	uint32_t id;		/* this thread's, in struct tag_slot.owner; 0: none yet */
-	unsigned int exact_key;	/* g_exact_key when this thread's buffer and
-				 * site cache are ready for the fast paths */
-	struct {		/* recent return addresses and their site ids */
-		void *ra;
-		uint32_t id;
-	} site_cache[SITE_CACHE];
-	uint64_t parked;	/* malloc's budget while the guard is held */
-	/*
-	 * A vfork child that found this buffer full (vfork_pin): the child's
-	 * robust futex list holds word, which the kernel marks when the child
-	 * exits or execs; pid, the child's, is non-zero while it may run.
-	 */
-	struct {
-		struct robust_list_head head;
-		struct robust_list entry;
-		uint32_t word;
-		pid_t pid;
-	} pin;
-};
-
-static __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
-__thread int pmm_internal __attribute__((tls_model("initial-exec")));
-
-/*
- * The guard, taken and dropped. A hook that finds it held was called by the
- * hook's own calls (pmm_internal) or by a signal handler that interrupted
- * the hook, whose call is recorded apart (record_alone), or it was left
- * held by a handler that left the hook with longjmp (guard_stale). While it
- * is held, malloc's budget waits in parked and budget is 0, so that a
- * handler's malloc never passes on the budget: every one reaches the hook,
- * which decides it on its own (sampled mode: sample_alone).
- */
-
-/* t->guard = the stack pointer: one store. */
-static inline __attribute__((always_inline)) void guard_hold(struct tstate *t)
-{
-#ifdef __x86_64__
-	asm volatile("movq %%rsp, %0" : "=m"(t->guard));
-#else
-	t->guard = (uintptr_t)__builtin_frame_address(0);
-#endif
-}
-
-static inline void guard_take(struct tstate *t)
-{
-	if (t->guard) {
-		t->nest++;
-		return;
-	}
-	guard_hold(t);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	/* one instruction: a handler's malloc finds the budget whole or parked,
-	 * never read here and not yet parked (it would pass on it) */
-	t->parked = __atomic_exchange_n(&t->budget, 0, __ATOMIC_RELAXED);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-}
-
-static inline void guard_drop(struct tstate *t)
-{
-	if (t->nest) {
-		t->nest--;
-		return;
-	}
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->budget = t->parked;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->guard = 0;
-}
 
 /* ---- bootstrap arena: allocations made while dlsym runs ----------------- */
 
@@ -1056,15 +954,6 @@ static inline uint64_t stamp_none(struct tstate *t)
 	return t ? next_stamp(t, 0) : coarse_ns();
 }
 
-/* Empties the thread's buffer (the slots' positions in it go stale: the
- * records they name are checked before a cancel). */
-static void tbuf_reset(struct tstate *t)
-{
-	t->n = 0;
-	t->cross = 0;
-	t->full = g_tbuf_records;
-}
-
 /*
  * A free of ptr, whose allocation has tag (slot: ptr's): 1 if it cancelled
  * against that allocation's record in this thread's buffer. Only a record
@@ -1780,12 +1669,6 @@ __attribute__((noinline)) static void sampled_poll(struct tstate *t)
 	}
 }
 
-/* Counts a call; 1 every POLL_EVERY calls, when the caller polls. */
-static inline int poll_due(struct tstate *t)
-{
-	return unlikely(--t->poll < 0);
-}
-
 /* Sampled: a record waits at most FLUSH_NS, checked every POLL_EVERY
  * calls. t NULL: an allocation made alone, which buffers nothing. */
 static inline void sampled_tick(struct tstate *t)
@@ -2048,73 +1931,6 @@ static inline int booting(void)
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
 		pmm_init();
 	return !__atomic_load_n(&g_resolved, __ATOMIC_ACQUIRE);
-}
-
-/*
- * The guard is held, and not by the hook's own calls of others' code: 1 if
- * no hook is running under it any more (a signal handler left the hook with
- * longjmp, which never dropped it), and then it is given up; 0 if this call
- * is a handler's that interrupted the hook, or comes from what the hook
- * calls (an allocator that maps inside malloc). cfa is the stack pointer of
- * this hook's caller (or lower). While the guard is held, the hook runs
- * below the stack pointer it holds, and so does all it calls; a handler
- * runs below the code it interrupted, by a signal frame (over 1 KiB on
- * x86-64; the hook's stack pointer may have climbed a few words above the
- * guard's by then), or on the alternate signal stack. So a call from above
- * that stack pointer that is not on the alternate stack (or is on it, where
- * the guard was taken) is the program's own after a longjmp: the guard,
- * pmm_internal and malloc's parked budget (sampled; exact and not
- * monitored set theirs on the next slow path) are reset, and it goes on.
- * A call from deeper down is taken for a handler's: after a longjmp, the
- * thread's calls are recorded alone until one comes from no deeper than
- * the hook the handler left.
- */
-__attribute__((noinline, cold)) static int guard_stale(struct tstate *t, uintptr_t cfa)
-{
-	uintptr_t at = t->guard;
-	stack_t ss;
-	int saved;
-
-	if (cfa <= at)
-		return 0;
-	saved = errno;
-	if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) &&
-	    at - (uintptr_t)ss.ss_sp >= ss.ss_size) {
-		errno = saved;
-		return 0;	/* a handler on the alternate stack */
-	}
-	errno = saved;
-	t->budget = g_sample ? t->parked : 0;
-	t->nest = 0;
-	pmm_internal = 0;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->guard = 0;
-	return 1;
-}
-
-/*
- * A hook while monitored. The guard free: it is taken. The guard held by
- * the hook's own calls of others' code (pmm_internal): the call is theirs
- * and goes straight to libc. The guard held otherwise: a signal handler
- * interrupted the hook, and its call is recorded alone (record_alone: t
- * NULL all the way down), unless the guard is stale (guard_stale).
- */
-enum { ENTER_TAKEN, ENTER_PASS, ENTER_ALONE };
-
-static inline int enter(struct tstate *t)
-{
-	if (likely(!t->guard)) {
-		guard_take(t);
-		return ENTER_TAKEN;
-	}
-	if (pmm_internal)
-		return ENTER_PASS;
-	/* the caller's stack pointer: the entry points reach here by tail calls */
-	if (unlikely(guard_stale(t, (uintptr_t)__builtin_dwarf_cfa()))) {
-		guard_take(t);
-		return ENTER_TAKEN;
-	}
-	return ENTER_ALONE;
 }
 
 #define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }

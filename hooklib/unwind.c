@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <unwind.h>
 
-#include "hook.h"
+#include "thread.h"
 
 static __thread uintptr_t t_stack_lo
 	__attribute__((tls_model("initial-exec")));

@@ -80,68 +80,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arena.h"
+#include "aset.h"
 #include "clock.h"
 #include "env.h"
 #include "hook.h"
+#include "mode.h"
 #include "notice.h"
 #include "real.h"
+#include "sampler.h"
+#include "tags.h"
 #include "thread.h"
 
-#define ARENA_SIZE	(256 * 1024)		/* bootstrap arena */
 #define MAX_ERRORS	8			/* consecutive refusals before giving up */
 
 /* ---- global state ------------------------------------------------------- */
 
-/* Address sets (below): buckets of 8 slots, and a filter of one counter per
- * 8 buckets (at most 64 entries) that a miss reads instead of a bucket. */
-#define SET_BITS	14
-#define SET_BUCKETS	(1U << SET_BITS)
-#define SET_WAYS	8
-#define SET_TAG		15ULL
-#define SET_FILTER	(SET_BUCKETS / 8)
-
-static void do_free(void *p);
-static void *malloc_spent(size_t n, void *ra);
-
-/*
- * What the unmonitored and sampled fast paths read, in one page: a free in
- * sampled mode reads the sampled set's filter, and a filter of its own page
- * costs a TLB miss whenever the program's heap has pushed that page out
- * (which QEMU's TCG, with its small direct-mapped TLB, makes dear).
- */
-static struct {
-	union {
-		struct {
-			uint16_t mode;	/* MODE_*: what the hooks do */
-			uint16_t arena;	/* 1 once the bootstrap arena gave a block */
-		};
-		/*
-		 * Both in one load: equal to a MODE_* value only while no block
-		 * of the arena exists, so free's pointer (entries_follow_mode)
-		 * and an unmonitored realloc need not check whether a pointer
-		 * is one (nor will in most processes: the arena serves only
-		 * what dlsym allocates, often nothing).
-		 */
-		uint32_t mode_no_arena;
-	};
-	/*
-	 * What free() jumps to, set with mode (set_mode): not monitored, libc's
-	 * free itself; sampled and exact, their own checks without a mode
-	 * test; the general code (do_free) while the arena has blocks, before
-	 * init, and for the instant a mode change leaves it behind.
-	 */
-	void (*free)(void *);
-	/* What malloc() jumps to once its budget is spent: exact mode's fast
-	 * path while exact, else the general code (set_mode, as free). */
-	void *(*malloc_spent)(size_t, void *);
-	uint8_t sampled_filter[SET_FILTER];
-} g_fast __attribute__((aligned(4096))) = { .free = do_free, .malloc_spent = malloc_spent };
-
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mode_no_arena: mode in the low half");
-
-_Static_assert(sizeof(g_fast) <= 4096, "g_fast fits one page");
-
-unsigned int g_epoch = 1;	/* bumped each time monitoring (re)starts */
 
 static int g_init;		/* 0: not started, 1: resolving, 2: done */
 static int g_fd = -1;		/* /dev/pmm, 3 or above (dev_open) */
@@ -149,102 +103,6 @@ static int g_active;		/* device usable; 0: pure passthrough */
 static int g_errors;		/* consecutive refusals other than ENOLINK */
 static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
-
-/*
- * Exact mode's fast paths (malloc_exact, free_exact) run while a thread's
- * exact_key equals this: the epoch, while monitoring is exact with one-frame
- * sites, stamps from the clock page and no PMM_CLOCK=mono; EXACT_OFF (which
- * no thread's key ever is) otherwise. A thread takes the key once its buffer
- * and site cache belong to the epoch (exact_ready), so one compare stands
- * for the general path's checks of epoch, buffer, mode and site depth.
- */
-#define EXACT_OFF	UINT_MAX
-static unsigned int g_exact_key = EXACT_OFF;
-
-/* ---- bootstrap arena: allocations made while dlsym runs ----------------- */
-
-static char g_arena[ARENA_SIZE] __attribute__((aligned(4096)));
-static size_t g_arena_used;
-
-static inline int in_arena(const void *p)
-{
-	return (uintptr_t)p - (uintptr_t)g_arena < ARENA_SIZE;
-}
-
-static void free_sampled(void *p);
-static void free_exact(void *p);
-static void *malloc_exact(size_t n, void *ra);
-
-/* free()'s target for the mode and arena (see g_fast.free). */
-static void (*free_for(uint32_t mode_no_arena))(void *)
-{
-	switch (mode_no_arena) {
-	case MODE_PASS:
-		return real.free ? real.free : do_free;
-	case MODE_SAMPLED:
-		return free_sampled;
-	case MODE_EXACT:
-		return free_exact;
-	default:
-		return do_free;
-	}
-}
-
-/*
- * Sets g_fast.free and g_fast.malloc_spent for g_fast's current mode and
- * arena. Mode changes may race (a stop and a start from two threads): each
- * writer reads the state again after its stores and repeats until the
- * state it stored for is still the state, so the last stores are always
- * for the last state.
- */
-static void entries_follow_mode(void)
-{
-	uint32_t now = __atomic_load_n(&g_fast.mode_no_arena, __ATOMIC_SEQ_CST), was;
-
-	do {
-		was = now;
-		__atomic_store_n(&g_fast.free, free_for(was), __ATOMIC_SEQ_CST);
-		__atomic_store_n(&g_fast.malloc_spent,
-				 (uint16_t)was == MODE_EXACT ? malloc_exact : malloc_spent,
-				 __ATOMIC_SEQ_CST);
-		now = __atomic_load_n(&g_fast.mode_no_arena, __ATOMIC_SEQ_CST);
-	} while (now != was);
-}
-
-static void set_mode(uint16_t mode)
-{
-	__atomic_store_n(&g_fast.mode, mode, __ATOMIC_SEQ_CST);
-	entries_follow_mode();
-}
-
-static void *arena_alloc(size_t size, size_t align)
-{
-	size_t off, start, end;
-
-	if (align < 16)
-		align = 16;
-	off = __atomic_load_n(&g_arena_used, __ATOMIC_RELAXED);
-	do {
-		start = (off + 16 + align - 1) & ~(align - 1);
-		if (size > ARENA_SIZE || start + size > ARENA_SIZE) {
-			errno = ENOMEM;
-			return NULL;
-		}
-		end = (start + size + 15) & ~(size_t)15;
-	} while (!__atomic_compare_exchange_n(&g_arena_used, &off, end, 0,
-					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-	*(size_t *)(g_arena + start - 16) = size;
-	if (!__atomic_load_n(&g_fast.arena, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&g_fast.arena, 1, __ATOMIC_SEQ_CST);
-		entries_follow_mode();	/* its blocks need the general free */
-	}
-	return g_arena + start;	/* zeroed: the arena is never reused */
-}
-
-static inline size_t arena_size(const void *p)
-{
-	return *(const size_t *)((const char *)p - 16);
-}
 
 /* ---- the clock page ---------------------------------------------------- */
 
@@ -685,31 +543,6 @@ static int start_self(void)
 
 /* ---- per-thread buffers --------------------------------------------------- */
 
-/*
- * The last recorded heap allocation at each address (direct-mapped by
- * address, one relaxed 64-bit store per allocation): the address's high
- * bits and the low PMM_ALLOC_TAG_BITS bits of the allocation's time_ns.
- * Two uses:
- *  - tags: a FREE (and a REALLOC's free of its old block) carries the tag of
- *    the allocation it frees, so the kernel pairs it with exactly that block
- *    even when another thread freed and reused the address meanwhile and
- *    its records are still in flight (request/response ping-pong between
- *    threads does this all the time). A collision leaves the free untagged:
- *    the kernel then takes the newest older block, as before.
- *  - short-lived blocks: a free whose allocation still sits in the same
- *    thread's unsent buffer, and is still the last allocation at that
- *    address, cancels against it: the allocation is flagged PMM_REC_F_FREED
- *    and the free is not sent, so the kernel counts both with no table work
- *    (most blocks of most programs die young). The slot also keeps where
- *    in its thread's buffer that allocation was written; the freeing thread
- *    looks there in its own buffer, and the record's address, op and tag
- *    say whether it is that allocation (a slot written by another thread,
- *    or a buffer flushed since, points at some other record). One store
- *    and one compare: the buffer needs no index of its own.
- */
-#define TAG_TABLE_BITS	14
-#define TAG_SLOTS	(1U << TAG_TABLE_BITS)
-#define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
 /* The buffer, and one record more for a vfork child to write in vain
  * (flush_later). */
 #define TBUF_BYTES	(((g_tbuf_records + 1) * sizeof(struct pmm_record) + 4095) & ~4095UL)
@@ -717,7 +550,6 @@ static int start_self(void)
 /* A thread's mapping: its buffer, then merge_freed's table, which is too
  * big for the stack of a hook (the program chose the thread's stack). */
 #define TBUF_MAP_BYTES	(TBUF_BYTES + (sizeof(struct merge_slot) << MERGE_BITS))
-#define NOT_BUFFERED	UINT32_MAX	/* recent.at of an allocation sent alone */
 
 /*
  * A buffer is sent once it holds this many frees of blocks that another
@@ -734,76 +566,6 @@ struct merge_slot {
 	uint32_t at;		/* the kept record's index */
 	uint32_t weight;	/* its weight, written back at the end */
 };
-
-struct tag_slot {
-	uint64_t entry;		/* the last allocation: high bits, tag */
-	uint64_t stamp;		/* the last stamp of an event here (address clock) */
-	uint32_t at;		/* the last allocation's slot in its thread's buffer */
-	uint32_t owner;		/* the last allocation's thread (tstate.id) */
-};
-
-static struct tag_slot g_tags[TAG_SLOTS] __attribute__((aligned(64)));
-
-/*
- * The slot: the address's low bits (a run of neighbouring blocks spreads
- * out) xor its next ones, because glibc's per-thread arenas are 64 MiB-
- * aligned (bit 26 up) and their blocks at the same offset would otherwise
- * share a slot, leaving the frees of exactly the blocks that threads pass to
- * each other untagged; bits 26-31 land on the slot's bits 8-13. The entry
- * keeps the high bits, and with the slot they give back the low ones, so a
- * match is still exact. (A multiplicative hash spreads them no better, at
- * more instructions.)
- */
-static inline struct tag_slot *tag_slot_of(uint64_t ptr)
-{
-	return &g_tags[((ptr >> 4) ^ (ptr >> (4 + TAG_TABLE_BITS))) & (TAG_SLOTS - 1)];
-}
-
-/* The entry for ptr allocated at time t (never 0 for a valid ptr). */
-static inline uint64_t tag_entry(uint64_t ptr, uint64_t t)
-{
-	return (ptr >> (4 + TAG_TABLE_BITS)) << PMM_ALLOC_TAG_BITS | (t & TAG_MASK);
-}
-
-/* The tag of the last recorded allocation at ptr (slot: its slot), or -1. */
-static inline int64_t slot_tag(const struct tag_slot *slot, uint64_t ptr)
-{
-	uint64_t e = __atomic_load_n(&slot->entry, __ATOMIC_RELAXED);
-
-	if (!e || e >> PMM_ALLOC_TAG_BITS != ptr >> (4 + TAG_TABLE_BITS))
-		return -1;
-	return (int64_t)(e & TAG_MASK);
-}
-
-static inline int op_is_map(uint16_t op)
-{
-	return op == PMM_OP_MMAP || op == PMM_OP_MUNMAP || op == PMM_OP_MREMAP;
-}
-
-/*
- * An event at an address of slot: stamped after the slot's last one. t
- * NULL: a record made alone (record_alone), after the slot's last stamp
- * and no earlier than the coarse time, but not after the thread's last,
- * whose clock the interrupted code may be updating; stamps need only
- * follow the order of the events at each address, which the slot keeps.
- */
-static inline uint64_t stamp_slot(struct tstate *t, struct tag_slot *slot)
-{
-	uint64_t v, at;
-
-	if (g_clock_mono)
-		return now_ns();
-	at = __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED);
-	if (t) {
-		v = next_stamp(t, at);
-	} else {
-		v = coarse_ns();
-		if (v <= at)
-			v = at + 1;
-	}
-	__atomic_store_n(&slot->stamp, v, __ATOMIC_RELAXED);
-	return v;
-}
 
 /*
  * A free of ptr, whose allocation has tag (slot: ptr's): 1 if it cancelled
@@ -1047,17 +809,6 @@ static void send_one(const struct pmm_record *r)
 		pmm_dev_refused(-err, "PMM_RECORD_LOG");
 }
 
-/* ptr, allocated at now by thread owner, is the last allocation at its
- * slot; at: its record's position in that thread's buffer (NOT_BUFFERED:
- * sent alone). */
-static inline void slot_note(struct tag_slot *slot, uint64_t ptr, uint64_t now, uint32_t at,
-			     uint32_t owner)
-{
-	__atomic_store_n(&slot->entry, tag_entry(ptr, now), __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->owner, owner, __ATOMIC_RELAXED);
-}
-
 /* The record at at (t->n), stamped now, is written: count it and send the
  * buffer if it is full or its first record waited FLUSH_NS. */
 static inline void tbuf_append(struct tstate *t, uint32_t at, uint64_t now)
@@ -1225,22 +976,6 @@ static void thread_exit(void *arg)
 	errno = saved;
 }
 
-/* ---- address sets: sampled blocks, recorded anonymous mappings ------------ */
-
-/*
- * Fixed-size, lock-free: 8 slots (one cache line) per bucket, no probing
- * beyond it, so a delete is one store and a miss is one cache line. A slot
- * holds addr | (epoch & 15) (blocks are 16-aligned), so entries from before
- * a stop/start or a fork are not sent. A full bucket refuses the insert;
- * the caller then does not record the block at all.
- */
-struct aset {
-	uint64_t slot[SET_BUCKETS][SET_WAYS] __attribute__((aligned(64)));
-};
-
-static struct aset g_sampled, g_mapped;
-static uint8_t g_mapped_filter[SET_FILTER];
-
 /* Monitoring starts: the table that every record of the mode reads first. */
 static void populate_tables(void)
 {
@@ -1248,222 +983,6 @@ static void populate_tables(void)
 		populate(&g_sampled, sizeof(g_sampled));
 	else
 		populate(g_tags, sizeof(g_tags));
-}
-
-/* Fibonacci hashing of p / 16 (blocks are 16-aligned): the multiplier is
- * 2^64 / golden ratio / 16, which spares sampled free a shift. */
-static inline uint32_t set_hash(const void *p)
-{
-	return (uint32_t)((uintptr_t)p * 0x09e3779b97f4a7c1ULL >> (64 - SET_BITS));
-}
-
-static inline uint64_t *set_bucket(struct aset *s, const void *p)
-{
-	return s->slot[set_hash(p)];
-}
-
-static inline uint8_t *set_filter(struct aset *s, const void *p)
-{
-	uint8_t *f = s == &g_sampled ? g_fast.sampled_filter : g_mapped_filter;
-
-	return &f[set_hash(p) / (SET_BUCKETS / SET_FILTER)];
-}
-
-static int set_add(struct aset *s, const void *p)
-{
-	uint64_t *b = set_bucket(s, p);
-	uint64_t v = (uintptr_t)p | (g_epoch & SET_TAG);
-	int i;
-
-	if ((uintptr_t)p & SET_TAG)
-		return 0;
-	for (i = 0; i < SET_WAYS; i++) {
-		uint64_t zero = 0;
-
-		if (__atomic_load_n(&b[i], __ATOMIC_RELAXED) == 0 &&
-		    __atomic_compare_exchange_n(&b[i], &zero, v, 0, __ATOMIC_RELAXED,
-						__ATOMIC_RELAXED)) {
-			__atomic_add_fetch(set_filter(s, p), 1, __ATOMIC_RELAXED);
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/* Removes p; returns 1 if it was there from the current epoch. */
-static int set_del(struct aset *s, const void *p)
-{
-	uint64_t *b;
-	int i;
-
-	if (!__atomic_load_n(set_filter(s, p), __ATOMIC_RELAXED))
-		return 0;
-	b = set_bucket(s, p);
-	for (i = 0; i < SET_WAYS; i++) {
-		uint64_t v = __atomic_load_n(&b[i], __ATOMIC_RELAXED);
-
-		if (v && (v & ~SET_TAG) == (uintptr_t)p) {
-			__atomic_store_n(&b[i], 0, __ATOMIC_RELAXED);
-			__atomic_sub_fetch(set_filter(s, p), 1, __ATOMIC_RELAXED);
-			return (v & SET_TAG) == (g_epoch & SET_TAG);
-		}
-	}
-	return 0;
-}
-
-/* ---- sampling (PMM_SAMPLE) ------------------------------------------------ */
-
-static inline uint64_t rng_next(struct tstate *t)
-{
-	uint64_t x = t->rng;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	t->rng = x;
-	return x * 0x2545f4914f6cdd1dULL;
-}
-
-static inline double rng_unit(struct tstate *t)	/* (0, 1] */
-{
-	return (double)((rng_next(t) >> 11) + 1) * (1.0 / 9007199254740992.0);
-}
-
-/* Exponential gap with mean g_sample: sample points form a Poisson process
- * over the allocated bytes, as tcmalloc's and jemalloc's samplers do. */
-static int64_t sample_gap(struct tstate *t)
-{
-	double g = -log(rng_unit(t)) * (double)g_sample;
-
-	return g > 9e18 ? INT64_MAX : (int64_t)g + 1;
-}
-
-/* malloc's budget: budget, or parked while the guard is held (guard_take). */
-static inline uint64_t *budget_of(struct tstate *t)
-{
-	return t->guard ? &t->parked : &t->budget;
-}
-
-/*
- * The budget is spent and not set again yet (2^63 or more: it wrapped): a
- * malloc that spent it is between its entry point and its decision, and a
- * signal handler interrupted it. The sample gap is that malloc's to update;
- * the handler's calls are decided alone (sample_alone).
- */
-static inline int gap_busy(struct tstate *t)
-{
-	return *budget_of(t) >= 1ULL << 63;
-}
-
-/*
- * The next sample point is gap bytes away: malloc's entry point passes all
- * of them to libc, or POLL_BYTES if wait (records wait for their deadline,
- * which its slow path checks).
- */
-static inline void sample_budget(struct tstate *t, int64_t gap, int wait)
-{
-	uint64_t budget = (uint64_t)gap;
-
-	if (wait && budget > POLL_BYTES)
-		budget = POLL_BYTES;
-	*budget_of(t) = budget;
-	t->beyond = gap - (int64_t)budget;
-	t->sampling = 1;
-}
-
-/* Sampled: the bytes to the next sample point (the budget may have wrapped
- * below 0 when malloc's entry point took a size larger than it). */
-static inline int64_t sample_gap_left(struct tstate *t)
-{
-	return (int64_t)(*budget_of(t) + (uint64_t)t->beyond);
-}
-
-/* Sampled: a record was buffered. t NULL: one made alone. */
-static inline void sampled_wait(struct tstate *t)
-{
-	if (t && t->sampling && *budget_of(t) > POLL_BYTES && !gap_busy(t))
-		sample_budget(t, sample_gap_left(t), 1);
-}
-
-/* The weight 1/p, rounded at random (u: uniform in (0, 1]) so that
- * E[weight] = 1/p. */
-static uint32_t sample_weight(double p, double u)
-{
-	double w = 1.0 / p, fl = floor(w);
-
-	if (u <= w - fl)
-		fl += 1.0;
-	return fl >= 4294967295.0 ? UINT32_MAX : fl < 1.0 ? 1 : (uint32_t)fl;
-}
-
-/*
- * sample() for an allocation made alone (record_alone): the thread's
- * sample gap may be half way through an update, so an independent draw
- * decides, with the chance p = 1 - exp(-size/BYTES) that the gap's Poisson
- * process puts a sample point in these bytes. Its random numbers come from
- * a process-wide counter through a mixer: one atomic add, signal-safe.
- */
-static uint64_t g_alone_rng;
-
-/* Seeded at init by getrandom (no clock read: one is a system call on a
- * guest whose clocksource is hpet); the pid if that fails. */
-static uint64_t alone_seed(void)
-{
-	uint64_t seed = (uint64_t)g_pid << 32 | 1;
-	int saved = errno;
-
-	if (syscall(SYS_getrandom, &seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
-		seed = (uint64_t)g_pid << 32 | 1;
-	errno = saved;
-	return seed;
-}
-
-static double alone_unit(void)	/* (0, 1] */
-{
-	uint64_t x = __atomic_add_fetch(&g_alone_rng, 0x9e3779b97f4a7c15ULL, __ATOMIC_RELAXED);
-
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0);
-}
-
-static int sample_alone(uint64_t size, uint32_t *weight)
-{
-	double p = -expm1(-(double)size / (double)g_sample);
-
-	if (alone_unit() > p)
-		return 0;
-	*weight = sample_weight(p, alone_unit());
-	return 1;
-}
-
-/*
- * Is this allocation of size bytes sampled? Then *weight is 1/p with
- * p = 1 - exp(-size/BYTES), the chance that a sample point fell in it,
- * rounded at random so that E[weight] = 1/p: weighted live bytes per site
- * are unbiased. t NULL, or the gap another call's: sample_alone.
- */
-static int sample(struct tstate *t, uint64_t size, uint32_t *weight)
-{
-	int64_t gap;
-
-	if (!t || gap_busy(t))
-		return sample_alone(size, weight);
-	if (unlikely(!t->rng)) {
-		t->rng = now_ns() ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ULL) ^ 0x5851f42d4c957f2dULL;
-		if (!t->rng)
-			t->rng = 1;
-	}
-	gap = t->sampling ? sample_gap_left(t) : sample_gap(t);
-	gap -= (int64_t)size;
-	if (likely(gap > 0)) {
-		sample_budget(t, gap, t->n != 0);
-		return 0;
-	}
-	sample_budget(t, sample_gap(t), 1);	/* memoryless: from this block's end */
-	*weight = sample_weight(-expm1(-(double)size / (double)g_sample), rng_unit(t));
-	return 1;
 }
 
 /* ---- what a hook does while monitored (guard held) ----------------------- */
@@ -1627,7 +1146,7 @@ static void pmm_init(void)
 	resolved = real_resolve();
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
-	g_alone_rng = alone_seed();
+	alone_reseed(g_pid);
 	fork_marker_map();
 
 	env = settings_read();
@@ -1713,7 +1232,7 @@ static void at_fork_child(void)
 	__atomic_store_n(&g_pid, (pid_t)syscall(SYS_getpid), __ATOMIC_RELAXED);
 	if (g_fork_marker)
 		*g_fork_marker = 1;	/* wiped in this copy */
-	g_alone_rng = alone_seed();	/* not the parent's draws */
+	alone_reseed(g_pid);	/* not the parent's draws */
 	t->rng = 0;
 	t->pin.pid = 0;
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
@@ -1840,7 +1359,7 @@ __attribute__((noinline)) static void *malloc_slow(size_t n, void *ra)
  * the budget stopped short of it because records wait; check their
  * deadline, and go on to the sample point.
  */
-__attribute__((noinline)) static void *malloc_spent(size_t n, void *ra)
+__attribute__((noinline)) void *malloc_spent(size_t n, void *ra)
 {
 	struct tstate *t = &t_st;
 	int mode = g_fast.mode;
@@ -1928,7 +1447,7 @@ __attribute__((noinline, cold)) static void exact_malloc_failed(struct tstate *t
  * finished after it from the thread's state, so nothing of the caller's
  * has to outlive the call in a saved register.
  */
-__attribute__((noinline)) static void *malloc_exact(size_t n, void *ra)
+__attribute__((noinline)) void *malloc_exact(size_t n, void *ra)
 {
 	struct tstate *t = &t_st;
 	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
@@ -1991,14 +1510,14 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
  * against its allocation in the buffer (free(NULL) has no tag: the general
  * path, which records nothing), where the thread holds exact's key.
  */
-static void free_exact(void *p)
+void free_exact(void *p)
 {
 	struct tstate *t = &t_st;
 	struct tag_slot *slot;
 	int cancelled;
 
 	if (unlikely(!exact_fast(t))) {
-		do_free(p);
+		hook_free(p);
 		return;
 	}
 	slot = tag_slot_of((uintptr_t)p);
@@ -2058,7 +1577,7 @@ __attribute__((noinline)) static void note_free_alone(void *p)
 	note_free(NULL, PMM_OP_FREE, p, 0, NULL);
 }
 
-static void do_free(void *p)
+void hook_free(void *p)
 {
 	struct tstate *t = &t_st;
 	int how;
@@ -2082,13 +1601,13 @@ static void do_free(void *p)
 }
 
 /* free() while sampled with no block of the arena. */
-static void free_sampled(void *p)
+void free_sampled(void *p)
 {
 	if (!__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
 		real.free(p);	/* surely not a sampled block */
 		return;
 	}
-	do_free(p);
+	hook_free(p);
 }
 
 /*
@@ -2533,7 +2052,7 @@ PMM_EXPORT void pmm_src_free(void *p, void *caller, const char *file, const char
 	(void)file;
 	(void)func;
 	(void)line;
-	do_free(p);
+	hook_free(p);
 }
 
 #ifdef PMM_FAKE_DEV

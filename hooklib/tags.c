@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The tag table (tags.h): one slot per address bucket, written with relaxed
+ * stores by every thread, read by the frees at its addresses.
+ *
+ * Owns: g_tags.
+ */
+#include "tags.h"
+
+struct tag_slot g_tags[TAG_SLOTS] __attribute__((aligned(64)));

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,6 +39,17 @@
 #define POLL_EVERY	16			/* hook calls between clock reads */
 #define POLL_BYTES	(16 * 1024)		/* malloc: bytes between clock reads */
 
+/* madvise(advice) on the pages of [lo, hi); advice only, errno kept. */
+static inline void advise(uintptr_t lo, uintptr_t hi, int advice)
+{
+	int saved = errno;
+
+	lo &= ~4095UL;
+	hi = (hi + 4095) & ~4095UL;
+	madvise((void *)lo, hi - lo, advice);
+	errno = saved;
+}
+
 /* g_fast.mode (mode.h): what the hooks do. */
 enum {
 	MODE_BOOT = 0,		/* real functions not resolved yet: bootstrap arena */
@@ -46,29 +58,6 @@ enum {
 	MODE_SAMPLED = 3,	/* monitored, sampled (PMM_SAMPLE) */
 	MODE_MONITORED = MODE_EXACT,	/* mode >= MODE_MONITORED: records flow */
 };
-
-PMM_HIDDEN_BEGIN
-
-extern unsigned int g_epoch;	/* bumped each time monitoring (re)starts */
-
-/* libpmmhook.c */
-int pmm_dev_ioctl(unsigned long cmd, void *arg);	/* errno-preserving; -errno */
-#ifdef PMM_FAKE_DEV
-/* The fake device's PMM_FAKE_RAISE: SIGUSR1 at the Nth pass at this point. */
-enum { FAKE_AT_BATCH = 1, FAKE_AT_CLAIM = 2 };
-void pmm_fake_point(int at);
-#endif
-int pmm_mine(void);	/* 0 in a vfork child, which must not send */
-void pmm_dev_refused(int err, const char *what);
-
-/* site.c: site id for a call site: 1, 2, 3... in order of first use (a
- * number may be skipped when threads race to give one); 0 when the table is
- * full, and in a vfork child for a site not registered in this epoch. */
-uint32_t pmm_site_addr(void *ra, void *frame, int alone);
-uint32_t pmm_site_source(void *caller, const char *file, const char *func, int line);
-void pmm_site_extent(uintptr_t *lo, uintptr_t *hi);
-
-PMM_HIDDEN_END
 
 /* hooklib/bench/unwind_bench.c takes the walkers' declarations from here. */
 #include "unwind.h"

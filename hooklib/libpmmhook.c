@@ -83,463 +83,25 @@
 #include "arena.h"
 #include "aset.h"
 #include "clock.h"
+#include "control.h"
+#include "device.h"
 #include "env.h"
+#include "fakedev.h"
 #include "hook.h"
 #include "mode.h"
 #include "notice.h"
 #include "real.h"
 #include "sampler.h"
+#include "site.h"
 #include "tags.h"
 #include "thread.h"
 
-#define MAX_ERRORS	8			/* consecutive refusals before giving up */
 
 /* ---- global state ------------------------------------------------------- */
 
 
 static int g_init;		/* 0: not started, 1: resolving, 2: done */
-static int g_fd = -1;		/* /dev/pmm, 3 or above (dev_open) */
-static int g_active;		/* device usable; 0: pure passthrough */
-static int g_errors;		/* consecutive refusals other than ENOLINK */
-static uint64_t g_next_query;	/* coarse CLOCK_MONOTONIC of the next query */
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
-
-/* ---- the clock page ---------------------------------------------------- */
-
-static int dev_ours(int fd);
-
-/*
- * The clock page, for the address clock (it reads the coarse time on every
- * record). Mapped when monitoring first starts, not at init: the module's
- * timer runs while any process maps the page, and most preloaded processes
- * are never monitored. Kept until exit (a later start needs it again).
- */
-static void map_kernel_clock(void)
-{
-	int saved = errno, fd;
-	const struct pmm_clock *none = NULL;
-	void *p;
-
-	if (__atomic_load_n(&g_clock_mono, __ATOMIC_RELAXED) ||
-	    __atomic_load_n(&g_kclock, __ATOMIC_RELAXED))
-		return;
-#ifdef PMM_FAKE_DEV
-	(void)p;
-	(void)fd;
-	fake_clock_refresh();
-	__atomic_compare_exchange_n(&g_kclock, &none, &g_fake_clock, 0, __ATOMIC_RELEASE,
-				    __ATOMIC_RELAXED);
-#else
-	fd = __atomic_load_n(&g_fd, __ATOMIC_RELAXED);
-	if (!dev_ours(fd)) {
-		errno = saved;
-		return;	/* the next ioctl finds out */
-	}
-	p = real.mmap(NULL, PMM_CLOCK_SIZE, PROT_READ, MAP_SHARED, fd, PMM_CLOCK_OFFSET);
-	if (p != MAP_FAILED &&
-	    !__atomic_compare_exchange_n(&g_kclock, &none, p, 0, __ATOMIC_RELEASE,
-					 __ATOMIC_RELAXED))
-		real.munmap(p, PMM_CLOCK_SIZE);	/* another thread's start won */
-#endif
-	errno = saved;
-}
-
-/* ---- the device ---------------------------------------------------------- */
-
-/*
- * The process the hook's state belongs to (set at init and in a forked
- * child). A vfork child runs on its parent's memory and calling thread,
- * TLS included, and no pthread_atfork handler runs for it: the module
- * would take what it sends for the child's (not monitored: ENOLINK), and
- * the hook's reaction (stop, disable) would be written into the parent's
- * state. So whatever sends, or reacts to a refusal, first checks that the
- * caller is this process (one getpid system call, on those paths only:
- * never per record).
- *
- * A child made without fork handlers (glibc's _Fork, a raw clone or fork
- * system call) has another pid too, but a copy of the memory: it must
- * become a forked child (at_fork_child), not keep the parent's state as a
- * vfork child does. g_fork_marker points into a page mapped with
- * MADV_WIPEONFORK, set to 1 in this process: a copied child finds it 0, a
- * vfork (or CLONE_VM) child, sharing the memory, finds it 1. NULL if the
- * kernel has no MADV_WIPEONFORK (before 4.14): every child with another
- * pid is then taken for a vfork child.
- */
-static pid_t g_pid;
-static volatile uint8_t *g_fork_marker;
-
-#ifndef MADV_WIPEONFORK
-#define MADV_WIPEONFORK	18
-#endif
-
-static void at_fork_child(void);
-
-static void fork_marker_map(void)
-{
-	int saved = errno;
-	void *p = real.mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			    -1, 0);
-
-	if (p != MAP_FAILED && madvise(p, 4096, MADV_WIPEONFORK) == 0) {
-		*(volatile uint8_t *)p = 1;
-		g_fork_marker = p;
-	} else if (p != MAP_FAILED) {
-		real.munmap(p, 4096);
-	}
-	errno = saved;
-}
-
-/* A vfork child pinned the buffer and has not exited or exec'd yet. */
-static inline int vfork_child_runs(struct tstate *t)
-{
-	if (likely(!t->pin.pid))
-		return 0;
-	if (__atomic_load_n(&t->pin.word, __ATOMIC_ACQUIRE) == (uint32_t)t->pin.pid)
-		return 1;
-	t->pin.pid = 0;	/* it has: this is the parent again */
-	return 0;
-}
-
-int pmm_mine(void)
-{
-	pid_t me;
-
-	if (vfork_child_runs(&t_st))
-		return 0;
-	me = (pid_t)syscall(SYS_getpid);
-	if (likely(me == __atomic_load_n(&g_pid, __ATOMIC_RELAXED)))
-		return 1;
-	if (!g_fork_marker || *g_fork_marker)
-		return 0;	/* a vfork or CLONE_VM child: the parent's state */
-	at_fork_child();	/* a copy made without fork handlers */
-	return 1;
-}
-
-/* g_fd's file as dev_open found it (fstat). */
-static dev_t g_dev_dev, g_dev_rdev;
-static ino_t g_dev_ino;
-
-#ifdef PMM_FAKE_DEV
-#define DEV_PATH	"/dev/null"
-#else
-#define DEV_PATH	"/dev/" PMM_DEVICE_NAME
-#endif
-
-/*
- * Opens the device at fd 3 or above, close-on-exec: a program started with
- * fds 0-2 closed gets them back from its own next open()s, as POSIX
- * promises, and never finds the device on its stdin, stdout or stderr. Its
- * identity is kept, so that dev_ours can tell it from a file the program
- * later opens at the same number. Returns the fd or -errno.
- */
-static int dev_open(void)
-{
-	struct stat st;
-	int fd = open(DEV_PATH, O_RDWR | O_CLOEXEC), err, high;
-
-	if (fd < 0)
-		return -errno;
-	if (fd <= STDERR_FILENO) {
-		high = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-		err = errno;
-		close(fd);
-		if (high < 0)
-			return -err;
-		fd = high;
-	}
-	if (fstat(fd, &st) < 0) {
-		err = errno;
-		close(fd);
-		return -err;
-	}
-	g_dev_dev = st.st_dev;
-	g_dev_ino = st.st_ino;
-	g_dev_rdev = st.st_rdev;
-	return fd;
-}
-
-/*
- * fd is still the file dev_open opened. A program may close every fd
- * (closefrom, close_range, a daemon's loop) and open another file that gets
- * the device's number: that file must never see the hook's ioctls. One
- * fstat before each ioctl (per batch, not per record).
- */
-static int dev_ours(int fd)
-{
-	struct stat st;
-
-	return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev_dev &&
-	       st.st_ino == g_dev_ino && st.st_rdev == g_dev_rdev;
-}
-
-#ifdef PMM_FAKE_DEV
-/*
- * The module, modelled for host tests and benchmarks. Each call is an
- * ioctl on the hook's fd, /dev/null (ENOTTY: a system call's cost and no
- * kernel work), so strace shows which file the hook's ioctls reach. The
- * module attributes a call to the calling process: one pid is monitored,
- * this process's at init (none with PMM_FAKE_UNMONITORED), and a START_PID
- * 0 names the caller; from any other pid (a forked or vfork'd child)
- * RECORD_LOG and REGISTER_SITE fail with ENOLINK and QUERY_SELF answers 0.
- * PMM_FAKE_STOP_AT=N: the Nth RECORD_LOG fails with ENOLINK, as if pmctl
- * had stopped the process and started it again.
- * PMM_FAKE_RAISE=batch:N|claim:N: SIGUSR1 is raised in the calling thread,
- * inside the hook, once: after the Nth RECORD_LOG (logged), or in the Nth
- * claim of a site's slot, between the claim and its id (pmm_fake_point).
- *
- * PMM_FAKE_LOG=FILE: every call is appended to FILE as one writev (appends
- * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
- * number, the result, a count and the bytes that follow), then the
- * records of a RECORD_LOG, the struct pmm_site of a REGISTER_SITE or the
- * struct pmm_config of a SET_CONFIG. Its fd is kept at 3 or above and, as
- * the device's, checked before each write: if the program closed it, the
- * file is opened again (never the program's file at that number written).
- */
-static int g_fake_unmonitored;
-static pid_t g_fake_monitored;
-static long g_fake_stop_at;
-static long g_fake_logs;	/* RECORD_LOGs so far */
-static char g_fake_log[4096];
-static int g_fake_raise_at;	/* FAKE_AT_* of PMM_FAKE_RAISE */
-static long g_fake_raise_n, g_fake_raise_seen;
-static int g_fake_log_fd = -1;
-static dev_t g_fake_log_dev;
-static ino_t g_fake_log_ino;
-
-static int fake_log_fd(void)
-{
-	int fd = __atomic_load_n(&g_fake_log_fd, __ATOMIC_ACQUIRE), was = fd, low;
-	struct stat st;
-
-	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_fake_log_dev &&
-	    st.st_ino == g_fake_log_ino)
-		return fd;
-	low = open(g_fake_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-	if (low < 0)
-		return -1;
-	fd = fcntl(low, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-	close(low);
-	if (fd < 0 || fstat(fd, &st) < 0)
-		return -1;
-	g_fake_log_dev = st.st_dev;	/* the same file for every thread */
-	g_fake_log_ino = st.st_ino;
-	if (!__atomic_compare_exchange_n(&g_fake_log_fd, &was, fd, 0, __ATOMIC_ACQ_REL,
-					 __ATOMIC_ACQUIRE)) {
-		close(fd);	/* another thread's, or a signal handler's, won */
-		fd = was;
-	}
-	return fd;
-}
-
-static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
-{
-	const struct pmm_record_batch *b = arg;
-	uint32_t head[6] = { (uint32_t)pid, (uint32_t)syscall(SYS_gettid), _IOC_NR(cmd),
-			     (uint32_t)result, 0, 0 };
-	struct iovec iov[2] = { { head, sizeof(head) }, { NULL, 0 } };
-	int fd;
-
-	if (!g_fake_log[0])
-		return;
-	switch (cmd) {
-	case PMM_RECORD_LOG:
-		head[4] = b->count;
-		iov[1].iov_base = (void *)(uintptr_t)b->records;
-		iov[1].iov_len = b->count * sizeof(struct pmm_record);
-		break;
-	case PMM_REGISTER_SITE:
-		head[4] = 1;
-		iov[1].iov_base = (void *)arg;
-		iov[1].iov_len = sizeof(struct pmm_site);
-		break;
-	case PMM_SET_CONFIG:
-		head[4] = 1;
-		iov[1].iov_base = (void *)arg;
-		iov[1].iov_len = sizeof(struct pmm_config);
-		break;
-	}
-	head[5] = (uint32_t)iov[1].iov_len;
-	fd = fake_log_fd();
-	if (fd < 0 || writev(fd, iov, 2) != (ssize_t)(sizeof(head) + iov[1].iov_len))
-		abort();	/* a test's log must be whole */
-}
-
-void pmm_fake_point(int at)
-{
-	if (at == g_fake_raise_at &&
-	    __atomic_add_fetch(&g_fake_raise_seen, 1, __ATOMIC_RELAXED) == g_fake_raise_n)
-		syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), SIGUSR1);
-}
-
-static int fake_ioctl(int fd, unsigned long cmd, void *arg)
-{
-	pid_t me = (pid_t)syscall(SYS_getpid);
-	const struct pmm_config *c = arg;
-	int r;
-
-	r = ioctl(fd, cmd, arg);	/* the system call; /dev/null refuses it */
-	(void)r;
-	fake_clock_refresh();
-	switch (cmd) {
-	case PMM_SET_CONFIG:
-		if ((c->set & PMM_CFG_START_PID) && !c->start_pid && !g_fake_unmonitored)
-			__atomic_store_n(&g_fake_monitored, me, __ATOMIC_RELAXED);
-		r = 0;
-		break;
-	case PMM_QUERY_SELF:
-		r = me == __atomic_load_n(&g_fake_monitored, __ATOMIC_RELAXED);
-		break;
-	default:
-		r = me == __atomic_load_n(&g_fake_monitored, __ATOMIC_RELAXED) ? 0 : -ENOLINK;
-		if (!r && cmd == PMM_RECORD_LOG &&
-		    __atomic_add_fetch(&g_fake_logs, 1, __ATOMIC_RELAXED) == g_fake_stop_at)
-			r = -ENOLINK;
-		break;
-	}
-	fake_log(me, cmd, r, arg);
-	if (cmd == PMM_RECORD_LOG)
-		pmm_fake_point(FAKE_AT_BATCH);
-	if (r < 0) {
-		errno = -r;
-		r = -1;
-	}
-	return r;
-}
-#endif
-
-static void dev_lost(void);
-
-int pmm_dev_ioctl(unsigned long cmd, void *arg)
-{
-	int saved = errno, r, tries = 0;
-	int fd = __atomic_load_n(&g_fd, __ATOMIC_RELAXED);
-
-	if (!dev_ours(fd)) {
-		dev_lost();
-		errno = saved;
-		return -EBADF;
-	}
-	do {
-#ifdef PMM_FAKE_DEV
-		r = fake_ioctl(fd, cmd, arg);
-#else
-		r = ioctl(fd, cmd, arg);
-#endif
-	} while (r < 0 && errno == EINTR && ++tries < 3);
-	if (r < 0)
-		r = -errno;
-	errno = saved;
-	return r;
-}
-
-/* Everything passes straight to libc from now on; 1 if this call ended it. */
-static int deactivate(void)
-{
-	if (!__atomic_exchange_n(&g_active, 0, __ATOMIC_SEQ_CST))
-		return 0;
-	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_mode(MODE_PASS);
-	return 1;
-}
-
-static void disable(int err, const char *what)
-{
-	if (deactivate())
-		notice(what, err, "; allocations pass through to libc");
-}
-
-/*
- * The program closed the device's fd (and may have opened another file at
- * its number): pass through, quietly, since nothing went wrong that the
- * program should hear of, and never use that number again.
- */
-static void dev_lost(void)
-{
-	__atomic_store_n(&g_fd, -1, __ATOMIC_RELAXED);
-	deactivate();
-}
-
-/* madvise(advice) on the pages of [lo, hi); advice only, errno kept. */
-static void advise(uintptr_t lo, uintptr_t hi, int advice)
-{
-	int saved = errno;
-
-	lo &= ~4095UL;
-	hi = (hi + 4095) & ~4095UL;
-	madvise((void *)lo, hi - lo, advice);
-	errno = saved;
-}
-
-/*
- * Maps [p, p + len) writable now, content kept. A table that is read before
- * it is written (a free looks a block up before any allocation stored it)
- * first maps the shared zero page, and the first store then takes a second
- * fault that copies it and flushes the old entry from every cpu running
- * another thread of the process (an IPI each). Advice only: failure
- * (before Linux 5.14) is harmless.
- */
-static void populate(const void *p, size_t len)
-{
-	advise((uintptr_t)p, (uintptr_t)p + len, MADV_POPULATE_WRITE);
-}
-
-static void populate_tables(void);
-
-static void start_monitoring(void)
-{
-	unsigned int e;
-
-	t_st.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
-	t_st.sampling = 0;
-	populate_tables();
-	map_kernel_clock();
-	e = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
-	if (g_fastpath && !g_sample && g_depth == 1 && !g_clock_mono && e && e != EXACT_OFF &&
-	    __atomic_load_n(&g_kclock, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&g_exact_key, e, __ATOMIC_RELEASE);
-	else
-		__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_mode(g_sample ? MODE_SAMPLED : MODE_EXACT);
-}
-
-static void stop_monitoring(void)
-{
-	__atomic_store_n(&g_next_query, coarse_ns() + QUERY_NS, __ATOMIC_RELAXED);
-	__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
-	set_mode(MODE_PASS);
-}
-
-/* The module refused an ioctl with err (positive errno). */
-void pmm_dev_refused(int err, const char *what)
-{
-	if (!pmm_mine())
-		return;	/* a vfork child's call: not the parent's business */
-	switch (err) {
-	case ENOLINK:	/* PMM_ENOTMONITORED_ERRNO: stop sending, poll */
-		__atomic_store_n(&g_errors, 0, __ATOMIC_RELAXED);
-		stop_monitoring();
-		break;
-	case ENODEV: case EBADF: case ENOTTY: case ENXIO: case EIO:
-	case EPERM: case EACCES:
-		disable(err, what);
-		break;
-	default:	/* this batch or site is lost; give up if it persists */
-		if (__atomic_add_fetch(&g_errors, 1, __ATOMIC_RELAXED) >= MAX_ERRORS)
-			disable(err, what);
-		break;
-	}
-}
-
-static int start_self(void)
-{
-	struct pmm_config c;
-
-	memset(&c, 0, sizeof(c));
-	c.size = sizeof(c);
-	c.set = PMM_CFG_START_PID;
-	c.start_pid = 0;	/* the caller */
-	return pmm_dev_ioctl(PMM_SET_CONFIG, &c);
-}
 
 /* ---- per-thread buffers --------------------------------------------------- */
 
@@ -976,15 +538,6 @@ static void thread_exit(void *arg)
 	errno = saved;
 }
 
-/* Monitoring starts: the table that every record of the mode reads first. */
-static void populate_tables(void)
-{
-	if (g_sample)
-		populate(&g_sampled, sizeof(g_sampled));
-	else
-		populate(g_tags, sizeof(g_tags));
-}
-
 /* ---- what a hook does while monitored (guard held) ----------------------- */
 
 struct src {
@@ -1132,9 +685,6 @@ static void pmm_init(void)
 	int expected = 0, saved = errno, r, fd, resolved;
 	uint64_t mask;
 	char **env;
-#ifdef PMM_FAKE_DEV
-	const char *u;
-#endif
 
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
 		no_huge_pages();
@@ -1151,20 +701,7 @@ static void pmm_init(void)
 
 	env = settings_read();
 #ifdef PMM_FAKE_DEV
-	u = env_get(env, "PMM_FAKE_LOG");
-	if (u && strlen(u) < sizeof(g_fake_log))
-		strcpy(g_fake_log, u);
-	g_fake_unmonitored = env_num(env, "PMM_FAKE_UNMONITORED", 0) != 0;
-	g_fake_stop_at = env_num(env, "PMM_FAKE_STOP_AT", 0);
-	u = env_get(env, "PMM_FAKE_RAISE");
-	if (u && !strncmp(u, "batch:", 6))
-		g_fake_raise_at = FAKE_AT_BATCH;
-	else if (u && !strncmp(u, "claim:", 6))
-		g_fake_raise_at = FAKE_AT_CLAIM;
-	if (g_fake_raise_at)
-		g_fake_raise_n = num_of(u + 6, 0);
-	if (!g_fake_unmonitored)
-		g_fake_monitored = g_pid;
+	fake_dev_setup(env, g_pid);
 #endif
 
 	if (!resolved) {
@@ -1181,11 +718,11 @@ static void pmm_init(void)
 			close(fd);
 		notice("cannot open /dev/" PMM_DEVICE_NAME, fd < 0 ? -fd : r,
 		    "; allocations pass through to libc");
-		g_active = 0;
+		g_dev_usable = 0;
 		set_mode(MODE_PASS);
 	} else {
 		g_fd = fd;
-		g_active = 1;
+		g_dev_usable = 1;
 		set_mode(MODE_PASS);
 		g_next_query = coarse_ns() + QUERY_NS;
 		if (env_num(env, "PMM_START", 0) > 0) {
@@ -1221,41 +758,6 @@ __attribute__((destructor)) static void pmm_fini(void)
 	guard_drop(t);
 }
 
-/*
- * A forked child: pthread_atfork's child handler, or pmm_mine when a child
- * made without fork handlers first sends or polls (possibly inside a hook).
- */
-static void at_fork_child(void)
-{
-	struct tstate *t = &t_st;
-
-	__atomic_store_n(&g_pid, (pid_t)syscall(SYS_getpid), __ATOMIC_RELAXED);
-	if (g_fork_marker)
-		*g_fork_marker = 1;	/* wiped in this copy */
-	alone_reseed(g_pid);	/* not the parent's draws */
-	t->rng = 0;
-	t->pin.pid = 0;
-	tbuf_reset(t);	/* the parent's records: the parent sends them */
-	t->budget = 0;
-	t->parked = 0;
-	t->sampling = 0;
-	g_exact_key = EXACT_OFF;
-	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
-	if (!g_active)
-		return;
-	set_mode(MODE_PASS);
-	g_next_query = coarse_ns() + QUERY_NS;
-	if (g_follow_fork) {
-		int r;
-
-		guard_take(t);
-		r = start_self();
-		if (r == 0 || pmm_dev_ioctl(PMM_QUERY_SELF, NULL) == 1)
-			start_monitoring();
-		guard_drop(t);
-	}
-}
-
 /* ---- the hooks ------------------------------------------------------------ */
 
 /* Not monitored: every POLL_EVERY calls, see whether it is time to ask. */
@@ -1270,7 +772,7 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) != 2)
 		return;	/* called from inside init: the device is not open yet */
 	t->sampling = 0;
-	if (!g_active) {
+	if (!g_dev_usable) {
 		t->poll = INT_MAX;	/* no device: nothing to poll, ever */
 		t->budget = UINT64_MAX / 2;
 		return;

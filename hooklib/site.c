@@ -28,8 +28,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "control.h"
+#include "device.h"
 #include "env.h"
-#include "hook.h"
+#include "fakedev.h"
+#include "mode.h"
+#include "site.h"
+#include "unwind.h"
 
 #define SITE_BITS	16
 #define SITE_SLOTS	(1U << SITE_BITS)
@@ -46,7 +51,6 @@ struct site_slot {
 static struct site_slot g_sites[SITE_SLOTS];
 static uint32_t g_site_ids;	/* the last id given */
 
-/* The table's extent (pmm_init keeps huge pages off it). */
 void pmm_site_extent(uintptr_t *lo, uintptr_t *hi)
 {
 	*lo = (uintptr_t)g_sites;

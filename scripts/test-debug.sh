@@ -56,7 +56,7 @@ check_vermagic() {
 	esac
 }
 badko=$out/badmod/pmm_badmod.ko
-build_copy tests/badmod "$out/badmod" pmm_badmod.c Kbuild
+build_copy tests/progs/badmod "$out/badmod" pmm_badmod.c Kbuild
 check_vermagic "$badko"
 ko=$out/kmod/pmm.ko
 if [[ " $phases " == *" suite "* ]]; then

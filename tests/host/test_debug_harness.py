@@ -2,7 +2,7 @@
 kmemleak reports in the kernel's exact formats: each bug finder's report is
 a failure, a clean debug boot is not, and a leak counts only when it comes
 from our modules. (The same checker is proved live on the debug kernel by
-`make test-debug`'s selftest with tests/badmod.)"""
+`make test-debug`'s selftest with tests/progs/badmod.)"""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_cli_prints_offending_lines_and_fails(tmp_path: Path) -> None:
 
 
 def test_badmod_has_each_mode() -> None:
-    src = (TOP / "tests" / "badmod" / "pmm_badmod.c").read_text()
+    src = (TOP / "tests" / "progs" / "badmod" / "pmm_badmod.c").read_text()
     for mode in ('"uaf"', '"leak"', '"ok"'):
         assert mode in src
     # Never part of pmm.ko: the module's Kbuild does not name it.

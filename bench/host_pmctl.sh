@@ -6,4 +6,4 @@
 # (PMM_SYMBOLIZER=pyelftools selects the other).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pmctl.symbolize_bench "$@"
+.venv/bin/python bench/symbolize_bench.py "$@"

@@ -14,7 +14,7 @@ Two steps:
 
 2. Object files. `Symbolizer` resolves ELF vaddrs of one object to function,
    file and line, with one of two backends, measured (see
-   `pmctl/symbolize_bench.py`, figures in the report):
+   `bench/symbolize_bench.py`, figures in the report):
    - "addr2line": binutils `addr2line -f -C -e OBJ ADDR...`, one process per
      object per batch (default: measured much faster on large objects);
    - "pyelftools": DWARF .debug_aranges -> CU -> line program, in process.

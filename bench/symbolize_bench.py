@@ -1,6 +1,6 @@
 """Measures the two symbolizer backends on a real object (a benchmark).
 
-    python -m pmctl.symbolize_bench [OBJECT] [N]
+    .venv/bin/python bench/symbolize_bench.py [OBJECT] [N]   (bench/host_pmctl.sh)
 
 Picks N (default 100) addresses inside the object's functions (from its
 symbol table, spread over the whole text), resolves them with binutils

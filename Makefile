@@ -1,5 +1,6 @@
 # pmm: process memory monitor.
-#   make            build the module, the hook library, examples and test programs
+#   make            build the module, the hook library, examples, test programs
+#                   (tests/progs/) and benchmark programs (bench/)
 #   make test       install what is missing, run the host tests, then the in-guest suite in one VM
 #   make demo       the main job: find a leak, end to end
 #   make bench      benchmarks (figures, not pass/fail)
@@ -9,7 +10,7 @@
 KVER ?= $(shell scripts/kver.sh 2>/dev/null)
 export KVER
 PY := .venv/bin/python
-SUBDIRS := hooklib examples tests/progs bench/icount
+SUBDIRS := hooklib examples tests/progs bench
 
 .PHONY: all setup kmod userspace test test-host test-vm bench demo check clean \
 	debug-kernel test-debug install uninstall

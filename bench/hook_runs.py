@@ -9,7 +9,7 @@ import os
 def programs(top: str, tmp: str, micro_rounds: int) -> dict[str, list[str]]:
     """The microbenchmark (micro_rounds free+malloc rounds in all, split
     over its threads) and two real programs on bench/workloads.sh's files."""
-    mb = f"{top}/hooklib/bench/bin/malloc_bench"
+    mb = f"{top}/bench/bin/malloc_bench"
     return {
         "malloc_bench 1 thread": [mb, "-t", "1", "-n", str(micro_rounds)],
         "malloc_bench 2 threads": [mb, "-t", "2", "-n", str(micro_rounds // 2)],
@@ -23,7 +23,7 @@ def configs(top: str) -> dict[str, dict[str, str]]:
     """bare; hooked with no /dev/pmm; hooked, not monitored; exact and
     sampled through the fake-device build (batches go to a system call)."""
     hook = f"{top}/hooklib/libpmmhook.so"
-    fake = f"{top}/hooklib/bench/bin/libpmmhook-fake.so"
+    fake = f"{top}/hooklib/libpmmhook-fake.so"
     return {
         "bare": {},
         "no device": {"LD_PRELOAD": hook},

@@ -3,7 +3,7 @@
 # configurations and the cleanup after a monitored run. The caller sets top
 # and tmp (bench/workloads.sh's files are in tmp) and defines bench NAME CMD...
 hook=$top/hooklib/libpmmhook.so
-mb=$top/hooklib/bench/bin/malloc_bench
+mb=$top/bench/bin/malloc_bench
 # python3's flags (bench/guest_icount.sh: -s, to fix its hashes with PYTHONHASHSEED)
 python3_flags=(-I)
 

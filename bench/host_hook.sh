@@ -1,7 +1,7 @@
 #!/bin/bash
 # The hook's own cost at native speed, on the host (figures, never pass/fail).
 # The module cannot load here, so "exact" and "sampled" use
-# hooklib/bench/bin/libpmmhook-fake.so: the same library, whose batches go to
+# hooklib/libpmmhook-fake.so: the same library, whose batches go to
 # an ioctl on /dev/null (refused) instead of the module. That isolates the hook from
 # the kernel's work and from QEMU's emulation, which bench/guest_hook.sh
 # measures together.
@@ -19,8 +19,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-30}
 cd "$top"
 . bench/workloads.sh
-host_bench_start host_hook hooklib/libpmmhook.so hooklib/bench/bin/libpmmhook-fake.so \
-	hooklib/bench/bin/malloc_bench
+host_bench_start host_hook hooklib/libpmmhook.so hooklib/libpmmhook-fake.so bench/bin/malloc_bench
 
 echo "host_hook: the hook alone at native speed (per-process cpu from wait4, median of $rounds paired rounds, interquartile range)"
 /usr/bin/python3 -I - "$top" "$tmp" "$rounds" <<'PY'

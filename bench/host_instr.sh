@@ -9,7 +9,7 @@
 # programs and configurations are bench/host_hook.sh's (bench/hook_runs.py),
 # the microbenchmark shorter: bare; hooked with no /dev/pmm;
 # hooked, not monitored; exact and sampled (PMM_SAMPLE=524288) through
-# hooklib/bench/bin/libpmmhook-fake.so, whose batches go to a system call
+# hooklib/libpmmhook-fake.so, whose batches go to a system call
 # instead of the module. One run each: the counts vary by well under 0.1%.
 #
 #   bench/host_instr.sh
@@ -18,8 +18,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 command -v valgrind >/dev/null || { echo "host_instr: valgrind missing: run make setup" >&2; exit 1; }
 . bench/workloads.sh
-host_bench_start host_instr hooklib/libpmmhook.so hooklib/bench/bin/libpmmhook-fake.so \
-	hooklib/bench/bin/malloc_bench
+host_bench_start host_instr hooklib/libpmmhook.so hooklib/libpmmhook-fake.so bench/bin/malloc_bench
 
 echo "host_instr: user-space instructions (valgrind callgrind), and the ratio to the bare run"
 /usr/bin/python3 -I - "$top" "$tmp" <<'PY'

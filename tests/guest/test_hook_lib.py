@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import as_nobody
+from helpers import PROGS, as_nobody
 from kmod_dev import wait_for
 
 from pmctl.device import Device
@@ -207,7 +207,7 @@ def test_hook_cross_thread_frees_pair(dev: Device) -> None:
     """Thread B frees 300 blocks whose MALLOC records still sit in thread A's
     buffer; B's records reach the kernel first. All pair: nothing live,
     nothing unmatched or pending."""
-    prog = Prog([str(EX / "threads"), "cross", "300", "64"], PMM_START="1")
+    prog = Prog([str(PROGS / "threads"), "cross", "300", "64"], PMM_START="1")
     prog.line("threads: ready")
     sites = dev.sites(prog.pid)
     mallocs = [s for s in sites if s.alloc_count[1] == 300]
@@ -229,7 +229,7 @@ def test_hook_pingpong_pairs_and_short_lived_cancel(dev: Device) -> None:
     other thread reused the address (never here); the churn thread's 2500
     malloc/free pairs, of one site and size, reach the kernel as one record
     of weight 2500 a batch (merged at the flush), not 5000."""
-    prog = Prog([str(EX / "threads"), "pingpong", str(PINGPONG_N), "72"], PMM_START="1")
+    prog = Prog([str(PROGS / "threads"), "pingpong", str(PINGPONG_N), "72"], PMM_START="1")
     prog.line("threads: ready")
     check_pingpong(dev, prog.pid, 72)
     prog.finish()
@@ -245,7 +245,7 @@ def test_hook_race_pairs_every_free(dev: Device, clock: str) -> None:
     into its tag slot, the two arenas' blocks shared slots, their frees went
     untagged, and 1-3% of them took the wrong block.)"""
     n = 10 * PINGPONG_N
-    prog = Prog([str(EX / "threads"), "race", str(PINGPONG_N), "56"], PMM_START="1",
+    prog = Prog([str(PROGS / "threads"), "race", str(PINGPONG_N), "56"], PMM_START="1",
                 PMM_CLOCK=clock)
     prog.line("threads: ready")
     every = dev.sites(prog.pid)
@@ -294,7 +294,7 @@ def test_hook_record_clock_reads_no_clock(dev: Device, tmp_path: Path, clock: st
                   PMM_START="1", **env)
     assert leak.line("leak: done") == "leak: done 5000"
     leak.finish()
-    prog = Traced(tmp_path / "pp.txt", [str(EX / "threads"), "pingpong", str(PINGPONG_N), "72"],
+    prog = Traced(tmp_path / "pp.txt", [str(PROGS / "threads"), "pingpong", str(PINGPONG_N), "72"],
                   PMM_START="1", **env)
     prog.line("threads: ready")
     check_pingpong(dev, prog.pid, 72)
@@ -316,7 +316,7 @@ def monotonic_reads(strace_out: Path) -> int:
 def test_hook_thread_exit_flushes(dev: Device) -> None:
     """A thread allocates 100 x 64 bytes and exits; main then allocates
     nothing: the thread's records arrived at its exit."""
-    prog = Prog([str(EX / "threads"), "exit", "100", "64"], PMM_START="1")
+    prog = Prog([str(PROGS / "threads"), "exit", "100", "64"], PMM_START="1")
     prog.line("threads: ready")
     sites = dev.sites(prog.pid)
     hits = [s for s in sites if s.alloc_count[1] == 100]
@@ -331,7 +331,7 @@ def test_hook_fork_policy(dev: Device, follow: bool) -> None:
     env = {"PMM_START": "1"}
     if follow:
         env["PMM_FOLLOW_FORK"] = "1"
-    prog = Prog([str(EX / "forker"), "1111", "2222"], **env)
+    prog = Prog([str(PROGS / "forker"), "1111", "2222"], **env)
     lines = [prog.line(""), prog.line("")]
     child = int(next(x for x in lines if x.startswith("child")).split()[1])
     parent_sites = dev.sites(prog.pid)
@@ -469,7 +469,7 @@ def test_hook_not_permitted_passes_through(dev: Device) -> None:
     # nobody must be able to read both: the checkout may be under /root (0700)
     here = Path(tempfile.mkdtemp(prefix="pmm-nobody-"))
     here.chmod(0o755)
-    prog = str(shutil.copy(TOP / "hooklib" / "bench" / "bin" / "semantics", here))
+    prog = str(shutil.copy(PROGS / "semantics", here))
     hook = str(shutil.copy(HOOK, here))
     env = clean_env()
     env.update(LD_PRELOAD=hook, PMM_START="1")

@@ -1,7 +1,7 @@
 """The hook never changes the program (DESIGN decision 9), on the host:
 errno, the environment before libc sets environ, the program's file
 descriptors, vfork children. The real library finds no /dev/pmm here; the
-fake-device build (hooklib/bench/bin/libpmmhook-fake.so) models the module:
+fake-device build (hooklib/libpmmhook-fake.so) models the module:
 its calls are ioctls on its fd (/dev/null), attributed to the calling pid,
 and logged to PMM_FAKE_LOG."""
 
@@ -28,8 +28,8 @@ from pmctl import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 HOOK = TOP / "hooklib" / "libpmmhook.so"
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-HBIN = TOP / "hooklib" / "bench" / "bin"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+HBIN = TOP / "tests" / "progs" / "bin"
 LIBS = {"real": HOOK, "fake": FAKE}
 NO_DEVICE_LINE = ("pmm: cannot open /dev/pmm: no such file (is pmm.ko loaded?) (errno 2); "
                   "allocations pass through to libc\n")
@@ -37,7 +37,8 @@ NO_DEVICE_LINE = ("pmm: cannot open /dev/pmm: no such file (is pmm.ko loaded?) (
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+    for d in ("hooklib", "tests/progs"):
+        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 
 def no_device() -> None:

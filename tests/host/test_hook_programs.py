@@ -3,7 +3,7 @@ LD_PRELOAD with stdout and exit status identical to a bare run, nothing on
 stderr with PMM_QUIET=1, no hang.
 
 Besides the real library (which finds no /dev/pmm and passes everything
-through), the same programs run under hooklib/bench/bin/libpmmhook-fake.so:
+through), the same programs run under hooklib/libpmmhook-fake.so:
 the same code built to believe it is monitored (batches go to a no-op
 system call instead of /dev/pmm), so the monitored paths (records, buffers,
 flushes, site table, sampling, unwinding) run inside these programs too.
@@ -22,8 +22,8 @@ from hook_env import clean_env
 
 TOP = Path(__file__).resolve().parents[2]
 HOOK = TOP / "hooklib" / "libpmmhook.so"
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-HBIN = TOP / "hooklib" / "bench" / "bin"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+HBIN = TOP / "tests" / "progs" / "bin"
 TIMEOUT = 120
 
 # name -> extra environment on top of LD_PRELOAD
@@ -85,7 +85,7 @@ int main(void) {
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    for d in ("hooklib", "examples"):
+    for d in ("hooklib", "tests/progs", "examples"):
         subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 

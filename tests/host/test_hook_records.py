@@ -16,15 +16,16 @@ from pmctl import uapi
 from pmctl.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-THREADS = TOP / "examples" / "bin" / "threads"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+PROGS = TOP / "tests" / "progs" / "bin"
+THREADS = PROGS / "threads"
 TAG_MASK = (1 << uapi.ALLOC_TAG_BITS) - 1
 NOT_HEAP = (Op.MMAP, Op.MUNMAP, Op.MREMAP)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    for d in ("hooklib", "examples"):
+    for d in ("hooklib", "tests/progs", "bench"):
         subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 
@@ -116,7 +117,7 @@ def test_frees_of_other_threads_blocks_bound_a_batch(tmp_path: Path) -> None:
                                           allocs[r.ptr].time_ns & TAG_MASK)
 
 
-BUDGET = TOP / "hooklib" / "bench" / "bin" / "budget"
+BUDGET = PROGS / "budget"
 HUGE = [2**64 - 1, 2**63, 2**63 + 4096, 2**64 - 4096]
 
 
@@ -164,7 +165,7 @@ def test_malloc_budget_after_huge_and_zero_sizes(tmp_path: Path, mode: str) -> N
         r.weight for r in sent if r.op == Op.MALLOC and r.flags & uapi.REC_F_FREED) == 352
 
 
-MALLOC_BENCH = TOP / "hooklib" / "bench" / "bin" / "malloc_bench"
+MALLOC_BENCH = TOP / "bench" / "bin" / "malloc_bench"
 
 
 def malloc_bench_sizes(rounds: int) -> Counter[int]:
@@ -214,7 +215,7 @@ def test_exact_fast_path_records_what_the_general_path_does(tmp_path: Path,
     assert freed > rounds // 2, freed
 
 
-GROW = TOP / "hooklib" / "bench" / "bin" / "grow"
+GROW = PROGS / "grow"
 
 
 @pytest.mark.parametrize("fastpath", ["1", "0"])

@@ -19,9 +19,10 @@ from pmctl import uapi
 from pmctl.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-SIGSTORM = TOP / "hooklib" / "bench" / "bin" / "sigstorm"
-INHOOK = TOP / "hooklib" / "bench" / "bin" / "inhook"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+PROGS = TOP / "tests" / "progs" / "bin"
+SIGSTORM = PROGS / "sigstorm"
+INHOOK = PROGS / "inhook"
 TAG_MASK = (1 << uapi.ALLOC_TAG_BITS) - 1
 MAIN, HANDLER = 40, 200  # sigstorm's block sizes: the main loop's, the handler's
 
@@ -36,7 +37,8 @@ MODES: dict[str, dict[str, str]] = {
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+    for d in ("hooklib", "tests/progs"):
+        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 
 def storm(log: Path, alloc: str, **env: str) -> tuple[int, int, list[uapi.Record], int]:
@@ -213,9 +215,9 @@ def test_allocators_own_mappings_pass(tmp_path: Path) -> None:
     calls were taken for the program's after a longjmp (29390 mapping
     records in 100 ms)."""
     log = tmp_path / "calls.bin"
-    preload = f"{FAKE} {TOP / 'hooklib' / 'bench' / 'bin' / 'libnextmalloc.so'}"
+    preload = f"{FAKE} {PROGS / 'libnextmalloc.so'}"
     e = clean_env(LD_PRELOAD=preload, PMM_QUIET="1", PMM_FAKE_LOG=str(log))
-    r = subprocess.run([str(TOP / "hooklib" / "bench" / "bin" / "sites"), "100"], env=e,
+    r = subprocess.run([str(PROGS / "sites"), "100"], env=e,
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr) == (0, "")
     records = [rec for c in fake_log_calls(log) if c.nr == NR_RECORD_LOG

@@ -21,15 +21,17 @@ from hook_env import (
 from pmctl.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-SITES = TOP / "hooklib" / "bench" / "bin" / "sites"
-INHOOK = TOP / "hooklib" / "bench" / "bin" / "inhook"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+PROGS = TOP / "tests" / "progs" / "bin"
+SITES = PROGS / "sites"
+INHOOK = PROGS / "inhook"
 SIZES = (40, 72, 136)  # sites's three call sites, first used in this order
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+    for d in ("hooklib", "tests/progs"):
+        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 
 def run_sites(log: Path, ms: int, **env: str) -> tuple[int, list[FakeCall]]:

@@ -17,15 +17,16 @@ from hook_env import clean_env, fake_log_batches
 from pmctl import uapi
 
 TOP = Path(__file__).resolve().parents[2]
-FAKE = TOP / "hooklib" / "bench" / "bin" / "libpmmhook-fake.so"
-BENCH = TOP / "hooklib" / "bench" / "bin" / "malloc_bench"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+BENCH = TOP / "bench" / "bin" / "malloc_bench"
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(TOP / "hooklib")], check=True, timeout=300)
+    for d in ("hooklib", "bench"):
+        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
 
 
 def pmm_ioctls(tmp: Path, iterations: int, **env: str) -> int:

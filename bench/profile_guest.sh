@@ -3,11 +3,12 @@
 # the clock and system-call costs, then the microbenchmark bare, under the
 # fake-device build (the hook's own work + one ioctl on /dev/null per batch,
 # no kernel work) and monitored exact (+ the module's work on every record).
-#   hooklib/bench/profile_guest.sh [ITERATIONS [THREADS]]
+#   bench/profile_guest.sh [ITERATIONS [THREADS]]
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 n=${1:-300000}
-bin=hooklib/bench/bin
+bin=bench/bin
+fake=hooklib/libpmmhook-fake.so
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 $bin/clock_bench 200000
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
@@ -23,10 +24,10 @@ one() {
 threads=${2:-1}
 echo "malloc_bench: $threads thread(s), $n iterations in all"
 for rep in 1 2 3; do
-	one "fake device, exact, vDSO clock" LD_PRELOAD=$bin/libpmmhook-fake.so PMM_CLOCK=mono
+	one "fake device, exact, vDSO clock" LD_PRELOAD=$fake PMM_CLOCK=mono
 	one bare
-	one "fake device, exact (hook only)" LD_PRELOAD=$bin/libpmmhook-fake.so
-	one "fake device, sampled" LD_PRELOAD=$bin/libpmmhook-fake.so PMM_SAMPLE=524288
+	one "fake device, exact (hook only)" LD_PRELOAD=$fake
+	one "fake device, sampled" LD_PRELOAD=$fake PMM_SAMPLE=524288
 	one "module, exact" LD_PRELOAD=hooklib/libpmmhook.so PMM_START=1
 done
 echo "guest cpu flags: $(grep -o -w -E "constant_tsc|nonstop_tsc" /proc/cpuinfo | sort -u | tr "\n" " ")"

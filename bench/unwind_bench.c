@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../hook.h"
+#include "hook.h"	/* -iquote ../hooklib */
 
 __thread int pmm_internal;	/* the library's; unwind.c marks its calls */
 

@@ -41,9 +41,8 @@
 /*
  * copy_from_user() of records, a word at a time: rep movsb, which
  * copy_from_user uses on ERMS CPUs, is emulated byte by byte under QEMU's
- * TCG, where it was a quarter of the module's time per record. A record's
- * six words are copied in one loop pass: 15 instructions a record where a
- * loop over words took 36 (scripts/bench-icount.sh).
+ * TCG. A record's six words are copied in one loop pass, not a loop over
+ * words (fewer instructions a record: scripts/bench-icount.sh).
  */
 #define RECORD_WORDS	(sizeof(struct pmm_record) / sizeof(u64))
 

@@ -668,10 +668,10 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 	p->records++;
 	/*
 	 * The shapes of most records first, each in code of its own where its
-	 * op and flags are constants (a third fewer instructions a record than
-	 * the general case below, which does the same with them): a malloc,
-	 * sent as it was or freed before it left, and a tagged free. A checked
-	 * MALLOC has no prev_ptr.
+	 * op and flags are constants (fewer instructions than the general case
+	 * below, which does the same with them): a malloc, sent as it was or
+	 * freed before it left, and a tagged free. A checked MALLOC has no
+	 * prev_ptr.
 	 */
 	if (r->op == PMM_OP_MALLOC && r->ptr) {
 		if (!r->flags) {
@@ -735,9 +735,8 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
  * Applies n checked records of one thread, in order. The record path is
  * this one function: its helpers are __always_inline and only rare paths
  * (a new site, growth, pending frees) are calls. Under QEMU's TCG every
- * return is a lookup of an indirect jump, and inlining the seven calls a
- * record made cut its cost from about 230 to 135 ns (bench/guest_kmod.sh,
- * window 4096); on hardware it costs nothing.
+ * return is a lookup of an indirect jump, which inlining avoids; on
+ * hardware it costs nothing.
  */
 void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 {

@@ -21,7 +21,7 @@
  * holder applies them before it lets go (pmm_proc_unlock), as does the
  * process's next sender (pmm_proc_lock). One thread's records keep their
  * order. A waiting thread would otherwise spin on the mutex for as long as
- * the other applies its batch (10% of the cpu with 2 threads, measured).
+ * the other applies its batch.
  * Only the process's own threads, and its drain work item, apply its
  * records: a reader or the sampler takes the lock with pmm_proc_lock_read
  * and never does a (possibly hostile) process's table work. A reader that

@@ -27,8 +27,8 @@ static struct workqueue_struct *pmm_drain_wq;
 /*
  * With a constructor the slab does not clear each new object (init_on_alloc,
  * on in Debian's kernels): records are copied over count entries and no
- * more are read, and clearing 784 bytes a chunk (rep stosb, which QEMU's
- * TCG runs a byte at a time) cost as much as applying the chunk.
+ * more are read, and clearing a chunk (rep stosb, which QEMU's TCG runs a
+ * byte at a time) would cost about as much as applying it.
  */
 static void pmm_queued_ctor(void *obj)
 {

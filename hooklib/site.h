@@ -10,6 +10,17 @@
 
 PMM_HIDDEN_BEGIN
 
+/* Where an allocation comes from, as an entry point sees it. */
+struct src {
+	void *ra;		/* the hook's caller */
+	void *frame;		/* the hook's frame (frame-pointer walks start here) */
+	const char *file;	/* pmm_hooks.h: file, func, line; else NULL */
+	const char *func;
+	int line;
+};
+
+#define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
+
 /*
  * The site id of a call site: 1, 2, 3... in order of first use (a number
  * may be skipped when threads race to give one); 0 when the table is full,

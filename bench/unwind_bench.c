@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hook.h"	/* -iquote ../hooklib */
+#include "hook.h"	/* -iquote ../hooklib: PMM_MAX_FRAMES */
+#include "unwind.h"	/* the walkers; <unwind.h> is libgcc's */
 
 __thread int pmm_internal;	/* the library's; unwind.c marks its calls */
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The fake device (the -DPMM_FAKE_DEV build, bench/bin/libpmmhook-fake.so):
+ * The fake device (the -DPMM_FAKE_DEV build, hooklib/libpmmhook-fake.so):
  * the module, modelled for host tests and benchmarks. Each call is an
  * ioctl on the hook's fd, /dev/null (ENOTTY: a system call's cost and no
  * kernel work), so strace shows which file the hook's ioctls reach. The

@@ -59,7 +59,4 @@ enum {
 	MODE_MONITORED = MODE_EXACT,	/* mode >= MODE_MONITORED: records flow */
 };
 
-/* hooklib/bench/unwind_bench.c takes the walkers' declarations from here. */
-#include "unwind.h"
-
 #endif /* PMM_HOOK_H */

@@ -21,6 +21,7 @@
 #include <unwind.h>
 
 #include "thread.h"
+#include "unwind.h"
 
 static __thread uintptr_t t_stack_lo
 	__attribute__((tls_model("initial-exec")));

@@ -95,10 +95,8 @@ long env_num(char **env, const char *name, long dflt)
 
 char **settings_read(void)
 {
-	const char *u;
 	char **env;
 	int secure;
-	long v;
 
 	/*
 	 * Secure-execution mode (set-user-ID and the like): the invoking
@@ -108,7 +106,17 @@ char **settings_read(void)
 	 */
 	secure = getauxval(AT_SECURE) != 0;
 	env = secure ? NULL : init_env();
-	g_quiet = secure || env_num(env, "PMM_QUIET", 0) > 0;
+	settings_apply(env);
+	g_quiet |= secure;
+	return env;
+}
+
+void settings_apply(char **env)
+{
+	const char *u;
+	long v;
+
+	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
 	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
 	v = env_num(env, "PMM_DEPTH", 1);
 	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
@@ -117,6 +125,8 @@ char **settings_read(void)
 		g_unwind = UNWIND_FP;
 	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
 		g_unwind = UNWIND_EH;
+	else
+		g_unwind = UNWIND_AUTO;
 	g_fastpath = env_num(env, "PMM_FASTPATH", 1) != 0;
 	v = env_num(env, "PMM_SAMPLE", 0);
 	g_sample = v > 0 ? (uint64_t)v : 0;
@@ -127,5 +137,4 @@ char **settings_read(void)
 	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
 	u = env_get(env, "PMM_CLOCK");
 	g_clock_mono = u && !strcmp(u, "mono");
-	return env;
 }

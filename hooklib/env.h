@@ -36,6 +36,8 @@ extern int g_clock_mono;	/* PMM_CLOCK=mono: stamps are CLOCK_MONOTONIC */
 /* Sets the settings above; returns the environment they came from (NULL in
  * secure-execution mode), for the caller's PMM_START and the fake device. */
 char **settings_read(void);
+/* Sets the settings above from env (NULL: the defaults). */
+void settings_apply(char **env);
 
 const char *env_get(char **env, const char *name);
 /* v as a decimal number: dflt if empty or absent, -1 if not a number. */

@@ -9,7 +9,11 @@
  *
  * Owns: g_init.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
+#include <string.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -71,12 +75,73 @@ static void no_huge_pages(void)
  * the program's on return, whatever dlsym, dlopen, open or the ioctls did to
  * it; everything it calls that may allocate is the hook's own (internal).
  */
+/*
+ * This library is the one the program's calls reach: it comes before libc
+ * in the loader's list (preloaded, or linked ahead of libc), where one
+ * loaded into a running process (attach.c) comes after it, and nothing
+ * calls its definitions until pmm_attach points the program at them.
+ * (dlsym(RTLD_DEFAULT, "malloc") cannot tell: in an executable that takes
+ * malloc's address, it is the executable's PLT entry either way.)
+ */
+static int interposing(void)
+{
+	struct link_map *self = NULL, *l;
+	Dl_info info;
+
+	if (!dladdr1((void *)pmm_init, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
+		return 1;
+	for (l = self; l->l_prev; l = l->l_prev)
+		;
+	for (; l && l != self; l = l->l_next) {
+		const char *base = l->l_name ? strrchr(l->l_name, '/') : NULL;
+
+		if (base && !strcmp(base, "/libc.so.6"))
+			return 0;
+	}
+	return 1;
+}
+
+int g_interposed;
+
+int init_device(char **env)
+{
+	int fd, r;
+
+#ifdef PMM_FAKE_DEV
+	fake_dev_setup(env, g_pid);
+#endif
+	if (g_fd >= 0 && dev_ours(g_fd) && g_dev_usable)
+		fd = g_fd;	/* a second pmm_attach */
+	else
+		fd = dev_open();
+	if (fd < 0) {
+		g_dev_usable = 0;
+		set_mode(MODE_PASS);
+		return fd;
+	}
+	g_fd = fd;
+	g_dev_usable = 1;
+	set_mode(MODE_PASS);
+	g_next_query = coarse_ns() + QUERY_NS;
+	if (env_num(env, "PMM_START", 0) > 0) {
+		r = start_self();
+		if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
+			notice("PMM_START=1: START_PID refused", -r, "");
+	}
+	r = pmm_dev_ioctl(PMM_QUERY_SELF, NULL);
+	if (r == 1)
+		start_monitoring();
+	else if (r < 0)
+		pmm_dev_refused(-r, "PMM_QUERY_SELF");
+	return 0;
+}
+
 void pmm_init(void)
 {
 	struct tstate *t = &t_st;
 	int expected = 0, saved = errno, r, fd, resolved;
 	uint64_t mask;
-	char **env;
+	char **env = NULL;
 
 	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 0)
 		no_huge_pages();
@@ -85,48 +150,36 @@ void pmm_init(void)
 		return;
 	guard_take(t);
 	mask = pmm_internal_begin();
-	resolved = real_resolve();
+	g_interposed = interposing();
+	resolved = real_resolve(g_interposed);
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
 	alone_reseed(g_pid);
 	fork_marker_map();
 
-	env = settings_read();
-#ifdef PMM_FAKE_DEV
-	fake_dev_setup(env, g_pid);
-#endif
+	/* attached: the settings are pmm_attach's, not the program's */
+	if (g_interposed)
+		env = settings_read();
+	else
+		settings_apply(NULL);
 
 	if (!resolved) {
 		/* cannot happen with glibc; nothing sane to fall back to */
-		notice("dlsym(RTLD_NEXT) failed", 0, "");
+		notice("dlsym failed", 0, "");
 		abort();
 	}
 	r = buffer_key_create();
 	pthread_atfork(NULL, NULL, at_fork_child);
 
-	fd = dev_open();
-	if (fd < 0 || r != 0) {
-		if (fd >= 0)
-			close(fd);
-		notice("cannot open /dev/" PMM_DEVICE_NAME, fd < 0 ? -fd : r,
-		    "; allocations pass through to libc");
+	if (!g_interposed) {
+		/* loaded into a running process: pmm_attach does the rest */
 		g_dev_usable = 0;
 		set_mode(MODE_PASS);
-	} else {
-		g_fd = fd;
-		g_dev_usable = 1;
+	} else if (r != 0 || (fd = init_device(env)) < 0) {
+		g_dev_usable = 0;
 		set_mode(MODE_PASS);
-		g_next_query = coarse_ns() + QUERY_NS;
-		if (env_num(env, "PMM_START", 0) > 0) {
-			r = start_self();
-			if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
-				notice("PMM_START=1: START_PID refused", -r, "");
-		}
-		r = pmm_dev_ioctl(PMM_QUERY_SELF, NULL);
-		if (r == 1)
-			start_monitoring();
-		else if (r < 0)
-			pmm_dev_refused(-r, "PMM_QUERY_SELF");
+		notice("cannot open /dev/" PMM_DEVICE_NAME, r ? r : -fd,
+		       "; allocations pass through to libc");
 	}
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
 	pmm_internal_end(mask);

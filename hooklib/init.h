@@ -13,8 +13,13 @@ PMM_HIDDEN_BEGIN
 
 extern int g_init;		/* 0: not started, 1: resolving, 2: done */
 
+extern int g_interposed;	/* preloaded: the program's calls reach the hooks */
+
 /* Once: from the constructor or the first hook called before it. */
 void pmm_init(void);
+/* Opens the device (or keeps it open), takes env's PMM_START and asks
+ * whether the module monitors the process; 0 or -errno of the open. */
+int init_device(char **env);
 
 /* Bootstrap: the real functions are not known yet. 1: use the arena. */
 static inline int booting(void)

@@ -79,6 +79,7 @@
 #include "buffer.h"
 #include "general.h"
 #include "init.h"
+#include "interpose.h"
 #include "mode.h"
 #include "real.h"
 #include "site.h"
@@ -290,3 +291,22 @@ PMM_EXPORT void pmm_flush(void)
 	flush(t);
 	guard_drop(t);
 }
+
+/* interpose.h's names */
+#define ENTRY_ALIAS(fn) \
+	extern __typeof(fn) entry_##fn __attribute__((alias(#fn), copy(fn), visibility("hidden")))
+ENTRY_ALIAS(malloc);
+ENTRY_ALIAS(free);
+ENTRY_ALIAS(calloc);
+ENTRY_ALIAS(realloc);
+ENTRY_ALIAS(reallocarray);
+ENTRY_ALIAS(posix_memalign);
+ENTRY_ALIAS(aligned_alloc);
+ENTRY_ALIAS(memalign);
+ENTRY_ALIAS(valloc);
+ENTRY_ALIAS(pvalloc);
+ENTRY_ALIAS(malloc_usable_size);
+ENTRY_ALIAS(mmap);
+ENTRY_ALIAS(mmap64);
+ENTRY_ALIAS(munmap);
+ENTRY_ALIAS(mremap);

@@ -1,27 +1,75 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * libc's functions that the hooks stand in front of, found once with
- * dlsym(RTLD_NEXT): the next object in the lookup order after this library
- * (libc, or another preloaded allocator). Until they are known, the hooks
- * serve allocations from the bootstrap arena (arena.c).
+ * libc's functions that the hooks stand in front of, found once. Preloaded
+ * (interposed), with dlsym(RTLD_NEXT): the next object in the lookup order
+ * after this library (libc, or another preloaded allocator). Loaded into a
+ * running process (attach.c): what the program's own calls reach, libc's
+ * or an allocator it is linked with (program_sym). Until they are
+ * known, the hooks serve allocations from the bootstrap arena (arena.c).
  *
  * Owns: real, g_resolved.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 
 #include "real.h"
 
 struct real_fns real;
 int g_resolved;
 
-static void *sym(const char *name)
+static int g_interposing;
+
+/* A function's definition at addr (a defined symbol there, under one of
+ * its names), not a PLT entry standing for it. */
+static int defines(void *addr)
 {
-	return dlsym(RTLD_NEXT, name);
+	Dl_info info;
+
+	return addr && dladdr(addr, &info) && info.dli_saddr == addr;
 }
 
-int real_resolve(void)
+/*
+ * What the program's calls of name reach. dlsym(RTLD_DEFAULT) gives it,
+ * unless the executable takes the function's address: then it gives the
+ * executable's PLT entry (the address the program compares), which jumps
+ * through the GOT that got.c redirects to the hooks. The definition is
+ * then the first shared object's in the loader's list that has one.
+ */
+static void *program_sym(const char *name)
 {
+	void *p = dlsym(RTLD_DEFAULT, name), *self = (void *)program_sym;
+	struct link_map *head = NULL, *l;
+	Dl_info info, mine;
+
+	if (!p || defines(p))
+		return p;
+	if (!dladdr1(self, &info, (void **)&head, RTLD_DL_LINKMAP) || !head)
+		return NULL;
+	while (head->l_prev)
+		head = head->l_prev;
+	for (l = head->l_next; l; l = l->l_next) {
+		void *h = l->l_name && l->l_name[0] ? dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD) :
+			  NULL;
+
+		p = h ? dlsym(h, name) : NULL;
+		if (h)
+			dlclose(h);
+		if (defines(p) && dladdr(p, &info) && dladdr(self, &mine) &&
+		    info.dli_fbase != mine.dli_fbase)
+			return p;
+	}
+	return NULL;
+}
+
+static void *sym(const char *name)
+{
+	return g_interposing ? dlsym(RTLD_NEXT, name) : program_sym(name);
+}
+
+int real_resolve(int interposed)
+{
+	g_interposing = interposed;
 	real.malloc = sym("malloc");
 	real.free = sym("free");
 	real.calloc = sym("calloc");

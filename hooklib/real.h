@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * real.c: libc's own allocator and mapping functions, which the hooks call
- * (dlsym(RTLD_NEXT), once, from pmm_init).
+ * (dlsym, once, from pmm_init).
  */
 #ifndef PMM_REAL_H
 #define PMM_REAL_H
@@ -33,10 +33,11 @@ struct real_fns {
 extern struct real_fns real;
 extern int g_resolved;		/* real.* are set */
 
-/* Resolves real.*, then sets g_resolved; the caller marks the calls as the
- * hook's own (pmm_internal_begin: dlsym may allocate). 0 if one that every
- * libc has is missing. */
-int real_resolve(void);
+/* Resolves real.* (interposed: the next definitions after this library's;
+ * else the program's own), then sets g_resolved; the caller marks the calls
+ * as the hook's own (pmm_internal_begin: dlsym may allocate). 0 if one that
+ * every libc has is missing. */
+int real_resolve(int interposed);
 
 PMM_HIDDEN_END
 

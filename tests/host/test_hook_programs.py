@@ -243,7 +243,7 @@ def test_exports_only_interposed_symbols() -> None:
     names = sorted(line.split()[-1] for line in out.splitlines() if " T " in line)
     assert names == sorted([
         "aligned_alloc", "calloc", "free", "malloc", "malloc_usable_size", "memalign",
-        "mmap", "mmap64", "mremap", "munmap", "pmm_flush", "pmm_src_calloc", "pmm_src_free",
-        "pmm_src_malloc", "pmm_src_realloc", "posix_memalign", "pvalloc", "realloc",
-        "reallocarray", "valloc",
+        "mmap", "mmap64", "mremap", "munmap", "pmm_attach", "pmm_flush", "pmm_src_calloc",
+        "pmm_src_free", "pmm_src_malloc", "pmm_src_realloc", "posix_memalign", "pvalloc",
+        "realloc", "reallocarray", "valloc",
     ])

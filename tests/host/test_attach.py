@@ -1,0 +1,238 @@
+"""pmm-inject on the host: the hook loaded into a running program that was
+not started with it (the fake-device build, whose calls are logged), and
+every refusal. The program's output must be a bare run's."""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from as_user import as_user
+from hook_env import clean_env, fake_log_batches, fake_log_calls
+
+from pmctl import uapi
+
+TOP = Path(__file__).resolve().parents[2]
+INJECT = TOP / "hooklib" / "pmm-inject"
+FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
+BIN = TOP / "tests" / "progs" / "bin"
+ATTACHEE = BIN / "attachee"
+NOBODY = 65534
+
+# exit codes of pmm-inject (hooklib/inject/inject.c)
+EXIT_USAGE, EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_TRACED = 2, 3, 4, 5
+EXIT_NOT_DYNAMIC, EXIT_NO_LIBRARY, EXIT_SECCOMP, EXIT_ATTACH_FAILED = 6, 7, 8, 11
+
+
+class Running:
+    """attachee started bare; its pid once it printed 'ready PID'."""
+
+    def __init__(self, args: list[str], argv: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv or [str(ATTACHEE), *args],
+                                     env=env or clean_env(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("ready "), line
+        self.pid = int(line.split()[1])
+
+    def finish(self) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=120)
+        return self.proc.returncode, out.decode(), err.decode()
+
+
+def bare(args: list[str]) -> str:
+    r = subprocess.run([str(ATTACHEE), *args], env=clean_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.split("\n", 1)[1]  # without "ready PID"
+
+
+def inject(pid: int, *settings: str, lib: Path = FAKE,
+           extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(INJECT), "--lib", str(lib), *(extra or []), str(pid),
+                           *settings], capture_output=True, text=True, timeout=60)
+
+
+def ops(log: Path) -> collections.Counter[tuple[int, int]]:
+    """(op, flags) -> events (weights summed) of every record logged."""
+    c: collections.Counter[tuple[int, int]] = collections.Counter()
+    for _, recs in fake_log_batches(log):
+        for r in recs:
+            c[(r.op, r.flags)] += r.weight
+    return c
+
+
+def test_attach_exact_records_and_the_program_runs_as_bare(tmp_path: Path) -> None:
+    """40 rounds, each blocked in epoll_wait, nanosleep, poll, a condition
+    variable or usleep, with 3 threads hammering malloc: attached after the
+    first rounds, it prints what a bare run prints (no EINTR, no short
+    sleep, the same sums), and from then on its allocations are recorded,
+    by all 4 threads, through libc's own calls too (strdup)."""
+    args = ["40", "threads", "3"]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+    time.sleep(0.2)
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"attached to {run.pid}: ")
+    code, out, err = run.finish()
+    assert (code, err) == (0, "")
+    assert out == want
+    assert "short_sleeps 0" in want
+    c = ops(log)
+    mallocs = sum(n for (op, _), n in c.items() if op == uapi.Op.MALLOC)
+    reallocs = sum(n for (op, _), n in c.items() if op == uapi.Op.REALLOC)
+    # each round after the attach: 2000 malloc, 2000 strdup, 2000 realloc
+    assert mallocs >= 4000 * 20 and reallocs >= 2000 * 20
+    # blocks the threads allocated before the attach are freed after it:
+    # frees the hook did not record the allocation of go untagged
+    assert c[(uapi.Op.FREE, 0)] > 0
+    tids = {call.tid for call in fake_log_calls(log) if call.records}
+    assert len(tids) == 4
+
+
+def test_attach_sampled(tmp_path: Path) -> None:
+    """PMM_SAMPLE=4096: weighted samples, far fewer records than events."""
+    args = ["30"]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+    time.sleep(0.1)
+    r = inject(run.pid, "PMM_START=1", "PMM_SAMPLE=4096", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    code, out, _ = run.finish()
+    assert code == 0 and out == want
+    recs = [rec for _, rs in fake_log_batches(log) for rec in rs
+            if rec.op in (uapi.Op.MALLOC, uapi.Op.REALLOC)]
+    assert recs and any(rec.weight > 1 for rec in recs)
+    assert len(recs) < 2000 * 20
+
+
+def test_attach_follows_a_library_loaded_later(tmp_path: Path) -> None:
+    """A library dlopened after the attach allocates through its own GOT:
+    its calls are redirected when it is loaded (70001..70100 bytes, 100 a
+    round from round 10 of 25)."""
+    lib = BIN / "libattachee.so"
+    args = ["25", "dlopen", str(lib), "10"]
+    log = tmp_path / "log"
+    run = Running(args)
+    time.sleep(0.1)
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    code, out, _ = run.finish()
+    assert code == 0, out
+    sizes = [rec.size for _, rs in fake_log_batches(log) for rec in rs
+             for _ in range(rec.weight) if rec.op == uapi.Op.MALLOC]
+    from_lib = [s for s in sizes if 70001 <= s <= 70100]
+    assert len(from_lib) == 100 * 15
+
+
+def test_second_attach_while_monitored_is_refused_and_changes_nothing(
+        tmp_path: Path) -> None:
+    run = Running(["30"])
+    log = tmp_path / "log"
+    assert inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}").returncode == 0
+    r = inject(run.pid, "PMM_START=1")
+    assert r.returncode == EXIT_ATTACH_FAILED
+    assert "monitored now" in r.stderr
+    code, out, _ = run.finish()
+    assert code == 0 and "short_sleeps 0" in out
+
+
+def test_refuses_a_preloaded_process(tmp_path: Path) -> None:
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_FAKE_UNMONITORED="1", PMM_QUIET="1")
+    run = Running(["20"], env=env)
+    r = inject(run.pid)
+    assert r.returncode == EXIT_ATTACH_FAILED
+    assert "preloaded already" in r.stderr
+    assert run.finish()[0] == 0
+
+
+def test_refuses_no_such_process() -> None:
+    r = inject(2**22 + 12345)
+    assert r.returncode == EXIT_NO_PROCESS and "no process" in r.stderr
+
+
+def test_refuses_bad_settings() -> None:
+    r = inject(os.getpid(), "SAMPLE=5")
+    assert r.returncode == EXIT_USAGE and "bad setting" in r.stderr
+
+
+def test_refuses_a_static_program() -> None:
+    proc = subprocess.Popen([str(BIN / "attachee-static"), "20"], stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline().split()[1])
+    r = inject(pid)
+    assert r.returncode == EXIT_NOT_DYNAMIC, r.stderr
+    assert "statically linked" in r.stderr
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"short_sleeps 0" in out
+
+
+def test_refuses_a_traced_process() -> None:
+    """traced by this test (PTRACE_SEIZE, which stops nothing)"""
+    run = Running(["20"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    ptrace_seize, ptrace_detach = 0x4206, 17
+    assert libc.ptrace(ptrace_seize, run.pid, None, None) == 0, ctypes.get_errno()
+    r = inject(run.pid)
+    assert r.returncode == EXIT_TRACED and "traced already" in r.stderr
+    # a seized tracee detaches only when stopped: let it run to its end
+    libc.ptrace(ptrace_detach, run.pid, None, None)
+    code, out, _ = run.finish()
+    assert code == 0 and "short_sleeps 0" in out
+
+
+def test_refuses_seccomp_unless_allowed(tmp_path: Path) -> None:
+    run = Running(["30", "seccomp"])
+    r = inject(run.pid)
+    assert r.returncode == EXIT_SECCOMP and "seccomp filter" in r.stderr
+    r = inject(run.pid, f"PMM_FAKE_LOG={tmp_path / 'log'}", "PMM_START=1",
+               extra=["--allow-seccomp"])
+    assert r.returncode == 0, r.stderr
+    assert run.finish()[0] == 0
+
+
+def test_refuses_without_ptrace_permission() -> None:
+    """nobody may not ptrace root's process"""
+    run = Running(["20"])
+
+    def attempt() -> list[object]:
+        r = inject(run.pid)
+        return [r.returncode, r.stderr]
+
+    code, err = as_user(NOBODY, NOBODY, attempt)
+    assert code == EXIT_PERMISSION, err
+    assert "refused" in str(err)
+    assert run.finish()[0] == 0
+
+
+def test_refuses_when_the_library_is_another_file_there(tmp_path: Path) -> None:
+    """In another mount namespace the library's path is an empty tmpfs."""
+    hooklib = TOP / "hooklib"
+    shell = f"mount -t tmpfs none {hooklib} && exec {ATTACHEE} 20"
+    run = Running([], argv=["unshare", "-m", "--propagation", "private", "sh", "-c", shell])
+    r = inject(run.pid)
+    assert r.returncode == EXIT_NO_LIBRARY and "mount namespace" in r.stderr
+    assert run.finish()[0] == 0
+
+
+@pytest.mark.parametrize("rounds", [8])
+def test_attach_detach_many_times_is_refused_cleanly(rounds: int, tmp_path: Path) -> None:
+    """Attaching again and again while monitored: each refused, the program
+    untouched (a stop needs the module: the guest tests do attach/detach)."""
+    run = Running(["40", "threads", "4"])
+    assert inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={tmp_path / 'log'}").returncode == 0
+    for _ in range(rounds):
+        assert inject(run.pid).returncode == EXIT_ATTACH_FAILED
+    code, out, _ = run.finish()
+    assert code == 0 and "short_sleeps 0" in out

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A program to attach to (pmm-inject): it prints "ready PID", then runs
+ * ROUNDS rounds, each blocked in one system call (epoll_wait, nanosleep,
+ * read of a pipe, poll, futex through a condition variable: the kinds a
+ * stop interrupts) and then doing allocation work whose result it prints
+ * at the end. Any EINTR, short sleep or wrong sum says the attach changed
+ * what it does.
+ *
+ *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [seccomp]
+ *
+ * threads N: N more threads hammering malloc/free (their counts are
+ * printed); dlopen LIB AT: from round AT, calls LIB's attachee_alloc(n)
+ * (loaded then) and frees what it returns; leak AT: from round AT, keeps
+ * one 4000-byte block a round, from a site of its own (leaking_site);
+ * seccomp: installs an allow-all seccomp filter first.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int g_stop;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+
+static void fail(const char *what)
+{
+	printf("FAIL %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void *hammer(void *arg)
+{
+	unsigned long n = 0, sum = 0;
+	void *keep[16] = { 0 };
+
+	while (!g_stop) {
+		char *p = malloc(16 + n % 200);
+
+		if (!p)
+			fail("malloc");
+		p[0] = (char)n;
+		sum += (unsigned char)p[0];
+		free(keep[n % 16]);
+		keep[n % 16] = p;
+		n++;
+	}
+	for (n = 0; n < 16; n++)
+		free(keep[n]);
+	*(unsigned long *)arg = sum;
+	return NULL;
+}
+
+__attribute__((noinline)) static void *leaking_site(void)
+{
+	return malloc(4000);
+}
+
+static long elapsed_ms(const struct timespec *a)
+{
+	struct timespec b;
+
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return (b.tv_sec - a->tv_sec) * 1000 + (b.tv_nsec - a->tv_nsec) / 1000000;
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
+	void *(*lib_alloc)(size_t) = NULL;
+	const char *lib = NULL;
+	unsigned long sums[64] = { 0 }, total = 0;
+	pthread_t tid[64];
+	int ep, pipefd[2], i, r;
+	long short_sleeps = 0;
+
+	for (i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "dlopen") && i + 2 < argc) {
+			lib = argv[++i];
+			dl_at = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "leak") && i + 1 < argc)
+			leak_at = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "seccomp")) {
+			struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+			struct sock_fprog prog = { 1, &allow };
+
+			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+			    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+				fail("seccomp");
+		}
+	}
+	if (threads > 64)
+		threads = 64;
+#ifdef ATTACHEE_STATIC
+	(void)lib;
+	(void)dl_at;
+#endif
+	ep = epoll_create1(0);
+	if (ep < 0 || pipe(pipefd))
+		fail("setup");
+	for (i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, hammer, &sums[i]))
+			fail("pthread_create");
+	printf("ready %d\n", getpid());
+	fflush(stdout);
+	for (r = 0; r < rounds; r++) {
+		struct epoll_event ev;
+		struct timespec t0, ts = { 0, 20 * 1000000 };
+		struct pollfd pfd = { pipefd[0], POLLIN, 0 };
+		char c = 'x';
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		switch (r % 5) {
+		case 0:
+			if (epoll_wait(ep, &ev, 1, 20) != 0)
+				fail("epoll_wait");
+			break;
+		case 1:
+			if (nanosleep(&ts, NULL))
+				fail("nanosleep");
+			break;
+		case 2:
+			if (write(pipefd[1], &c, 1) != 1 || read(pipefd[0], &c, 1) != 1)
+				fail("pipe");
+			if (poll(&pfd, 1, 20) != 0)
+				fail("poll");
+			break;
+		case 3: {
+			struct timespec until;
+
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += 20 * 1000000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			pthread_mutex_lock(&g_lock);
+			i = pthread_cond_timedwait(&g_cond, &g_lock, &until);
+			pthread_mutex_unlock(&g_lock);
+			if (i != ETIMEDOUT) {
+				errno = i;
+				fail("pthread_cond_timedwait");
+			}
+			break;
+		}
+		default:
+			if (usleep(20000))
+				fail("usleep");
+		}
+		if (elapsed_ms(&t0) < 19)
+			short_sleeps++;
+		for (i = 0; i < 2000; i++) {
+			char *p = malloc(24 + i % 300), *q = strdup("attachee");
+
+			if (!p || !q)
+				fail("malloc");
+			p[0] = (char)i;
+			total += (unsigned char)p[0] + strlen(q);
+			p = realloc(p, 400 + i % 100);
+			free(q);
+			free(p);
+		}
+#ifndef ATTACHEE_STATIC
+		if (lib && r == dl_at) {
+			void *h = dlopen(lib, RTLD_NOW);
+
+			lib_alloc = h ? (void *(*)(size_t))dlsym(h, "attachee_alloc") : NULL;
+			if (!lib_alloc) {
+				printf("FAIL dlopen: %s\n", dlerror());
+				return 1;
+			}
+		}
+#endif
+		if (lib_alloc)
+			for (i = 0; i < 100; i++)
+				free(lib_alloc(70001 + i));
+		if (leak_at >= 0 && r >= leak_at && !leaking_site())
+			fail("leak");
+	}
+	g_stop = 1;
+	for (i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	printf("total %lu short_sleeps %ld threads %d\n", total, short_sleeps, threads);
+	for (i = 0; i < threads; i++)
+		if (!sums[i])
+			printf("thread %d did nothing\n", i);
+	return 0;
+}

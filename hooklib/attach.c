@@ -28,6 +28,8 @@
 
 #include "env.h"
 #include "got.h"
+#include "control.h"
+#include "device.h"
 #include "init.h"
 #include "interpose.h"
 #include "mode.h"
@@ -156,13 +158,20 @@ PMM_EXPORT int pmm_attach(const char *conf)
 		return -EAGAIN;
 	if (g_interposed)
 		return -EALREADY;
-	if (__atomic_load_n(&g_fast.mode, __ATOMIC_RELAXED) >= MODE_MONITORED)
-		return -EBUSY;
 	r = conf_read(conf);
 	if (r)
 		return r;
 	guard_take(t);
 	mask = pmm_internal_begin();
+	if (__atomic_load_n(&g_fast.mode, __ATOMIC_RELAXED) >= MODE_MONITORED) {
+		/* stopped since (pmctl stop), unless the module says otherwise:
+		 * an idle process has not heard of it yet */
+		if (pmm_dev_ioctl(PMM_QUERY_SELF, NULL) == 1) {
+			r = -EBUSY;
+			goto out;
+		}
+		pmm_dev_refused(ENOLINK, "PMM_QUERY_SELF");
+	}
 	settings_apply(g_conf_env);
 	if (!g_prepared) {
 		g_real_dlopen = dlsym(RTLD_DEFAULT, "dlopen");
@@ -174,6 +183,7 @@ PMM_EXPORT int pmm_attach(const char *conf)
 		r = init_device(g_conf_env);
 	if (!r)
 		r = got_redirect();
+out:
 	pmm_internal_end(mask);
 	guard_drop(t);
 	errno = saved;

@@ -1,10 +1,11 @@
 """pmctl: the command line of pmm, the process memory monitor.
 
-Commands: start, stop, status, config, run, logs, leaks, stats (and trend,
+Commands: start, attach, stop, status, config, run, logs, leaks, stats (and trend,
 from pmctl/trend_cli.py). Each prints a readable table by default and, with
 --json, one JSON document with these stable keys:
 
 start   {"pid", "monitored": true, "interval_ms"}
+attach  {"pid", "monitored": true, "mode": "exact"|"sampled", "sample", "injector"}
 stop    {"pid", "monitored": false}
 status  {"config": <config keys>, "pids": [{"pid", "ppid", "comm", "state",
          "uptime_s", "monitored_s", "live_blocks", "live_bytes", "rss_bytes",
@@ -32,7 +33,7 @@ Times: *_ns as the module gives them (blocks: CLOCK_MONOTONIC; pids:
 CLOCK_BOOTTIME), *_s in seconds. Sizes in bytes. Addresses as integers.
 Exit codes: see pmctl/errors.py (0 ok, 1 generic, 2 usage, 3 module not
 loaded, 4 permission denied, 5 no such pid, 6 not monitored, 7 invalid
-value, 8 not a pmm device, 9 limit reached; 10+ trend).
+value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ app = typer.Typer(
     "Device: $PMM_DEVICE or /dev/pmm.",
     epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 module not loaded, 4 permission denied, "
     "5 no such pid, 6 pid not monitored, 7 value refused by the module, 8 not a pmm "
-    "device, 9 limit reached, 10+ `pmctl trend` verdicts; `run` exits with the command's "
-    "status.",
+    "device, 9 limit reached, 10+ `pmctl trend` verdicts, 20-26 `pmctl attach` refusals; "
+    "`run` exits with the command's status.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -78,6 +79,23 @@ JsonOpt = Annotated[
     typer.Option("--json", help="Print one JSON document with stable keys instead of a table."),
 ]
 PidArg = Annotated[int, typer.Argument(help="Process id (the tgid).", min=1, show_default=False)]
+# the hook's settings, for `run` and `attach`
+DepthOpt = Annotated[
+    int | None,
+    typer.Option("--depth", help="Frames recorded per site, 1-32 (PMM_DEPTH).", min=1, max=32,
+                 show_default=False),
+]
+SampleOpt = Annotated[
+    int | None,
+    typer.Option("--sample", help="Sampled tracking: on average one record per BYTES "
+                 "allocated (PMM_SAMPLE).", min=1, show_default=False),
+]
+BufferOpt = Annotated[
+    int | None,
+    typer.Option("--buffer", help="Records each thread buffers before sending, 512-32768 "
+                 "(PMM_BUFFER; default 32768, 1.5 MiB a thread at most: fewer use less memory "
+                 "and more cpu).", min=512, max=32768, show_default=False),
+]
 
 
 def err(msg: str) -> None:
@@ -150,6 +168,55 @@ def start(
         return
     comm = f" ({printable(info.comm)})" if info else ""
     typer.echo(f"monitoring pid {pid}{comm}")
+
+
+@app.command()
+@handle_errors
+def attach(
+    pid: PidArg,
+    depth: DepthOpt = None,
+    sample: SampleOpt = None,
+    buffer: BufferOpt = None,
+    timeout: Annotated[
+        int,
+        typer.Option(
+            "--timeout", help="Milliseconds to wait for a thread at a safe point.", min=1,
+        ),
+    ] = 2000,
+    allow_seccomp: Annotated[
+        bool,
+        typer.Option("--allow-seccomp",
+                     help="Attach to a process with a seccomp filter all the same."),
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Track PID's call sites without a restart: load the hook into the running
+    process (ptrace, one thread stopped for milliseconds) and monitor it.
+
+    Any dynamically linked glibc program; exact, or sampled with --sample.
+    `pmctl stop PID` ends it (the hook stays, passing calls to libc); attach
+    again to restart. Blocks allocated before the attach are not tracked.
+    """
+    from pmctl import attach as attach_mod
+    from pmctl.run import find_hooklib
+    from pmctl.symbolize import capture_maps
+
+    hooklib = find_hooklib()
+    Device.open().close()  # fail early: module missing or not permitted
+    line = attach_mod.attach(pid, hooklib, sample=sample, depth=depth, buffer=buffer,
+                             timeout_ms=timeout, allow_seccomp=allow_seccomp)
+    with Device.open() as dev:
+        info = dev.pid_info(pid)
+    if info is None:
+        raise PmmError(f"pid {pid}: the hook is loaded but the module does not monitor it "
+                       f"(see `pmctl status`)")
+    capture_maps(pid)  # with the hook's library in it: symbolizes sites after an exit
+    if json_:
+        echo_json({"pid": pid, "monitored": True, "mode": "sampled" if sample else "exact",
+                   "sample": sample, "injector": line})
+        return
+    typer.echo(f"attached to pid {pid} ({printable(info.comm)}): "
+               f"{'sampled, 1 per ' + str(sample) + ' bytes' if sample else 'exact'}")
 
 
 @app.command()
@@ -372,33 +439,9 @@ def run(
         bool,
         typer.Option("--follow-fork", help="Monitor the command's children too (PMM_FOLLOW_FORK)."),
     ] = False,
-    depth: Annotated[
-        int | None,
-        typer.Option(
-            "--depth", help="Frames recorded per site, 1-32 (PMM_DEPTH).", min=1, max=32,
-            show_default=False,
-        ),
-    ] = None,
-    sample: Annotated[
-        int | None,
-        typer.Option(
-            "--sample",
-            help="Sampled tracking: on average one record per BYTES allocated (PMM_SAMPLE).",
-            min=1,
-            show_default=False,
-        ),
-    ] = None,
-    buffer: Annotated[
-        int | None,
-        typer.Option(
-            "--buffer",
-            help="Records each thread buffers before sending, 512-32768 (PMM_BUFFER; "
-            "default 32768, 1.5 MiB a thread at most: fewer use less memory and more cpu).",
-            min=512,
-            max=32768,
-            show_default=False,
-        ),
-    ] = None,
+    depth: DepthOpt = None,
+    sample: SampleOpt = None,
+    buffer: BufferOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run a command with the hook preloaded, monitored from its first allocation.

@@ -17,6 +17,13 @@ code  name                   meaning
 8     NOT_PMM_DEVICE         the device does not answer pmm ioctls (ENOTTY)
 9     LIMIT                  a module limit is reached (ENOSPC, EDQUOT, ENOMEM)
 10+   reserved for `pmctl trend` (10: LEAK)
+20    ATTACH_TRACED          attach: the process is traced (a debugger)
+21    ATTACH_NOT_DYNAMIC     attach: static, or no glibc 2.34+ dlopen
+22    ATTACH_NO_LIBRARY      attach: the hook's path is another file there
+23    ATTACH_SECCOMP         attach: a seccomp filter (--allow-seccomp)
+24    ATTACH_NO_SAFE_POINT   attach: no thread outside the allocator/loader
+25    ATTACH_LOAD_FAILED     attach: dlopen of the hook failed in the process
+26    ATTACH_REFUSED         attach: the hook refused (preloaded, monitored)
 ====  =====================  ===============================================
 
 The classes are reused by `pmctl trend` and by pmd: raise them from library
@@ -44,6 +51,13 @@ class ExitCode(IntEnum):
     INVALID = 7
     NOT_PMM_DEVICE = 8
     LIMIT = 9
+    ATTACH_TRACED = 20
+    ATTACH_NOT_DYNAMIC = 21
+    ATTACH_NO_LIBRARY = 22
+    ATTACH_SECCOMP = 23
+    ATTACH_NO_SAFE_POINT = 24
+    ATTACH_LOAD_FAILED = 25
+    ATTACH_REFUSED = 26
 
 
 class PmmError(Exception):

@@ -682,6 +682,8 @@ static void check_target(struct target *t, int allow_seccomp)
 
 	if (kill(t->pid, 0) && errno == ESRCH)
 		die(EXIT_NO_PROCESS, "no process %d", t->pid);
+	if (status_field(t->pid, "State", buf, sizeof(buf)) && (buf[0] == 'Z' || buf[0] == 'X'))
+		die(EXIT_GONE, "process %d has exited", t->pid);
 	if (status_field(t->pid, "TracerPid", buf, sizeof(buf)) && strcmp(buf, "0"))
 		die(EXIT_TRACED, "process %d is traced already (by %s): a debugger or another "
 		    "attach", t->pid, buf);
@@ -699,10 +701,16 @@ static void check_target(struct target *t, int allow_seccomp)
 	snprintf(p1, sizeof(p1), "/proc/%d/root%s", t->pid, t->lib);
 	if (stat(p1, &b) && (errno == EACCES || errno == EPERM))
 		perm_denied(t->pid, errno);	/* its root is not ours to see */
-	if (stat(p1, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-		die(EXIT_NO_LIBRARY, "%s is not the same file in process %d's mount namespace "
-		    "(a container?): install the hook there at that path, or use its path "
-		    "there with --lib", t->lib, t->pid);
+	if (stat(p1, &b))
+		die(EXIT_NO_LIBRARY, "%s is not there in process %d's mount namespace (%s; "
+		    "a container?): install the hook there at that path, or use its path "
+		    "there with --lib", t->lib, t->pid, strerror(errno));
+	if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		die(EXIT_NO_LIBRARY, "%s is another file in process %d's mount namespace "
+		    "(device %lx inode %lu there, %lx %lu here; a container?): install the hook "
+		    "there at that path, or use its path there with --lib", t->lib, t->pid,
+		    (unsigned long)b.st_dev, (unsigned long)b.st_ino, (unsigned long)a.st_dev,
+		    (unsigned long)a.st_ino);
 }
 
 /* Threads sleeping in a system call first: they are the likeliest safe. */

@@ -29,3 +29,11 @@ def pmm() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def progs() -> Path:
     return PROGS
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pmctl's maps cache in the test's own directory, and the default device."""
+    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PMM_DEVICE", raising=False)
+    return tmp_path / "cache"

@@ -5,10 +5,12 @@ conftest.py holds only the fixtures; /dev/pmm's helpers are kmod_dev.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 TOP = Path(os.environ.get("PMM_TOP", Path(__file__).resolve().parents[2]))
 KO = Path(os.environ.get("PMM_KO", TOP / "kmod" / "pmm.ko"))
@@ -77,3 +79,19 @@ def spawn_sleeper(seconds: int = 60) -> subprocess.Popen[bytes]:
             break
         time.sleep(0.01)
     return p
+
+
+def pmctl(*args: str) -> Any:
+    """pmctl in this process (a new Python starts slowly under TCG): the
+    result's exit_code, stdout and stderr are the real command's."""
+    from typer.testing import CliRunner
+
+    from pmctl import cli
+
+    return CliRunner().invoke(cli.app, list(args))
+
+
+def pmctl_json(*args: str) -> Any:
+    r = pmctl(*args, "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)

@@ -16,34 +16,20 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import TOP, spawn_sleeper
-from typer.testing import CliRunner
+from helpers import TOP, pmctl, pmctl_json, spawn_sleeper
 
-from pmctl import cli, procfs, uapi
+from pmctl import procfs, uapi
 from pmctl.leaks import age_bucket
 
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 
 
-def pmctl(*args: str) -> Any:
-    """In process (fast under TCG); exit code, stdout and stderr like the real thing."""
-    return CliRunner().invoke(cli.app, list(args))
 
 
-def pmctl_json(*args: str) -> Any:
-    r = pmctl(*args, "--json")
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout)
 
 
-@pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("PMM_DEVICE", raising=False)
-    return tmp_path / "cache"
 
 
 @pytest.fixture()

@@ -222,7 +222,7 @@ def test_refuses_when_the_library_is_another_file_there(tmp_path: Path) -> None:
     shell = f"mount -t tmpfs none {hooklib} && exec {ATTACHEE} 20"
     run = Running([], argv=["unshare", "-m", "--propagation", "private", "sh", "-c", shell])
     r = inject(run.pid)
-    assert r.returncode == EXIT_NO_LIBRARY and "mount namespace" in r.stderr
+    assert r.returncode == EXIT_NO_LIBRARY and "mount namespace" in r.stderr, r.stderr
     assert run.finish()[0] == 0
 
 

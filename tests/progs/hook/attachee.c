@@ -7,12 +7,16 @@
  * at the end. Any EINTR, short sleep or wrong sum says the attach changed
  * what it does.
  *
- *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [seccomp]
+ *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
+ *            [seccomp]
  *
  * threads N: N more threads hammering malloc/free (their counts are
  * printed); dlopen LIB AT: from round AT, calls LIB's attachee_alloc(n)
  * (loaded then) and frees what it returns; leak AT: from round AT, keeps
  * one 4000-byte block a round, from a site of its own (leaking_site);
+ * wait AT: at round AT, first reads a line from stdin (a test attaches, then
+ * lets it go on); until-stdin: ends early, after the round in which stdin
+ * became readable (a line, or its end);
  * seccomp: installs an allow-all seccomp filter first.
  */
 #define _GNU_SOURCE
@@ -64,7 +68,10 @@ static void *hammer(void *arg)
 
 __attribute__((noinline)) static void *leaking_site(void)
 {
-	return malloc(4000);
+	void *p = malloc(4000);
+
+	__asm__ volatile("" : "+r"(p));	/* a call, not a tail call: the site is here */
+	return p;
 }
 
 static long elapsed_ms(const struct timespec *a)
@@ -78,6 +85,7 @@ static long elapsed_ms(const struct timespec *a)
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
+	int wait_at = -1, until_stdin = 0;
 	void *(*lib_alloc)(size_t) = NULL;
 	const char *lib = NULL;
 	unsigned long sums[64] = { 0 }, total = 0;
@@ -93,6 +101,10 @@ int main(int argc, char **argv)
 			dl_at = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "leak") && i + 1 < argc)
 			leak_at = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "wait") && i + 1 < argc)
+			wait_at = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "until-stdin"))
+			until_stdin = 1;
 		else if (!strcmp(argv[i], "seccomp")) {
 			struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 			struct sock_fprog prog = { 1, &allow };
@@ -122,6 +134,18 @@ int main(int argc, char **argv)
 		struct pollfd pfd = { pipefd[0], POLLIN, 0 };
 		char c = 'x';
 
+		if (until_stdin && r != wait_at) {
+			struct pollfd in = { 0, POLLIN, 0 };
+
+			if (poll(&in, 1, 0) > 0)
+				break;
+		}
+		if (r == wait_at) {
+			char line[16];
+
+			if (!fgets(line, sizeof(line), stdin))
+				fail("stdin");
+		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		switch (r % 5) {
 		case 0:

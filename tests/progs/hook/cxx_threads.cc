@@ -2,10 +2,12 @@
 // C++ under the hook: new/delete, std::string, containers, 4 std::threads.
 // Prints a deterministic digest; the host test compares it with a bare run.
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 static unsigned long work(int id)
@@ -31,15 +33,27 @@ static unsigned long work(int id)
 	return sum;
 }
 
-int main()
+// cxx_threads [ROUNDS]: ROUNDS rounds 20 ms apart, "ready PID" first (a
+// program to attach to); the digest sums them.
+int main(int argc, char **argv)
 {
-	std::vector<std::thread> ts;
+	int rounds = argc > 1 ? std::atoi(argv[1]) : 1;
 	unsigned long out[4] = {};
 
-	for (int i = 0; i < 4; i++)
-		ts.emplace_back([i, &out] { out[i] = work(i); });
-	for (auto &t : ts)
-		t.join();
+	if (argc > 1) {
+		std::printf("ready %d\n", static_cast<int>(getpid()));
+		std::fflush(stdout);
+	}
+	for (int r = 0; r < rounds; r++) {
+		std::vector<std::thread> ts;
+
+		for (int i = 0; i < 4; i++)
+			ts.emplace_back([i, &out] { out[i] += work(i); });
+		for (auto &t : ts)
+			t.join();
+		if (argc > 1)
+			usleep(20000);
+	}
 	for (int i = 0; i < 4; i++)
 		std::printf("thread %d: %lu\n", i, out[i]);
 	return 0;

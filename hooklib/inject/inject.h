@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pmm-inject's parts: inject.c (the process: checks, its threads, main),
+ * objects.c (the target's objects: what a safe point must avoid, libc's
+ * dlopen), thread.c (one thread: stopped, judged, made to call, restored).
+ */
+#ifndef PMM_INJECT_H
+#define PMM_INJECT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+enum {
+	EXIT_ATTACHED = 0,
+	EXIT_USAGE = 2,
+	EXIT_NO_PROCESS = 3,	/* no such process */
+	EXIT_PERMISSION = 4,	/* ptrace refused: permission, Yama */
+	EXIT_TRACED = 5,	/* traced already (a debugger, another attach) */
+	EXIT_NOT_DYNAMIC = 6,	/* no dynamic loader: static, or not glibc */
+	EXIT_NO_LIBRARY = 7,	/* the library's path is not the same file there */
+	EXIT_SECCOMP = 8,	/* a seccomp filter could refuse or kill the calls */
+	EXIT_NO_SAFE_POINT = 9,	/* no thread at a safe point in time */
+	EXIT_LOAD_FAILED = 10,	/* dlopen or dlsym failed in the target */
+	EXIT_ATTACH_FAILED = 11,	/* pmm_attach refused (its errno) */
+	EXIT_GONE = 12,		/* the target exited meanwhile */
+};
+
+#define MAX_RANGES	256
+#define STACK_SCAN	(256 * 1024)	/* bytes of stack above sp searched */
+#define CALL_TIMEOUT_MS	10000
+#define SCRATCH		4096		/* below the red zone: the calls' strings */
+
+struct range {
+	uintptr_t lo, hi;
+};
+
+struct target {
+	pid_t pid;
+	struct range deny[MAX_RANGES];
+	int n_deny;
+	struct range plain[MAX_RANGES];	/* code of the program's own */
+	int n_plain;
+	uintptr_t dlopen, dlsym, dlerror;	/* in the target */
+	const char *lib;
+};
+
+
+extern const char *g_prog;
+
+__attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
+uint64_t now_ms(void);
+/* A line of /proc/PID/status: its value after "Key:", or NULL. */
+char *status_field(pid_t pid, const char *key, char *buf, size_t size);
+
+/* objects.c: t's deny and plain ranges and libc's dl* functions, from its
+ * maps and the objects' .dynsym; dies if it has no dynamic loader. */
+void scan_objects(struct target *t);
+
+/* thread.c */
+int in_ranges(const struct range *r, int n, uintptr_t a);
+/* Seizes and stops tid; 0, or -errno of the seize. */
+int stop_thread(pid_t tid);
+int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r);
+void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r);
+/* dlopen, dlsym and pmm_attach(conf) in the stopped thread tid, which is
+ * restored and detached after: 0 (*result: pmm_attach's) or an EXIT_*. */
+int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
+		  char *why, size_t why_len);
+
+#endif /* PMM_INJECT_H */

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm-inject: one thread of the target, seized and stopped alone (the
+ * others run on), judged at a safe point or not, made to call dlopen,
+ * dlsym and pmm_attach, and given back its registers and extended state,
+ * its interrupted system call restarted.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+
+#include "inject.h"
+
+struct saved {
+	struct user_regs_struct regs;
+	unsigned char xstate[16384];
+	struct iovec xiov;
+};
+
+int in_ranges(const struct range *r, int n, uintptr_t a)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (a >= r[i].lo && a < r[i].hi)
+			return 1;
+	return 0;
+}
+
+static ssize_t peek(pid_t tid, uintptr_t addr, void *buf, size_t len)
+{
+	struct iovec local = { buf, len }, remote = { (void *)addr, len };
+
+	return process_vm_readv(tid, &local, 1, &remote, 1, 0);
+}
+
+static int poke(pid_t tid, uintptr_t addr, const void *buf, size_t len)
+{
+	struct iovec local = { (void *)buf, len }, remote = { (void *)addr, len };
+
+	return process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* a is where a call returns to: the instruction before it is a call */
+static int after_call(pid_t tid, uintptr_t a)
+{
+	unsigned char b[7];
+
+	if (peek(tid, a - 7, b, sizeof(b)) != sizeof(b))
+		return 0;
+	return b[2] == 0xe8 ||				/* call rel32 */
+	       (b[5] == 0xff && (b[6] & 0x38) == 0x10) ||	/* call *reg */
+	       (b[4] == 0xff && (b[5] & 0x38) == 0x10) ||	/* call *disp8(reg) etc. */
+	       (b[1] == 0xff && (b[2] & 0x38) == 0x10) ||	/* call *disp32(reg) */
+	       (b[0] == 0xff && (b[1] & 0x38) == 0x10);
+}
+
+/*
+ * Is the stopped thread at a safe point? Its stack is read upwards from sp
+ * to the first return address into the program's own code (any object
+ * but libc, ld.so and an allocator): what lies between is the library
+ * code it is in, and none of it may be the allocator's or the loader's.
+ * Past that frame, words are the program's frames, whose uninitialised
+ * slots hold stale addresses (main's, the loader's start-up calls).
+ */
+int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r)
+{
+	static uint64_t stack[STACK_SCAN / 8];
+	ssize_t got;
+	size_t i;
+
+	if (in_ranges(t->deny, t->n_deny, r->rip))
+		return 0;
+	if (in_ranges(t->plain, t->n_plain, r->rip))
+		return 1;
+	got = peek(tid, r->rsp, stack, sizeof(stack));
+	if (got <= 0) {
+		/* the stack's end is nearer: read what there is, page by page */
+		got = 0;
+		while ((size_t)got < sizeof(stack) &&
+		       peek(tid, r->rsp + got, (char *)stack + got, 4096 - ((r->rsp + got) & 4095)) > 0)
+			got += 4096 - ((r->rsp + got) & 4095);
+		if (got <= 0)
+			return 0;
+	}
+	for (i = 0; i < (size_t)got / 8; i++) {
+		int deny = in_ranges(t->deny, t->n_deny, stack[i]);
+
+		if (!deny && !in_ranges(t->plain, t->n_plain, stack[i]))
+			continue;
+		if (!after_call(tid, stack[i]))
+			continue;
+		if (deny && getenv("PMM_INJECT_DEBUG"))
+			fprintf(stderr, "thread %d: %#lx at sp+%#zx\n", tid,
+				(unsigned long)stack[i], i * 8);
+		return !deny;
+	}
+	return 1;
+}
+
+static const long g_eintr_on_stop[] = {
+	SYS_epoll_wait, SYS_epoll_pwait,
+#ifdef SYS_epoll_pwait2
+	SYS_epoll_pwait2,
+#endif
+	SYS_rt_sigtimedwait, SYS_semtimedop, SYS_io_getevents,
+};
+
+/* A signal is pending for the thread that it does not block. */
+static int signal_pending(pid_t pid, pid_t tid)
+{
+	char path[96], line[256];
+	unsigned long long pnd = 0, shd = 0, blk = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 1;
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "SigPnd: %llx", &pnd);
+		sscanf(line, "ShdPnd: %llx", &shd);
+		sscanf(line, "SigBlk: %llx", &blk);
+	}
+	fclose(f);
+	return ((pnd | shd) & ~blk) != 0;
+}
+
+/*
+ * The stop made a system call fail with EINTR that a signal alone would
+ * have restarted (epoll_wait and the like fail so even without a
+ * handler): set it to run again, as the kernel restarts the others. Not if
+ * a signal is pending: its handler may be what the program waits for.
+ */
+void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r)
+{
+	size_t i;
+
+	if ((long long)r->rax != -EINTR || (long long)r->orig_rax < 0 || signal_pending(pid, tid))
+		return;
+	for (i = 0; i < sizeof(g_eintr_on_stop) / sizeof(g_eintr_on_stop[0]); i++) {
+		if ((long long)r->orig_rax == g_eintr_on_stop[i]) {
+			r->rax = r->orig_rax;
+			r->rip -= 2;
+			return;
+		}
+	}
+}
+
+/* Waits for tid's next stop; its status, or -1 if it exited. */
+static int wait_stop(pid_t tid, uint64_t deadline_ms)
+{
+	int status;
+
+	for (;;) {
+		pid_t w = waitpid(tid, &status, __WALL | WNOHANG);
+
+		if (w == tid) {
+			if (WIFEXITED(status) || WIFSIGNALED(status))
+				return -1;
+			return status;
+		}
+		if (w < 0 && errno != EINTR)
+			return -1;
+		if (deadline_ms && now_ms() > deadline_ms)
+			return -2;
+		usleep(200);
+	}
+}
+
+/* Seizes and stops tid; 0, or -errno of the seize. */
+int stop_thread(pid_t tid)
+{
+	int status;
+
+	if (ptrace(PTRACE_SEIZE, tid, 0, 0))
+		return -errno;
+	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0))
+		return -errno;
+	for (;;) {
+		status = wait_stop(tid, now_ms() + 2000);
+		if (status < 0)
+			return status == -2 ? -ETIMEDOUT : -ESRCH;
+		if (WIFSTOPPED(status) && status >> 16 == PTRACE_EVENT_STOP)
+			return 0;
+		/* a signal on its way: let it go, the interrupt stop follows */
+		if (WIFSTOPPED(status) && ptrace(PTRACE_CONT, tid, 0, WSTOPSIG(status)))
+			return -ESRCH;
+	}
+}
+
+static int save(pid_t tid, struct saved *s)
+{
+	s->xiov.iov_base = s->xstate;
+	s->xiov.iov_len = sizeof(s->xstate);
+	if (ptrace(PTRACE_GETREGS, tid, 0, &s->regs))
+		return -1;
+	if (ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, &s->xiov))
+		return -1;
+	return 0;
+}
+
+static int restore(pid_t tid, struct saved *s)
+{
+	if (ptrace(PTRACE_SETREGSET, tid, NT_X86_XSTATE, &s->xiov))
+		return -1;
+	return ptrace(PTRACE_SETREGS, tid, 0, &s->regs) ? -1 : 0;
+}
+
+struct pending {
+	int sig[8];
+	int n;
+};
+
+/*
+ * Calls fn(a, b) in the stopped thread, on its stack below sp; its return
+ * value, or sets *err. Signals that arrive meanwhile are held in p for the
+ * end (delivered after the registers are back).
+ */
+static uint64_t call(pid_t tid, const struct saved *s, uintptr_t sp, uintptr_t fn, uint64_t a,
+		     uint64_t b, struct pending *p, int *err)
+{
+	struct user_regs_struct r = s->regs;
+	uint64_t zero = 0, deadline = now_ms() + CALL_TIMEOUT_MS;
+	int status;
+
+	sp = (sp & ~15UL) - 8;	/* as after a call: sp + 8 aligned */
+	if (poke(tid, sp, &zero, sizeof(zero))) {
+		*err = EXIT_GONE;
+		return 0;
+	}
+	r.rip = fn;
+	r.rdi = a;
+	r.rsi = b;
+	r.rsp = sp;
+	r.rax = 0;
+	r.orig_rax = (unsigned long long)-1;	/* no system call to restart */
+	if (ptrace(PTRACE_SETREGS, tid, 0, &r) || ptrace(PTRACE_CONT, tid, 0, 0)) {
+		*err = EXIT_GONE;
+		return 0;
+	}
+	for (;;) {
+		status = wait_stop(tid, deadline);
+		if (status == -1) {
+			*err = EXIT_GONE;
+			return 0;
+		}
+		if (status == -2) {
+			*err = EXIT_LOAD_FAILED;
+			ptrace(PTRACE_INTERRUPT, tid, 0, 0);
+			wait_stop(tid, 0);
+			return 0;
+		}
+		if (!WIFSTOPPED(status))
+			continue;
+		if (WSTOPSIG(status) == SIGSEGV && !(status >> 16)) {
+			if (ptrace(PTRACE_GETREGS, tid, 0, &r)) {
+				*err = EXIT_GONE;
+				return 0;
+			}
+			if (r.rip == 0)
+				return r.rax;	/* back at our return address */
+			/* a fault of its own inside the call: nothing to save */
+			*err = EXIT_LOAD_FAILED;
+			return 0;
+		}
+		if (!(status >> 16) && p->n < (int)(sizeof(p->sig) / sizeof(p->sig[0])))
+			p->sig[p->n++] = WSTOPSIG(status);
+		if (ptrace(PTRACE_CONT, tid, 0, 0)) {
+			*err = EXIT_GONE;
+			return 0;
+		}
+	}
+}
+
+/* A string of the target's, at most len - 1 bytes. */
+static void read_string(pid_t tid, uintptr_t a, char *buf, size_t len)
+{
+	ssize_t n = a ? peek(tid, a, buf, len - 1) : -1;
+
+	buf[n > 0 ? n : 0] = '\0';
+	buf[strnlen(buf, len - 1)] = '\0';
+}
+
+int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
+			 char *why, size_t why_len)
+{
+	static struct saved s;
+	struct pending p = { .n = 0 };
+	uintptr_t sp, path_at, name_at, conf_at;
+	size_t path_len = strlen(t->lib) + 1, conf_len = strlen(conf) + 1;
+	uint64_t h, fn, msg;
+	int err = 0, i;
+
+	if (save(tid, &s))
+		return EXIT_GONE;
+	/* below the red zone and what the strings take */
+	sp = s.regs.rsp - 128 - SCRATCH;
+	path_at = sp;
+	name_at = path_at + path_len;
+	conf_at = name_at + sizeof("pmm_attach");
+	if (path_len + sizeof("pmm_attach") + conf_len > SCRATCH - 64)
+		return EXIT_USAGE;
+	if (poke(tid, path_at, t->lib, path_len) ||
+	    poke(tid, name_at, "pmm_attach", sizeof("pmm_attach")) ||
+	    poke(tid, conf_at, conf, conf_len))
+		return EXIT_GONE;
+	h = call(tid, &s, sp, t->dlopen, path_at, 2 /* RTLD_NOW, local */, &p, &err);
+	if (!err && !h) {
+		msg = call(tid, &s, sp, t->dlerror, 0, 0, &p, &err);
+		read_string(tid, msg, why, why_len);
+		err = EXIT_LOAD_FAILED;
+	}
+	fn = err ? 0 : call(tid, &s, sp, t->dlsym, h, name_at, &p, &err);
+	if (!err && !fn) {
+		snprintf(why, why_len, "%s has no pmm_attach", t->lib);
+		err = EXIT_LOAD_FAILED;
+	}
+	if (!err)
+		*result = (int)call(tid, &s, sp, fn, conf_at, 0, &p, &err);
+	if (restore(tid, &s) && !err)
+		err = EXIT_GONE;
+	ptrace(PTRACE_DETACH, tid, 0, 0);
+	for (i = 0; i < p.n; i++)
+		syscall(SYS_tgkill, t->pid, tid, p.sig[i]);
+	return err;
+}
+

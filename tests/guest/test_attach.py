@@ -124,6 +124,7 @@ def test_attach_cxx_threads(pmm: None, cache: Path) -> None:
 
 
 def attachee(*args: str, exe: str = "attachee") -> subprocess.Popen[bytes]:
+    assert (PROGS / exe).exists(), f"{exe} is not built (libjemalloc2: `make setup`)"
     p = subprocess.Popen([str(PROGS / exe), *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=clean_env())
     ready(p)

@@ -41,6 +41,7 @@ struct target {
 	int n_deny;
 	struct range plain[MAX_RANGES];	/* code of the program's own */
 	int n_plain;
+	uintptr_t restorer;	/* libc's signal return (__restore_rt), 0: unknown */
 	uintptr_t dlopen, dlsym, dlerror;	/* in the target */
 	const char *lib;
 };

@@ -175,6 +175,38 @@ static int is_libc(const char *path)
 	return !strcmp(b, "libc.so.6");
 }
 
+/*
+ * libc's __restore_rt, where a signal handler returns (not in .dynsym): its
+ * code, mov $SYS_rt_sigreturn, %rax; syscall, found in libc's text. A
+ * word of a thread's stack equal to it is a signal frame.
+ */
+static uintptr_t find_restorer(pid_t pid, uintptr_t lo, uintptr_t hi)
+{
+	static const unsigned char code[] = { 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05 };
+	char path[64];
+	unsigned char *text;
+	uintptr_t found = 0, i;
+	int fd;
+
+	if (hi <= lo || hi - lo > (64 << 20))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	text = fd >= 0 ? malloc(hi - lo) : NULL;
+	if (text && pread(fd, text, hi - lo, (off_t)lo) == (ssize_t)(hi - lo)) {
+		for (i = 0; i + sizeof(code) <= hi - lo; i++) {
+			if (!memcmp(text + i, code, sizeof(code))) {
+				found = lo + i;
+				break;
+			}
+		}
+	}
+	free(text);
+	if (fd >= 0)
+		close(fd);
+	return found;
+}
+
 /* The target's objects from its maps: deny ranges, libc's dl* functions. */
 void scan_objects(struct target *t)
 {
@@ -228,6 +260,8 @@ void scan_objects(struct target *t)
 			continue;
 		}
 		each_symbol(t->pid, &objs[i], note_symbol, &s);
+		if (s.is_libc)
+			t->restorer = find_restorer(t->pid, objs[i].text_lo, objs[i].text_hi);
 		if (s.defines_malloc && !s.is_libc)
 			add_deny(t, objs[i].text_lo, objs[i].text_hi);	/* an allocator */
 		else if (!s.is_libc && t->n_plain < MAX_RANGES)

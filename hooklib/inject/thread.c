@@ -79,7 +79,9 @@ static int after_call(pid_t tid, uintptr_t a)
  * but libc, ld.so and an allocator): what lies between is the library
  * code it is in, and none of it may be the allocator's or the loader's.
  * Past that frame, words are the program's frames, whose uninitialised
- * slots hold stale addresses (main's, the loader's start-up calls).
+ * slots hold stale addresses (main's, the loader's start-up calls). A
+ * thread in the program's own code is read too: a signal handler there may
+ * have interrupted malloc, whose frames lie above its signal frame.
  */
 int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r)
 {
@@ -89,8 +91,6 @@ int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct 
 
 	if (in_ranges(t->deny, t->n_deny, r->rip))
 		return 0;
-	if (in_ranges(t->plain, t->n_plain, r->rip))
-		return 1;
 	got = peek(tid, r->rsp, stack, sizeof(stack));
 	if (got <= 0) {
 		/* the stack's end is nearer: read what there is, page by page */
@@ -101,6 +101,11 @@ int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct 
 		if (got <= 0)
 			return 0;
 	}
+	/* a signal frame anywhere: the handler may have interrupted malloc, and
+	 * its own calls put program return addresses above that */
+	for (i = 0; t->restorer && i < (size_t)got / 8; i++)
+		if (stack[i] == t->restorer)
+			return 0;
 	for (i = 0; i < (size_t)got / 8; i++) {
 		int deny = in_ranges(t->deny, t->n_deny, stack[i]);
 

@@ -33,6 +33,7 @@
 #include "init.h"
 #include "interpose.h"
 #include "mode.h"
+#include "real.h"
 #include "thread.h"
 
 #define CONF_BYTES	4096
@@ -174,7 +175,7 @@ PMM_EXPORT int pmm_attach(const char *conf)
 	}
 	settings_apply(g_conf_env);
 	if (!g_prepared) {
-		g_real_dlopen = dlsym(RTLD_DEFAULT, "dlopen");
+		g_real_dlopen = program_sym("dlopen");
 		r = g_real_dlopen ? got_prepare(g_entries, sizeof(g_entries) / sizeof(g_entries[0])) :
 				    -ENOENT;
 		g_prepared = !r;

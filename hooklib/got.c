@@ -6,8 +6,8 @@
  * JUMP_SLOT relocation's entry for its PLT calls, a GLOB_DAT one where it
  * takes the function's address (and an R_X86_64_64 one where data holds
  * it). got_redirect writes the hook's address
- * into each such entry that holds the program's own function (real.*,
- * dlsym(RTLD_DEFAULT)) or, bound lazily, the object's PLT stub, which
+ * into each such entry that holds the program's own function (real.c's
+ * program_sym) or, bound lazily, the object's PLT stub, which
  * would have resolved to it: an entry that an object bound elsewhere
  * (another namespace, RTLD_DEEPBIND, its own copy) is left alone, so the
  * hooks only ever see blocks of the allocator they call. Entries in a
@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 
 #include "got.h"
+#include "real.h"
 
 #define PAGE		4096UL
 
@@ -200,7 +201,7 @@ int got_prepare(const struct got_entry *entries, size_t n)
 	for (i = 0; i < n; i++) {
 		g_redirects[i].name = entries[i].name;
 		g_redirects[i].hook = entries[i].hook;
-		g_redirects[i].real = dlsym(RTLD_DEFAULT, entries[i].name);
+		g_redirects[i].real = program_sym(entries[i].name);
 	}
 	g_n_redirects = n;
 	__atomic_store_n(&g_self_base, (uintptr_t)self.dli_fbase, __ATOMIC_RELEASE);

@@ -20,7 +20,7 @@ struct got_entry {
 };
 
 /* Once, before got_redirect: the names and their hooks; each name's
- * current binding (dlsym(RTLD_DEFAULT)) is what may be replaced. */
+ * current definition (program_sym) is what may be replaced. */
 int got_prepare(const struct got_entry *entries, size_t n);
 /* Every loaded object's entries for those names, this library's, ld.so's
  * and the vDSO's excepted: the number written (0 when all were done

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
+#include <string.h>
 
 #include "real.h"
 
@@ -36,7 +37,7 @@ static int defines(void *addr)
  * through the GOT that got.c redirects to the hooks. The definition is
  * then the first shared object's in the loader's list that has one.
  */
-static void *program_sym(const char *name)
+void *program_sym(const char *name)
 {
 	void *p = dlsym(RTLD_DEFAULT, name), *self = (void *)program_sym;
 	struct link_map *head = NULL, *l;
@@ -55,8 +56,10 @@ static void *program_sym(const char *name)
 		p = h ? dlsym(h, name) : NULL;
 		if (h)
 			dlclose(h);
+		/* l's own definition, not one of its dependencies' */
 		if (defines(p) && dladdr(p, &info) && dladdr(self, &mine) &&
-		    info.dli_fbase != mine.dli_fbase)
+		    info.dli_fbase != mine.dli_fbase && info.dli_fname &&
+		    !strcmp(info.dli_fname, l->l_name))
 			return p;
 	}
 	return NULL;

@@ -38,6 +38,9 @@ extern int g_resolved;		/* real.* are set */
  * as the hook's own (pmm_internal_begin: dlsym may allocate). 0 if one that
  * every libc has is missing. */
 int real_resolve(int interposed);
+/* What the program's own calls of name reach (not a PLT entry of the
+ * executable's); for a library loaded into a running process. */
+void *program_sym(const char *name);
 
 PMM_HIDDEN_END
 

@@ -307,6 +307,8 @@ __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const 
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
 		flags |= PMM_REC_F_TAGGED;
+	else if (!flags && ((op == PMM_OP_FREE && slot) || (op == PMM_OP_REALLOC && prev)))
+		flags = older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
 	r.ptr = (uintptr_t)ptr;
 	r.prev_ptr = (uintptr_t)prev;
 	r.size = size;

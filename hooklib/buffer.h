@@ -129,6 +129,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)
 		flags |= PMM_REC_F_TAGGED;
+	else if (tagged && !flags)	/* an untagged free, or realloc's of prev */
+		flags = older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
 	if (unlikely(!t->buf))
 		r = &one;
 	else

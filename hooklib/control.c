@@ -157,6 +157,12 @@ void start_monitoring(void)
 
 	t_st.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
 	t_st.sampling = 0;
+	/*
+	 * The module's table starts empty: every block now live is older. Zero
+	 * pages, and the memory given back; before the mode lets any record
+	 * set a byte (a byte left set only sends its free the ordinary way).
+	 */
+	advise((uintptr_t)g_seen, (uintptr_t)g_seen + sizeof(g_seen), MADV_DONTNEED);
 	populate_tables();
 	map_kernel_clock();
 	e = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);

@@ -54,6 +54,7 @@ static void no_huge_pages(void)
 		{ &g_mapped, sizeof(g_mapped) },
 		{ &g_sampled, sizeof(g_sampled) },
 		{ g_tags, sizeof(g_tags) },
+		{ g_seen, sizeof(g_seen) },
 		{ g_arena, sizeof(g_arena) },
 	};
 	uintptr_t lo, hi;

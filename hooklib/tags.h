@@ -32,6 +32,7 @@
 #include "thread.h"
 
 #define TAG_TABLE_BITS	14
+#define SEEN_BITS	20
 #define TAG_SLOTS	(1U << TAG_TABLE_BITS)
 #define TAG_MASK	((1U << PMM_ALLOC_TAG_BITS) - 1)
 #define NOT_BUFFERED	UINT32_MAX	/* tag_slot.at of an allocation sent alone */
@@ -46,6 +47,29 @@ struct tag_slot {
 };
 
 extern struct tag_slot g_tags[TAG_SLOTS];
+
+/*
+ * The addresses allocated since monitoring began (a byte per address
+ * bucket, set by every recorded heap allocation before its pointer is
+ * returned, cleared when monitoring starts): a free whose tag is unknown
+ * and whose bucket no allocation set frees a block older than monitoring,
+ * which a hook attached to a running process (or started late) sees by the
+ * thousand. Sent PMM_REC_F_OLDER, it costs the module no lookup and no
+ * pending free. Bytes, not bits: racing stores of 1 lose nothing. A bucket
+ * shared with a newer allocation only sends the free the ordinary way.
+ */
+extern uint8_t g_seen[1U << SEEN_BITS];
+
+static inline uint8_t *seen_of(uint64_t ptr)
+{
+	return &g_seen[((ptr >> 4) ^ (ptr >> (4 + SEEN_BITS))) & ((1U << SEEN_BITS) - 1)];
+}
+
+/* PMM_REC_F_OLDER for an untagged free of ptr that no allocation since the start could be. */
+static inline uint16_t older_flag(uint64_t ptr)
+{
+	return __atomic_load_n(seen_of(ptr), __ATOMIC_RELAXED) ? 0 : PMM_REC_F_OLDER;
+}
 
 /*
  * The slot: the address's low bits (a run of neighbouring blocks spreads
@@ -118,6 +142,7 @@ static inline void slot_note(struct tag_slot *slot, uint64_t ptr, uint64_t now, 
 	__atomic_store_n(&slot->entry, tag_entry(ptr, now), __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->at, at, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->owner, owner, __ATOMIC_RELAXED);
+	__atomic_store_n(seen_of(ptr), 1, __ATOMIC_RELAXED);
 }
 
 PMM_HIDDEN_END

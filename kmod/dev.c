@@ -173,7 +173,7 @@ static bool pmm_cfg_counters_zero(const struct pmm_config *c)
 {
 	return !c->reserved && !c->monitored_pids && !c->records_accepted &&
 	       !c->records_dropped && !c->unmatched_frees && !c->kmem_bytes &&
-	       !c->records_queued && !c->reserved2[0] && !c->reserved2[1];
+	       !c->records_queued && !c->older_frees && !c->reserved2[0];
 }
 
 static u32 pmm_cfg_field(const struct pmm_config *c, u32 bit)
@@ -281,6 +281,7 @@ static long pmm_ioc_get_config(struct file *file, struct pmm_config __user *uc)
 	c.unmatched_frees = atomic64_read(&pmm_unmatched_frees);
 	c.kmem_bytes = atomic64_read(&pmm_kmem_bytes);
 	c.records_queued = atomic64_read(&pmm_records_queued);
+	c.older_frees = atomic64_read(&pmm_older_frees);
 	if (copy_to_user(uc, &c, sizeof(c)))
 		return -EFAULT;
 	return 0;

@@ -27,6 +27,7 @@ struct pmm_cfg pmm_cfg = {
 atomic64_t pmm_records_accepted = ATOMIC64_INIT(0);
 atomic64_t pmm_records_dropped = ATOMIC64_INIT(0);
 atomic64_t pmm_unmatched_frees = ATOMIC64_INIT(0);
+atomic64_t pmm_older_frees = ATOMIC64_INIT(0);
 atomic64_t pmm_kmem_bytes = ATOMIC64_INIT(0);
 atomic64_t pmm_records_queued = ATOMIC64_INIT(0);
 

@@ -125,6 +125,13 @@ static void pmm_unmatched(struct pmm_proc *p)
 	atomic64_inc(&pmm_unmatched_frees);
 }
 
+/* A free of a block allocated before monitoring began: counted, no more. */
+static void pmm_older(struct pmm_proc *p)
+{
+	p->stats.older_frees++;
+	atomic64_inc(&pmm_older_frees);
+}
+
 static u32 block_mask(struct pmm_proc *p)
 {
 	return (1U << p->block_bits) - 1;
@@ -618,6 +625,13 @@ static int pmm_check_record_rules(const struct pmm_record *r)
 	    (r->op != PMM_OP_REALLOC || !r->ptr || !r->prev_ptr ||
 	     (r->flags & (PMM_REC_F_TAGGED | PMM_REC_F_FAILED))))
 		return -EINVAL;
+	if ((r->flags & PMM_REC_F_OLDER) &&
+	    (!(r->op == PMM_OP_FREE ||
+	       (r->op == PMM_OP_REALLOC && r->prev_ptr)) ||
+	     (r->op == PMM_OP_FREE && !r->ptr) ||
+	     (r->flags & (PMM_REC_F_TAGGED | PMM_REC_F_PREV_FREED |
+			  PMM_REC_F_FAILED))))
+		return -EINVAL;
 	if (r->op == PMM_OP_MUNMAP && !r->size)
 		return -EINVAL;
 	return 0;
@@ -688,6 +702,13 @@ static __always_inline void pmm_apply_record(struct pmm_proc *p,
 		return;
 	}
 
+	if (unlikely(r->flags & PMM_REC_F_OLDER)) {
+		/* its block was never in the table: no lookup, no pending */
+		pmm_older(p);
+		if (r->op == PMM_OP_REALLOC && r->ptr)
+			alloc_rec(p, r);
+		return;
+	}
 	failed = (r->flags & PMM_REC_F_FAILED) || !r->ptr;
 	fop = r->op == PMM_OP_MREMAP ? PMM_OP_MUNMAP : PMM_OP_FREE;
 	tag = r->flags & PMM_REC_F_TAGGED ? r->alloc_tag : NO_TAG;

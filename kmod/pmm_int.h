@@ -209,6 +209,7 @@ extern u64 pmm_next_id;
 extern atomic64_t pmm_records_accepted;
 extern atomic64_t pmm_records_dropped;
 extern atomic64_t pmm_unmatched_frees;
+extern atomic64_t pmm_older_frees;
 extern atomic64_t pmm_kmem_bytes;
 extern atomic64_t pmm_records_queued;
 

@@ -15,7 +15,8 @@
  * namespace (processes outside it are not shown):
  *   [n] PID: <pid>, Comp: <comm>, PPID: <ppid>, State: <1|2>, Log count: <blocks>
  * then, only when one of them is non-zero, one summary line
- *   Dropped: <records>, Unmatched frees: <n>, Pending frees: <n>
+ *   Dropped: <records>, Unmatched frees: <n>, Pending frees: <n>, Older frees: <n>
+ * (older frees: of blocks allocated before monitoring began, not errors)
  * then its live blocks in hash-table order (not time order):
  *   {MALLOC @HH:MM:SS} Sz: 100B Pointer: 0x... Caller: 0x... main() 207 pmd.c
  *   {REALLOC @HH:MM:SS} Sz: 200B Prev Pointer: 0x... Pointer: 0x... Caller: 0x...
@@ -243,7 +244,8 @@ static bool it_next_proc(struct pmm_pid_iter *it)
 
 static bool it_summary(struct pmm_proc *p)
 {
-	return p->dropped || p->stats.unmatched_frees || p->npending;
+	return p->dropped || p->stats.unmatched_frees || p->npending ||
+	       p->stats.older_frees;
 }
 
 /* Makes the iterator stand on an existing element; false at the end. */
@@ -410,8 +412,9 @@ static int pmm_pid_show(struct seq_file *m, void *v)
 			   pid_nr_ns(p->parent, it->ns), p->state, p->nblocks);
 		break;
 	case PMM_IT_SUMMARY:
-		seq_printf(m, "Dropped: %llu, Unmatched frees: %llu, Pending frees: %u\n",
-			   p->dropped, p->stats.unmatched_frees, p->npending);
+		seq_printf(m, "Dropped: %llu, Unmatched frees: %llu, Pending frees: %u, Older frees: %llu\n",
+			   p->dropped, p->stats.unmatched_frees, p->npending,
+			   p->stats.older_frees);
 		break;
 	case PMM_IT_BLOCK:
 		pmm_show_block(m, it);

@@ -421,6 +421,7 @@ void pmm_fill_pid_info(struct pmm_proc *p, struct pmm_pid_info *info,
 	info->records = p->records;
 	info->dropped_records = p->dropped;
 	info->unmatched_frees = p->stats.unmatched_frees;
+	info->older_frees = p->stats.older_frees;
 	info->pending_frees = p->npending;
 	info->samples = p->nsamples;
 	if (p->nsamples && p->ring) {

@@ -10,12 +10,12 @@ stop    {"pid", "monitored": false}
 status  {"config": <config keys>, "pids": [{"pid", "ppid", "comm", "state",
          "uptime_s", "monitored_s", "live_blocks", "live_bytes", "rss_bytes",
          "vm_bytes", "records", "dropped_records", "unmatched_frees",
-         "pending_frees", "samples", "start_time_ns", "exit_time_ns"}]}
+         "older_frees", "pending_frees", "samples", "start_time_ns", "exit_time_ns"}]}
 config  {"interval_ms", "scan", "start_pid", "stop_pid", "max_pids",
          "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
          "max_pids_per_uid", "exited_ttl_s", "abi_version", "monitored_pids",
          "records_accepted", "records_dropped", "unmatched_frees", "kmem_bytes",
-         "records_queued"}
+         "records_queued", "older_frees"}
 run     on stderr at start: {"pid", "argv", "hooklib"}; stdout is the command's
 logs    {"pid", "comm", "state", "total", "blocks": [{"op", "time_ns", "age_s",
          "size", "weight", "ptr", "prev_ptr", "site", "caller", "func",
@@ -27,7 +27,7 @@ leaks   {"pid", "comm", "state", "live_blocks", "live_bytes", "age_buckets",
          [{"addr", "object", "offset", "func", "file", "line"}]}]}
 stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
          "realloc", "free", "alloc_bytes", "freed_bytes", "inuse_bytes"}],
-         "totals": {same keys}, "failed_allocs", "unmatched_frees"}
+         "totals": {same keys}, "failed_allocs", "unmatched_frees", "older_frees"}
 
 Times: *_ns as the module gives them (blocks: CLOCK_MONOTONIC; pids:
 CLOCK_BOOTTIME), *_s in seconds. Sizes in bytes. Addresses as integers.
@@ -253,6 +253,7 @@ def config_dict(c: ConfigInfo) -> dict[str, int]:
         "unmatched_frees": c.unmatched_frees,
         "kmem_bytes": c.kmem_bytes,
         "records_queued": c.records_queued,
+        "older_frees": c.older_frees,
     }
 
 
@@ -272,6 +273,7 @@ def pid_dict(p: PidInfo, now_boot_ns: int) -> dict[str, Any]:
         "records": p.records,
         "dropped_records": p.dropped_records,
         "unmatched_frees": p.unmatched_frees,
+        "older_frees": p.older_frees,
         "pending_frees": p.pending_frees,
         "samples": p.samples,
         "start_time_ns": p.start_time_ns,
@@ -298,6 +300,7 @@ def render_config(c: ConfigInfo) -> str:
         ["unmatched frees", str(c.unmatched_frees)],
         ["kernel memory", f"{c.kmem_bytes} ({human_bytes(c.kmem_bytes)})"],
         ["records queued", str(c.records_queued)],
+        ["frees of older blocks", str(c.older_frees)],
     ]
     return format_table(["setting", "value"], rows)
 
@@ -308,7 +311,8 @@ def status(json_: JsonOpt = False) -> None:
     """Show the monitored pids and the global counters.
 
     Per pid: pid, comm, state, uptime, live blocks and bytes, latest rss and vm,
-    dropped records, unmatched frees.
+    dropped records, unmatched frees, and frees of blocks allocated before
+    monitoring began (OLDER: expected after an attach or a late start).
     """
     with Device.open() as dev:
         cfg = dev.get_config()
@@ -318,7 +322,7 @@ def status(json_: JsonOpt = False) -> None:
         echo_json({"config": config_dict(cfg), "pids": [pid_dict(p, now) for p in pids]})
         return
     headers = ["PID", "COMM", "STATE", "UPTIME", "BLOCKS", "LIVE", "RSS", "VM", "DROPPED",
-               "UNMATCHED"]
+               "UNMATCHED", "OLDER"]
     rows = [
         [
             str(p.pid),
@@ -331,18 +335,20 @@ def status(json_: JsonOpt = False) -> None:
             human_bytes(p.vm_bytes),
             str(p.dropped_records),
             str(p.unmatched_frees),
+            str(p.older_frees),
         ]
         for p in pids
     ]
     if rows:
-        typer.echo(format_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9}))
+        typer.echo(format_table(headers, rows, right={0, 3, 4, 5, 6, 7, 8, 9, 10}))
     else:
         typer.echo("no monitored pids (start one with `pmctl start PID` or `pmctl run`)")
     typer.echo(
         f"\ninterval {cfg.interval_ms} ms, scan {'on' if cfg.scan else 'off'}, "
         f"monitored {cfg.monitored_pids}/{cfg.max_pids}, "
         f"records accepted {cfg.records_accepted}, dropped {cfg.records_dropped}, "
-        f"unmatched frees {cfg.unmatched_frees}, kernel memory {human_bytes(cfg.kmem_bytes)}"
+        f"unmatched frees {cfg.unmatched_frees}, frees of older blocks {cfg.older_frees}, "
+        f"kernel memory {human_bytes(cfg.kmem_bytes)}"
     )
 
 
@@ -584,10 +590,11 @@ def logs(
         f"PID: {info.pid}, Comp: {printable(info.comm)}, PPID: {info.ppid}, "
         f"State: {info.state}, Log count: {info.live_blocks}"
     )
-    if info.dropped_records or info.unmatched_frees or info.pending_frees:  # as /proc does
+    if (info.dropped_records or info.unmatched_frees or info.pending_frees
+            or info.older_frees):  # as /proc does
         typer.echo(
             f"Dropped: {info.dropped_records}, Unmatched frees: {info.unmatched_frees}, "
-            f"Pending frees: {info.pending_frees}"
+            f"Pending frees: {info.pending_frees}, Older frees: {info.older_frees}"
         )
     real = time.time_ns()
     for d in dicts:

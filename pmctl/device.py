@@ -121,6 +121,7 @@ def stats_from_c(s: uapi.Stats) -> StatsInfo:
         ),
         failed_allocs=s.failed_allocs,
         unmatched_frees=s.unmatched_frees,
+        older_frees=s.older_frees,
     )
 
 

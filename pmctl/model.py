@@ -60,6 +60,7 @@ class ConfigInfo:
     unmatched_frees: int
     kmem_bytes: int
     records_queued: int
+    older_frees: int = 0  # frees of blocks allocated before monitoring began
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class PidInfo:
     samples: int
     vm_bytes: int
     rss_bytes: int
+    older_frees: int = 0  # frees of blocks allocated before monitoring began
 
     @property
     def state_name(self) -> str:
@@ -147,6 +149,7 @@ class StatsInfo:
     buckets: tuple[Bucket, ...]
     failed_allocs: int
     unmatched_frees: int
+    older_frees: int = 0
 
 
 @dataclass(frozen=True)

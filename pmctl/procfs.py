@@ -5,7 +5,7 @@
     ["SCAN" (Scan on:1/off:0) := 1]
 /proc/pmm/pid, a header per monitored pid followed by its live blocks:
     [1] PID: 21113, Comp: pmd, PPID: 1, State: 1, Log count: 2
-    Dropped: 0, Unmatched frees: 0, Pending frees: 0
+    Dropped: 0, Unmatched frees: 0, Pending frees: 0, Older frees: 0
     {MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 pmd.c
     {REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 Pointer: 0x10012008 Caller: ...
 
@@ -35,7 +35,7 @@ _HDR_RE = re.compile(
 )
 _SUMMARY_RE = re.compile(
     r"^Dropped:\s*(?P<dropped>\d+),\s*Unmatched frees:\s*(?P<unmatched>\d+),\s*"
-    r"Pending frees:\s*(?P<pending>\d+)"
+    r"Pending frees:\s*(?P<pending>\d+)(?:,\s*Older frees:\s*(?P<older>\d+))?"
 )
 _BLOCK_RE = re.compile(
     r"^\{(?P<op>[A-Z_]+)\s*@(?P<time>[^}]*)\}\s*Sz:\s*(?P<size>\d+)B"
@@ -106,6 +106,7 @@ class ProcPidEntry:
     log_count: int
     dropped: int | None = None  # from the "Dropped: ..." summary line
     unmatched_frees: int | None = None
+    older_frees: int | None = None
     pending_frees: int | None = None
     blocks: list[ProcBlock] = field(default_factory=list)
     raw: str = ""
@@ -161,6 +162,7 @@ def parse_pid(text: str) -> ProcPid:
             cur.dropped = int(sm["dropped"])
             cur.unmatched_frees = int(sm["unmatched"])
             cur.pending_frees = int(sm["pending"])
+            cur.older_frees = int(sm["older"] or 0)
             continue
         b = parse_block(line)
         if b is not None and cur is not None:

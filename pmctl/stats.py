@@ -71,6 +71,7 @@ class StatsTable:
     totals: StatsRow
     failed_allocs: int
     unmatched_frees: int
+    older_frees: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class StatsTable:
             "totals": self.totals.as_dict(),
             "failed_allocs": self.failed_allocs,
             "unmatched_frees": self.unmatched_frees,
+            "older_frees": self.older_frees,
         }
 
 
@@ -119,6 +121,7 @@ def build_table(stats: StatsInfo) -> StatsTable:
         totals=totals,
         failed_allocs=stats.failed_allocs,
         unmatched_frees=stats.unmatched_frees,
+        older_frees=stats.older_frees,
     )
 
 
@@ -153,5 +156,6 @@ def render(table: StatsTable) -> str:
     return (
         f"pid {table.pid}\n{text}\n"
         f"Failed allocations: {table.failed_allocs}\n"
-        f"Unmatched frees: {table.unmatched_frees}"
+        f"Unmatched frees: {table.unmatched_frees}\n"
+        f"Frees of blocks older than monitoring: {table.older_frees}"
     )

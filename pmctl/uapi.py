@@ -46,7 +46,8 @@ REC_F_FAILED = 1 << 0
 REC_F_FREED = 1 << 1
 REC_F_TAGGED = 1 << 2
 REC_F_PREV_FREED = 1 << 3
-REC_F_ALL = REC_F_FAILED | REC_F_FREED | REC_F_TAGGED | REC_F_PREV_FREED
+REC_F_OLDER = 1 << 4
+REC_F_ALL = REC_F_FAILED | REC_F_FREED | REC_F_TAGGED | REC_F_PREV_FREED | REC_F_OLDER
 ALLOC_TAG_BITS = 24
 
 SITE_F_SOURCE = 1 << 0
@@ -144,7 +145,8 @@ class Config(ctypes.Structure):
         ("unmatched_frees", u64),
         ("kmem_bytes", u64),
         ("records_queued", u64),
-        ("reserved2", u64 * 2),
+        ("older_frees", u64),
+        ("reserved2", u64 * 1),
     ]
 
 
@@ -167,7 +169,8 @@ class PidInfo(ctypes.Structure):
         ("samples", u64),
         ("vm_bytes", u64),
         ("rss_bytes", u64),
-        ("reserved2", u64 * 2),
+        ("older_frees", u64),
+        ("reserved2", u64 * 1),
     ]
 
 
@@ -225,7 +228,8 @@ class Stats(ctypes.Structure):
         ("buckets", BucketStats * SIZE_BUCKETS),
         ("failed_allocs", u64),
         ("unmatched_frees", u64),
-        ("reserved2", u64 * 4),
+        ("older_frees", u64),
+        ("reserved2", u64 * 3),
     ]
 
 

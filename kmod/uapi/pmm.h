@@ -73,8 +73,16 @@ enum pmm_op {
  * REALLOC, a non-zero ptr and prev_ptr; not with TAGGED or FAILED.
  */
 #define PMM_REC_F_PREV_FREED	(1U << 3)
+/*
+ * FREE, or REALLOC with prev_ptr: the block freed was allocated before
+ * monitoring began (the sender recorded no allocation at that address since
+ * it began; a hook attached to a running process, or started late, sees
+ * many). Counted as a free of an older block (older_frees), with no table
+ * lookup and no pending free. Not with TAGGED, PREV_FREED or FAILED.
+ */
+#define PMM_REC_F_OLDER		(1U << 4)
 #define PMM_REC_F_ALL		(PMM_REC_F_FAILED | PMM_REC_F_FREED | PMM_REC_F_TAGGED | \
-				 PMM_REC_F_PREV_FREED)
+				 PMM_REC_F_PREV_FREED | PMM_REC_F_OLDER)
 #define PMM_ALLOC_TAG_BITS	24
 
 /*
@@ -204,7 +212,8 @@ struct pmm_config {
 	__u64 unmatched_frees;
 	__u64 kmem_bytes;	/* kernel memory held by pmm now */
 	__u64 records_queued;	/* applied by another thread (contention) */
-	__u64 reserved2[2];
+	__u64 older_frees;	/* frees of blocks older than monitoring */
+	__u64 reserved2[1];
 };
 
 /* pmm_pid_info.state, as /proc/pmm/pid prints it ("State: 1") */
@@ -229,7 +238,8 @@ struct pmm_pid_info {
 	__u64 samples;		/* samples taken (ring may hold fewer) */
 	__u64 vm_bytes;		/* latest sample, 0 before the first */
 	__u64 rss_bytes;
-	__u64 reserved2[2];
+	__u64 older_frees;	/* frees of blocks older than monitoring */
+	__u64 reserved2[1];
 };
 
 /* One live block. */
@@ -290,7 +300,8 @@ struct pmm_stats {
 	struct pmm_bucket_stats buckets[PMM_SIZE_BUCKETS];
 	__u64 failed_allocs;
 	__u64 unmatched_frees;
-	__u64 reserved2[4];
+	__u64 older_frees;	/* PMM_REC_F_OLDER: not looked up, not pending */
+	__u64 reserved2[3];
 };
 
 /*

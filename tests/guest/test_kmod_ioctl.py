@@ -128,7 +128,10 @@ def test_set_config_malformed(dev: Dev) -> None:
     c.reserved = 1
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
-    c.reserved2[1] = 1
+    c.reserved2[0] = 1
+    bad.append(c)
+    c = Dev.config_arg(interval_ms=100)
+    c.older_frees = 1  # GET-only too
     bad.append(c)
     c = Dev.config_arg(interval_ms=100)
     c.records_accepted = 1  # counters are GET-only
@@ -242,7 +245,14 @@ def test_record_log_refusals(dev: Dev) -> None:
         rec(Op.FREE, 0x9000, flags=uapi.REC_F_FAILED),
         rec(Op.MALLOC, 0x9000, 1, prev=0x8000),
         rec(Op.MUNMAP, 0x9000, 0),
-        rec(Op.MALLOC, 0x9000, 1, flags=1 << 4),
+        rec(Op.MALLOC, 0x9000, 1, flags=1 << 5),
+        rec(Op.MALLOC, 0x9000, 1, flags=uapi.REC_F_OLDER),
+        rec(Op.MUNMAP, 0x9000, 4096, flags=uapi.REC_F_OLDER),
+        rec(Op.FREE, 0, flags=uapi.REC_F_OLDER),
+        rec(Op.FREE, 0x9000, flags=uapi.REC_F_OLDER | uapi.REC_F_TAGGED, alloc_tag=1),
+        rec(Op.REALLOC, 0x9000, 1, flags=uapi.REC_F_OLDER),
+        rec(Op.REALLOC, 0x9000, 1, prev=0x8000, flags=uapi.REC_F_OLDER | uapi.REC_F_PREV_FREED),
+        rec(Op.REALLOC, 0, 1, prev=0x8000, flags=uapi.REC_F_OLDER | uapi.REC_F_FAILED),
         rec(Op.MALLOC, 0x9000, 1, flags=uapi.REC_F_PREV_FREED),
         rec(Op.FREE, 0x9000, flags=uapi.REC_F_PREV_FREED),
         rec(Op.REALLOC, 0x9000, 1, flags=uapi.REC_F_PREV_FREED),

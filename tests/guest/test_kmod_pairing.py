@@ -135,6 +135,34 @@ def test_realloc_of_a_block_freed_in_batch(dev: Dev) -> None:
     assert blocks == [(0xC000, 0xB000, 300, Op.REALLOC, 2), (0xE000, 0, 8, Op.MALLOC, 4)]
 
 
+def test_frees_of_older_blocks(dev: Dev) -> None:
+    """PMM_REC_F_OLDER: a free (or a realloc's free of its old block) of a
+    block allocated before monitoring began is counted apart (older_frees,
+    the summary line) and costs no table work: no lookup, so a live block at
+    that address stays, and no pending free, so nothing becomes unmatched.
+    A realloc of an older block makes its new block; realloc(older, 0) only
+    counts."""
+    t = 5_000_000_000
+    old = uapi.REC_F_OLDER
+    dev.send([
+        rec(Op.MALLOC, 0xA000, 10, t, site=1),
+        rec(Op.FREE, 0xA000, 0, t + 1, flags=old),  # not a free of this block
+        rec(Op.FREE, 0xB000, 0, t + 2, flags=old),
+        rec(Op.FREE, 0xB100, 0, t + 3, flags=old),
+        rec(Op.REALLOC, 0xC000, 300, t + 4, site=2, prev=0xB200, flags=old),
+        rec(Op.REALLOC, 0, 0, t + 5, site=2, prev=0xB300, flags=old),
+        rec(Op.FREE, 0xD000, 0, t + 6),  # an ordinary unknown free: pending
+    ])
+    info = dev.info()
+    assert (info.live_blocks, info.live_bytes, info.records) == (2, 310, 7)
+    assert (info.older_frees, info.pending_frees, info.unmatched_frees) == (5, 1, 0)
+    assert dev.stats().older_frees == 5
+    assert counts(dev.sites()[2]) == {"live_bytes": 300, "live_blocks": 1, "alloc_bytes": 300,
+                                      "free_bytes": 0, "realloc": 1}
+    blocks = sorted((b.ptr, b.prev_ptr, b.size, b.op) for b in dev.blocks())
+    assert blocks == [(0xA000, 0, 10, Op.MALLOC), (0xC000, 0xB200, 300, Op.REALLOC)]
+
+
 def test_tagged_frees_pair_across_reuse(dev: Dev) -> None:
     """Thread A: malloc X @1 ... free X @4; thread B in between: free X @2,
     malloc X @3 (ping-pong). A's records arrive first. Untagged, A's free

@@ -169,7 +169,7 @@ def test_pid_summary_and_several(dev: Dev) -> None:
         assert lines[0] == f"[1] PID: {kid.pid}, Comp: sleep, PPID: {me}, State: 1, Log count: 0"
         assert lines[1].startswith(f"[2] PID: {me}, ")
         assert lines[1].endswith(", State: 1, Log count: 1")
-        assert lines[2] == "Dropped: 0, Unmatched frees: 0, Pending frees: 1"
+        assert lines[2] == "Dropped: 0, Unmatched frees: 0, Pending frees: 1, Older frees: 0"
         assert lines[3].startswith("{MALLOC @")
         assert lines[3].endswith("} Sz: 1B Pointer: 0x5000 Caller: 0x0")
         assert len(lines) == 4

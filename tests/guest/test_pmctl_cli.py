@@ -137,7 +137,7 @@ def test_pmctl_start_status_stop(pmm: None, cache: Path,
     assert (proc.comm, proc.state, proc.log_count) == ("sleep", 1, 0)
     table = pmctl("status").stdout.splitlines()
     assert table[0].split() == ["PID", "COMM", "STATE", "UPTIME", "BLOCKS", "LIVE", "RSS",
-                                "VM", "DROPPED", "UNMATCHED"]
+                                "VM", "DROPPED", "UNMATCHED", "OLDER"]
     assert table[1].split()[:3] == [str(pid), "sleep", "running"]
     assert table[1].split()[4:6] == ["0", "0"]
     # start twice: refused, one line

@@ -94,10 +94,38 @@ def test_attach_exact_records_and_the_program_runs_as_bare(tmp_path: Path) -> No
     # each round: 2000 malloc, 2000 strdup, 2000 realloc
     assert mallocs >= 4000 * 40 and reallocs >= 2000 * 40
     # blocks the threads allocated before the attach are freed after it:
-    # frees the hook did not record the allocation of go untagged
-    assert c[(uapi.Op.FREE, 0)] > 0
+    # frees of blocks older than monitoring, flagged so
+    assert c[(uapi.Op.FREE, uapi.REC_F_OLDER)] > 0
     tids = {call.tid for call in fake_log_calls(log) if call.records}
     assert len(tids) == 4
+
+
+def test_frees_of_blocks_older_than_the_attach(tmp_path: Path) -> None:
+    """3000 blocks allocated before the attach: after it, 1500 are freed
+    and 1500 grown by realloc (then freed). Each free and realloc of an
+    older block is sent flagged PMM_REC_F_OLDER (the module counts it and
+    does no table work), each free of a block allocated since is not: the
+    grown blocks' frees are sent as ordinary frees, or cancel in the
+    buffer."""
+    args = ["3", "older", "3000"]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    recs = [rec for _, rs in fake_log_batches(log) for rec in rs]
+    older = collections.Counter(rec.op for rec in recs if rec.flags & uapi.REC_F_OLDER)
+    # and the array that held them
+    assert older == {uapi.Op.FREE: 1500 + 1, uapi.Op.REALLOC: 1500}
+    grown = [rec for rec in recs if rec.op == uapi.Op.REALLOC and rec.size >= 5000]
+    assert len(grown) == 1500
+    frees = {rec.ptr: rec.flags for rec in recs if rec.op == uapi.Op.FREE}
+    # each freed at the end: cancelled in the buffer (FREED) or sent, never
+    # as older (tagged, or untagged where its tag slot was taken since)
+    assert all(rec.flags & uapi.REC_F_FREED or frees[rec.ptr] in (0, uapi.REC_F_TAGGED)
+               for rec in grown)
 
 
 def test_attach_sampled(tmp_path: Path) -> None:

@@ -312,7 +312,7 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
                 "max_blocks_per_pid", "max_sites_per_pid", "max_samples_per_pid",
                 "max_pids_per_uid", "exited_ttl_s", "abi_version", "monitored_pids",
                 "records_accepted", "records_dropped", "unmatched_frees", "kmem_bytes",
-                "records_queued"]
+                "records_queued", "older_frees"]
     r = invoke(["config", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout) == dict.fromkeys(cfg_keys, 0)
@@ -328,12 +328,12 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
     p = PidInfo(pid=5, ppid=1, state=2, comm="x", start_time_ns=1_000_000_000,
                 monitor_start_ns=2_000_000_000, exit_time_ns=5_000_000_000, live_blocks=3,
                 live_bytes=300, records=9, dropped_records=1, unmatched_frees=2,
-                pending_frees=0, samples=4, vm_bytes=8192, rss_bytes=4096)
+                pending_frees=0, samples=4, vm_bytes=8192, rss_bytes=4096, older_frees=7)
     assert cli.pid_dict(p, 9_000_000_000) == {
         "pid": 5, "ppid": 1, "comm": "x", "state": "exited", "uptime_s": 4.0,
         "monitored_s": 3.0, "live_blocks": 3, "live_bytes": 300, "rss_bytes": 4096,
         "vm_bytes": 8192, "records": 9, "dropped_records": 1, "unmatched_frees": 2,
-        "pending_frees": 0, "samples": 4, "start_time_ns": 1_000_000_000,
+        "older_frees": 7, "pending_frees": 0, "samples": 4, "start_time_ns": 1_000_000_000,
         "exit_time_ns": 5_000_000_000}
 
 

@@ -117,7 +117,8 @@ def test_stats_table_and_totals() -> None:
     assert text[2].split() == ["<=", "16", "bytes", "5", "1", "0", "4", "60", "40", "20"]
     assert text[8].split() == ["larger", "1", "0", "0", "0", "1048576", "0", "1048576"]
     assert text[9].split()[0] == "Totals"
-    assert text[-2:] == ["Failed allocations: 2", "Unmatched frees: 3"]
+    assert text[-3:] == ["Failed allocations: 2", "Unmatched frees: 3",
+                         "Frees of blocks older than monitoring: 0"]
     with pytest.raises(ValueError):
         stats.build_table(StatsInfo(pid=1, buckets=(Bucket(),), failed_allocs=0,
                                     unmatched_frees=0))
@@ -152,7 +153,7 @@ Dropped: 0, Unmatched frees: 2, Pending frees: 1
 {REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 Pointer: 0x10012010 Caller: 0x10000e84
 {CALLOC @23:59:59} Sz: 7B Pointer: 0x7f0000001000 Caller: 0x0
 [2] PID: 7, Comp: a b, PPID: 3, State: 2, Log count: 0
-Dropped: 5, Unmatched frees: 0, Pending frees: 0
+Dropped: 5, Unmatched frees: 0, Pending frees: 0, Older frees: 12
 """
 
 
@@ -161,7 +162,7 @@ def test_parse_pid() -> None:
     assert list(p.pids) == [21113, 7] and p.other == []
     e = p.pids[21113]
     assert (e.index, e.comm, e.ppid, e.state, e.log_count) == (1, "pmd", 1, 1, 3)
-    assert (e.dropped, e.unmatched_frees, e.pending_frees) == (0, 2, 1)
+    assert (e.dropped, e.unmatched_frees, e.pending_frees, e.older_frees) == (0, 2, 1, 0)
     b0, b1, b2 = e.blocks
     assert (b0.op, b0.time, b0.size, b0.ptr, b0.prev_ptr, b0.caller) == \
         ("MALLOC", "06:57:11", 100, 0x10012008, None, 0x10000E60)
@@ -171,6 +172,7 @@ def test_parse_pid() -> None:
     assert b2.key() == ("CALLOC", 7, 0x7F0000001000, None) and b2.caller == 0
     q = p.pids[7]
     assert (q.comm, q.state, q.log_count, q.dropped, q.blocks) == ("a b", 2, 0, 5, [])
+    assert q.older_frees == 12
 
 
 def test_logs_line_is_proc_format() -> None:

@@ -250,7 +250,9 @@ int main(int argc, char **argv)
 			u.c.max_sites_per_pid = interesting32();
 			u.c.max_samples_per_pid = rnd() % 2 ? 1 + rnd() % 64 : interesting32();
 			if (rnd() % 16 == 0)
-				u.c.reserved2[rnd() % 3] = rnd();
+				u.c.reserved2[0] = rnd();
+			if (rnd() % 16 == 0)
+				u.c.older_frees = rnd();
 			break;
 		case PMM_MONITORED_PIDS:
 		case PMM_READ_BLOCKS:

@@ -115,13 +115,15 @@ static void test_get_config(int fd)
 	       c.exited_ttl_s >= PMM_EXITED_TTL_MIN_S,
 	       "GET_CONFIG: every setting written, in range", "interval %u scan %u", c.interval_ms,
 	       c.scan);
-	result(c.reserved == 0 && c.reserved2[0] == 0 && c.reserved2[1] == 0 &&
+	result(c.reserved == 0 && c.reserved2[0] == 0 &&
 	       c.monitored_pids == 0,
 	       "GET_CONFIG: reserved fields and counters written", "reserved %u", c.reserved);
 	result(!untouched(&c, offsetof(struct pmm_config, kmem_bytes),
 			  offsetof(struct pmm_config, kmem_bytes) + 8) &&
 	       !untouched(&c, offsetof(struct pmm_config, records_queued),
-			  offsetof(struct pmm_config, records_queued) + 8),
+			  offsetof(struct pmm_config, records_queued) + 8) &&
+	       !untouched(&c, offsetof(struct pmm_config, older_frees),
+			  offsetof(struct pmm_config, older_frees) + 8),
 	       "GET_CONFIG: the counters written", "a counter left as 0xcc");
 
 	memset(&c, FILL, sizeof(c));
@@ -148,7 +150,7 @@ static void test_set_config(int fd)
 		case 0: c.size = sizeof(c) + 8; what = "SET_CONFIG of another size"; break;
 		case 1: c.set |= 1U << 10; what = "SET_CONFIG with an unknown set bit"; break;
 		case 2: c.reserved = 1; what = "SET_CONFIG with reserved set"; break;
-		case 3: c.reserved2[1] = 1; what = "SET_CONFIG with reserved2 set"; break;
+		case 3: c.reserved2[0] = 1; what = "SET_CONFIG with reserved2 set"; break;
 		case 4: c.kmem_bytes = 1; what = "SET_CONFIG with a counter set"; break;
 		case 5: c.abi_version = PMM_ABI_VERSION + 1; what = "SET_CONFIG of another ABI"; break;
 		case 6: c.interval_ms = PMM_INTERVAL_MIN_MS - 1; what = "SET_CONFIG interval too small"; break;
@@ -312,7 +314,8 @@ static void test_stats_and_sites(int fd)
 		       "GET_STATS with reserved: EINVAL, nothing written");
 	st.reserved = 0;
 	err = call(fd, PMM_GET_STATS, &st, &ret);
-	result(!err && st.pid == getpid() && !st.reserved && !st.reserved2[0] && !st.reserved2[3] &&
+	result(!err && st.pid == getpid() && !st.reserved && !st.reserved2[0] && !st.reserved2[2] &&
+	       st.older_frees == 0 &&
 	       st.buckets[0].malloc_count == 1 && st.buckets[1].calloc_count == 1 &&
 	       st.failed_allocs == 0,
 	       "GET_STATS: pid, buckets, reserved written", "errno %d pid %d", err, st.pid);

@@ -8,7 +8,8 @@
  * what it does.
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
- *            [seccomp]
+ *            [seccomp] [older N]
+ *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
  * printed); dlopen LIB AT: from round AT, calls LIB's attachee_alloc(n)
@@ -17,7 +18,17 @@
  * wait AT: at round AT, first reads a line from stdin (a test attaches, then
  * lets it go on); until-stdin: ends early, after the round in which stdin
  * became readable (a line, or its end);
- * seccomp: installs an allow-all seccomp filter first.
+ * seccomp: installs an allow-all seccomp filter first;
+ * older N: N blocks allocated before "ready", released in round AT of wait
+ * (0 without one), after its wait: the even ones freed, the odd ones grown by realloc, then freed
+ * at the end (blocks older than an attach).
+ *
+ * windows N: a window at a time, on commands read from stdin (a test
+ * attaches and stops around each): "run" starts N threads hammering
+ * malloc/free, each keeping its last 16 blocks; "hold" stops them (their
+ * exit sends their records) and prints "held" and the blocks they kept
+ * (address:size, 16 per thread); "free" frees those in a thread of its own
+ * (its exit sends the frees) and prints "freed"; "end" ends (status 0).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -66,6 +77,88 @@ static void *hammer(void *arg)
 	return NULL;
 }
 
+#define WINDOW_KEEP	16
+
+struct window_thread {
+	pthread_t tid;
+	void *keep[WINDOW_KEEP];
+	size_t size[WINDOW_KEEP];
+};
+
+static struct window_thread g_window[64];
+static volatile int g_window_stop;
+
+static void *window_hammer(void *arg)
+{
+	struct window_thread *w = arg;
+	unsigned long n = 0;
+
+	while (!g_window_stop) {
+		size_t size = 16 + n % 200;
+		char *p = malloc(size);
+
+		if (!p)
+			fail("malloc");
+		p[0] = (char)n;
+		free(w->keep[n % WINDOW_KEEP]);
+		w->keep[n % WINDOW_KEEP] = p;
+		w->size[n % WINDOW_KEEP] = size;
+		n++;
+	}
+	return NULL;
+}
+
+static void *window_free(void *arg)
+{
+	int i, j, n = *(int *)arg;
+
+	for (i = 0; i < n; i++)
+		for (j = 0; j < WINDOW_KEEP; j++) {
+			free(g_window[i].keep[j]);
+			g_window[i].keep[j] = NULL;
+		}
+	return NULL;
+}
+
+static int windows(int n)
+{
+	char cmd[32];
+	pthread_t t;
+	int i, j;
+
+	if (n < 1 || n > 64)
+		n = 8;
+	printf("ready %d\n", getpid());
+	fflush(stdout);
+	while (fgets(cmd, sizeof(cmd), stdin)) {
+		if (!strcmp(cmd, "run\n")) {
+			g_window_stop = 0;
+			for (i = 0; i < n; i++)
+				if (pthread_create(&g_window[i].tid, NULL, window_hammer, &g_window[i]))
+					fail("pthread_create");
+			printf("running\n");
+		} else if (!strcmp(cmd, "hold\n")) {
+			g_window_stop = 1;
+			for (i = 0; i < n; i++)
+				pthread_join(g_window[i].tid, NULL);
+			printf("held");
+			for (i = 0; i < n; i++)
+				for (j = 0; j < WINDOW_KEEP; j++)
+					printf(" %lx:%zu", (unsigned long)g_window[i].keep[j],
+					       g_window[i].size[j]);
+			printf("\n");
+		} else if (!strcmp(cmd, "free\n")) {
+			if (pthread_create(&t, NULL, window_free, &n) || pthread_join(t, NULL))
+				fail("pthread_create");
+			printf("freed\n");
+		} else if (!strcmp(cmd, "end\n")) {
+			return 0;
+		}
+		fflush(stdout);
+	}
+	return 1;
+}
+
 __attribute__((noinline)) static void *leaking_site(void)
 {
 	void *p = malloc(4000);
@@ -85,7 +178,8 @@ static long elapsed_ms(const struct timespec *a)
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
-	int wait_at = -1, until_stdin = 0;
+	int wait_at = -1, until_stdin = 0, older_n = 0;
+	char **older = NULL;
 	void *(*lib_alloc)(size_t) = NULL;
 	const char *lib = NULL;
 	unsigned long sums[64] = { 0 }, total = 0;
@@ -93,6 +187,8 @@ int main(int argc, char **argv)
 	int ep, pipefd[2], i, r;
 	long short_sleeps = 0;
 
+	if (argc > 2 && !strcmp(argv[1], "windows"))
+		return windows(atoi(argv[2]));
 	for (i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "threads") && i + 1 < argc)
 			threads = atoi(argv[++i]);
@@ -103,6 +199,8 @@ int main(int argc, char **argv)
 			leak_at = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "wait") && i + 1 < argc)
 			wait_at = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "older") && i + 1 < argc)
+			older_n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "until-stdin"))
 			until_stdin = 1;
 		else if (!strcmp(argv[i], "seccomp")) {
@@ -120,6 +218,14 @@ int main(int argc, char **argv)
 	(void)lib;
 	(void)dl_at;
 #endif
+	if (older_n > 0) {
+		older = calloc((size_t)older_n, sizeof(*older));
+		for (i = 0; older && i < older_n; i++)
+			if (!(older[i] = malloc(32 + i % 500)))
+				fail("malloc");
+		if (!older)
+			fail("calloc");
+	}
 	ep = epoll_create1(0);
 	if (ep < 0 || pipe(pipefd))
 		fail("setup");
@@ -145,6 +251,14 @@ int main(int argc, char **argv)
 
 			if (!fgets(line, sizeof(line), stdin))
 				fail("stdin");
+		}
+		for (i = 0; r == (wait_at >= 0 ? wait_at : 0) && i < older_n; i++) {
+			if (i % 2 == 0) {
+				free(older[i]);
+				older[i] = NULL;
+			} else if (!(older[i] = realloc(older[i], 5000 + i))) {
+				fail("realloc");
+			}
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		switch (r % 5) {
@@ -214,6 +328,9 @@ int main(int argc, char **argv)
 		if (leak_at >= 0 && r >= leak_at && !leaking_site())
 			fail("leak");
 	}
+	for (i = 0; i < older_n; i++)
+		free(older[i]);
+	free(older);
 	g_stop = 1;
 	for (i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pmctl.model import Site
+
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 NS_PER_TICK = 1_000_000_000 // CLK_TCK
 
@@ -713,3 +715,27 @@ class Symbolizer:
                 loc = self._cache[(path, v)]
                 frames[a] = Frame(a, path, off, loc.func, loc.file, loc.line)
         return frames
+
+
+def describe_sites(sites: Iterable[Site], maps: Sequence[Mapping] | None) -> dict[int, str]:
+    """Each site's one-line description: where the shim said it is
+    ('leak() leak.c:30'), else its first frame symbolized with the process's
+    map (a hook preloaded or attached without the shim: the same form), else
+    'caller 0x...'."""
+    out: dict[int, str] = {}
+    frames_only: list[Site] = []
+    for s in sites:
+        if s.file or s.func:
+            out[s.site] = f"{s.func or '?'}() {s.file}:{s.line}"
+        elif s.frames:
+            frames_only.append(s)
+    frames: dict[int, Frame] = {}
+    if frames_only and maps:
+        try:
+            frames = Symbolizer(maps).symbolize(s.frames[0] for s in frames_only)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            frames = {}
+    for s in frames_only:
+        f = frames.get(s.frames[0])
+        out[s.site] = f.describe() if f and f.object else f"caller 0x{s.frames[0]:x}"
+    return out

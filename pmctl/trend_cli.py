@@ -146,26 +146,22 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None)
         store.close()
 
 
-def _device_sites(pid: int, start_time: int) -> dict[int, str]:
-    """Site descriptions from the module, when it is loaded and monitors this
-    process (same start time)."""
+def _device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
+    """Descriptions of the wanted sites from the module, when it is loaded and
+    monitors this process (same start time); frames symbolized with its map."""
     from pmctl.device import Device
+    from pmctl.symbolize import describe_sites, maps_for
     from pmd.store import start_key
 
-    where: dict[int, str] = {}
     try:
         with Device.open() as dev:
             info = dev.pid_info(pid)
             if info is None or start_key(info.start_time_ns) != start_time:
-                return where
-            for s in dev.sites(pid):
-                if s.file or s.func:
-                    where[s.site] = f"{s.func or '?'}() {s.file}:{s.line}"
-                elif s.frames:
-                    where[s.site] = f"caller 0x{s.frames[0]:x}"
+                return {}
+            sites = [s for s in dev.sites(pid) if s.site in wanted]
     except PmmError:
-        pass
-    return where
+        return {}
+    return describe_sites(sites, maps_for(pid, info.start_time_ns))
 
 
 def from_kmod(pid: int, since_s: float | None) -> Data | None:
@@ -182,14 +178,13 @@ def from_kmod(pid: int, since_s: float | None) -> Data | None:
         if info is None:
             return None
         samples = dev.samples(pid)
-    where = _device_sites(pid, start_key(info.start_time_ns))
     a = np.array([(s.time_ns, s.vm, s.rss) for s in samples], dtype=np.int64).reshape(-1, 3)
     if since_s is not None:
         a = a[a[:, 0] >= boottime_ns() - int(since_s * 1e9)]
     if a.shape[0] == 0:
         return None
     return Data(pid, start_key(info.start_time_ns), info.comm, "kmod", a[:, 0].copy(),
-                a[:, 1].copy(), a[:, 2].copy(), where=where)
+                a[:, 1].copy(), a[:, 2].copy())
 
 
 def from_watch(pid: int, seconds: float, interval: float,
@@ -301,8 +296,9 @@ def build(d: Data) -> tuple[Trend, dict[str, Any]]:
     exhausted = seconds_until_exhausted(r.slope, avail) if (
         avail is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
     sites = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in d.snapshots), limit=5)
-    if any(s.site not in d.where for s in sites) and d.source == "db":
-        d.where = {**_device_sites(d.pid, d.start_time), **d.where}
+    missing = {s.site for s in sites if s.site not in d.where}
+    if missing and d.source in ("db", "kmod"):
+        d.where = {**_device_sites(d.pid, d.start_time, missing), **d.where}
     kib = r.rate_kib_min
     doc: dict[str, Any] = {
         "pid": d.pid,

@@ -228,18 +228,16 @@ class Daemon:
             return known
         try:
             from pmctl.device import Device
+            from pmctl.symbolize import describe_sites, maps_for
 
             with Device.open() as dev:
-                for s in dev.sites(pid):
-                    if s.site == site:
-                        if s.file or s.func:
-                            where = f"{s.func or '?'}() {s.file}:{s.line}"
-                        elif s.frames:
-                            where = f"caller 0x{s.frames[0]:x}"
-                        else:
-                            return ""
-                        self.store.set_site(pid, start, site, where)
-                        return where
+                info = dev.pid_info(pid)
+                sites = [s for s in dev.sites(pid) if s.site == site]
+            maps = maps_for(pid, info.start_time_ns) if info is not None else None
+            where = describe_sites(sites, maps).get(site, "")
+            if where:
+                self.store.set_site(pid, start, site, where)
+            return where
         except Exception as e:  # noqa: BLE001 - the description is a nicety
             log.debug("no description for site %d of pid %d: %s", site, pid, e)
         return ""

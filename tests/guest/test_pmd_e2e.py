@@ -1,6 +1,8 @@
 """pmd and `pmctl trend` end to end on the real module: a leaking program
-gets LEAK within 60 samples at 100 ms (with its leaking site), a sawtooth
-that does not leak gets STABLE, and pmd survives a module unload/reload.
+gets LEAK within 60 samples at 100 ms (with its leaking site), so do two
+started without the hook and attached (`pmctl attach`, exact and sampled),
+with their leaking site ranked first by `pmctl trend`; a sawtooth that does
+not leak gets STABLE, and pmd survives a module unload/reload.
 
 HOME is read-only in the guest: every database lives under /tmp. Python
 imports are very slow in the guest (9p under TCG: numpy takes a long
@@ -109,13 +111,24 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         assert wait_for(lambda: samples_of(leak.pid) > 0, 10)
         with Device.open() as dev:
             dev.start(saw.pid)
+        # the same leak started bare, attached while it runs: exact, and sampled
+        attached: list[subprocess.Popen[bytes]] = []
+        for opts in ([], ["--sample", "65536"]):
+            a = subprocess.Popen([str(EXAMPLES / "leak"), "-n", "100000000", "-b", "16384",
+                                  "-s", "10"], stdout=subprocess.DEVNULL)
+            procs.append(a)
+            attached.append(a)
+            r = subprocess.run([PY, "-m", "pmctl", "attach", str(a.pid), *opts],
+                               capture_output=True, text=True, timeout=300, cwd=TOP)
+            assert r.returncode == 0, r.stderr
 
         # pmd raises one LEAK alert, naming the leaking site, from at most 60
         # samples at 100 ms (pmd runs the detector every 10 samples as they arrive)
         assert wait_for(lambda: samples_of(saw.pid) >= 80, 120)
         assert pmd.wait_log(f"LEAK pid {leak.pid} (leak)", 600), pmd.text()
         c = sqlite3.connect(db)
-        alerts = c.execute("SELECT pid, verdict, site, time, slope FROM alerts").fetchall()
+        alerts = c.execute("SELECT pid, verdict, site, time, slope FROM alerts "
+                           "WHERE pid = ?", (leak.pid,)).fetchall()
         assert len(alerts) == 1 and alerts[0][:2] == (leak.pid, "LEAK"), alerts
         _, _, site, t_alert, slope = alerts[0]
         times = [r[0] for r in c.execute(
@@ -144,6 +157,16 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         assert (code, d["verdict"], d["source"]) == (10, "LEAK", "db"), d
         sites = d["sites"]
         assert isinstance(sites, list) and sites and sites[0]["site"] == site, d
+
+        # the attached ones: LEAK, and the leaking line ranked first
+        for a in attached:
+            assert pmd.wait_log(f"LEAK pid {a.pid} (leak)", 600), pmd.text()
+            code, d = trend_cli(str(a.pid), "--db", str(db))
+            assert (code, d["verdict"]) == (10, "LEAK"), d
+            sites = d["sites"]
+            assert isinstance(sites, list) and sites, d
+            assert sites[0]["where"].startswith("leak_here() ") and \
+                sites[0]["where"].endswith("leak.c:30"), d
 
         # unload the module (its users must close /dev/pmm first), load it again
         for p in procs:

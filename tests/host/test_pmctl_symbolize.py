@@ -169,3 +169,23 @@ def test_disk_cache_per_object(prog: Path, tmp_path: Path,
     os.utime(exe, ns=(1, 1))  # "rebuilt"
     sy.Symbolizer(maps, Counting()).symbolize([addr])
     assert calls == [1, 1]
+
+
+def test_describe_sites(prog: Path) -> None:
+    """A site from the shim keeps its file:line; one of return addresses
+    only (a hook preloaded or attached without the shim) is described by its
+    first frame, symbolized: the form `pmctl trend` and pmd's alerts show."""
+    from pmctl.model import Site
+
+    p = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdin is not None
+    ra = int(p.stdout.readline().split()[0], 16)
+    maps = sy.maps_for(p.pid)
+    p.stdin.write("\n")
+    p.stdin.close()
+    assert p.wait() == 0
+    sites = [Site(site=1, frames=(ra,)), Site(site=2, func="f", file="a.c", line=3),
+             Site(site=3, frames=(0x10,)), Site(site=4)]
+    assert sy.describe_sites(sites, maps) == {
+        1: "leaky_function() where.c:11", 2: "f() a.c:3", 3: "caller 0x10"}
+    assert sy.describe_sites(sites[:1], None) == {1: f"caller 0x{ra:x}"}

@@ -151,6 +151,7 @@ static int conf_read(const char *conf)
  */
 PMM_EXPORT int pmm_attach(const char *conf)
 {
+	static int busy;	/* two injectors, each in a thread of its own */
 	struct tstate *t = &t_st;
 	int r, saved = errno;
 	uint64_t mask;
@@ -159,9 +160,13 @@ PMM_EXPORT int pmm_attach(const char *conf)
 		return -EAGAIN;
 	if (g_interposed)
 		return -EALREADY;
+	if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+		return -EBUSY;
 	r = conf_read(conf);
-	if (r)
+	if (r) {
+		__atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 		return r;
+	}
 	guard_take(t);
 	mask = pmm_internal_begin();
 	if (__atomic_load_n(&g_fast.mode, __ATOMIC_RELAXED) >= MODE_MONITORED) {
@@ -187,6 +192,7 @@ PMM_EXPORT int pmm_attach(const char *conf)
 out:
 	pmm_internal_end(mask);
 	guard_drop(t);
+	__atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 	errno = saved;
 	return r;
 }

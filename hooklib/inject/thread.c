@@ -153,13 +153,18 @@ static int signal_pending(pid_t pid, pid_t tid)
  * The stop made a system call fail with EINTR that a signal alone would
  * have restarted (epoll_wait and the like fail so even without a
  * handler): set it to run again, as the kernel restarts the others. Not if
- * a signal is pending: its handler may be what the program waits for.
+ * a signal is pending: its handler may be what the program waits for, nor
+ * unless the two bytes before rip are the syscall instruction that made it.
  */
 void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r)
 {
+	uint8_t insn[2];
 	size_t i;
 
 	if ((long long)r->rax != -EINTR || (long long)r->orig_rax < 0 || signal_pending(pid, tid))
+		return;
+	if (peek(tid, r->rip - 2, insn, sizeof(insn)) != sizeof(insn) ||
+	    insn[0] != 0x0f || insn[1] != 0x05)
 		return;
 	for (i = 0; i < sizeof(g_eintr_on_stop) / sizeof(g_eintr_on_stop[0]); i++) {
 		if ((long long)r->orig_rax == g_eintr_on_stop[i]) {

@@ -8,10 +8,14 @@
  * it). got_redirect writes the hook's address
  * into each such entry that holds the program's own function (real.c's
  * program_sym) or, bound lazily, the object's PLT stub, which
- * would have resolved to it: an entry that an object bound elsewhere
- * (another namespace, RTLD_DEEPBIND, its own copy) is left alone, so the
- * hooks only ever see blocks of the allocator they call. Entries in a
- * RELRO segment are made writable for the write and read-only again.
+ * would have resolved to it. An object with any such entry bound elsewhere
+ * (RTLD_DEEPBIND to an allocator of its own, its own copy) is left alone
+ * whole: its entries still bound lazily would resolve there too, and one
+ * redirected would hand that allocator's blocks to libc's free. Objects of
+ * other namespaces (dlmopen) are never seen: dl_iterate_phdr reports the
+ * caller's only. So the hooks only ever see blocks of the allocator they
+ * call. Entries in a RELRO segment are made writable for the write and
+ * read-only again.
  *
  * Not this library (its calls are the real functions'), ld.so (its own
  * allocator until libc's is set up, then libc's through pointers) or the
@@ -50,6 +54,7 @@ static uintptr_t g_self_base;	/* this library's load address */
 struct walk {
 	int entries;		/* entries written */
 	int err;		/* first error (-errno) */
+	int elsewhere;		/* the object has an entry bound elsewhere */
 };
 
 static struct redirect *redirect_of(const char *name)
@@ -94,6 +99,13 @@ static void extent(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi
 	}
 }
 
+/* The entry holds neither the hook, the program's function nor (bound
+ * lazily) the object's own PLT stub. */
+static int bound_elsewhere(uintptr_t v, const struct redirect *r, uintptr_t lo, uintptr_t hi)
+{
+	return v != (uintptr_t)r->hook && v != (uintptr_t)r->real && !(v >= lo && v < hi);
+}
+
 /* Writes hook into the entry at slot; 1 if it did, 0 if it was not the
  * program's function, -errno if the page could not be made writable. */
 static int write_entry(void **slot, const struct redirect *r, uintptr_t lo, uintptr_t hi,
@@ -103,10 +115,8 @@ static int write_entry(void **slot, const struct redirect *r, uintptr_t lo, uint
 	uintptr_t page = (uintptr_t)slot & ~(PAGE - 1);
 	int relro = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
 
-	if (v == (uintptr_t)r->hook)
-		return 0;	/* done by an earlier pass */
-	if (v != (uintptr_t)r->real && !(v >= lo && v < hi))
-		return 0;	/* bound elsewhere: not ours to change */
+	if (v == (uintptr_t)r->hook || bound_elsewhere(v, r, lo, hi))
+		return 0;	/* done by an earlier pass, or not ours to change */
 	if (relro && mprotect((void *)page, PAGE, PROT_READ | PROT_WRITE))
 		return -errno;
 	__atomic_store_n(slot, r->hook, __ATOMIC_RELAXED);
@@ -115,8 +125,9 @@ static int write_entry(void **slot, const struct redirect *r, uintptr_t lo, uint
 	return 1;
 }
 
+/* write 0: only notes whether an entry is bound elsewhere. */
 static void relocs(const struct dl_phdr_info *info, const ElfW(Rela) *rel, size_t bytes,
-		   const ElfW(Sym) *symtab, const char *strtab, struct walk *w)
+		   const ElfW(Sym) *symtab, const char *strtab, int write, struct walk *w)
 {
 	uintptr_t lo, hi, relro_lo, relro_hi;
 	size_t i;
@@ -135,6 +146,13 @@ static void relocs(const struct dl_phdr_info *info, const ElfW(Rela) *rel, size_
 		r = redirect_of(strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name);
 		if (!r || !r->hook || !r->real)
 			continue;
+		if (!write) {
+			void **slot = (void **)(info->dlpi_addr + rel[i].r_offset);
+
+			w->elsewhere |= bound_elsewhere((uintptr_t)__atomic_load_n(slot,
+								__ATOMIC_RELAXED), r, lo, hi);
+			continue;
+		}
 		done = write_entry((void **)(info->dlpi_addr + rel[i].r_offset), r, lo, hi,
 				   relro_lo, relro_hi);
 		if (done > 0)
@@ -152,7 +170,8 @@ static int object(struct dl_phdr_info *info, size_t size, void *arg)
 	const char *strtab = NULL;
 	const ElfW(Dyn) *d = NULL;
 	uintptr_t base = info->dlpi_addr;
-	int i;
+	struct walk *w = arg;
+	int i, write;
 
 	if (base == g_self_base || base == getauxval(AT_BASE) ||
 	    (uintptr_t)info->dlpi_phdr == getauxval(AT_SYSINFO_EHDR) + sizeof(ElfW(Ehdr)))
@@ -184,10 +203,13 @@ static int object(struct dl_phdr_info *info, size_t size, void *arg)
 	}
 	if (!symtab || !strtab)
 		return 0;
-	if (jmprel)
-		relocs(info, jmprel, jmprel_bytes, symtab, strtab, arg);
-	if (rela)
-		relocs(info, rela, rela_bytes, symtab, strtab, arg);
+	w->elsewhere = 0;
+	for (write = 0; write <= 1 && !w->elsewhere; write++) {
+		if (jmprel)
+			relocs(info, jmprel, jmprel_bytes, symtab, strtab, write, w);
+		if (rela)
+			relocs(info, rela, rela_bytes, symtab, strtab, write, w);
+	}
 	return 0;
 }
 
@@ -210,7 +232,7 @@ int got_prepare(const struct got_entry *entries, size_t n)
 
 int got_redirect(void)
 {
-	struct walk w = { 0, 0 };
+	struct walk w = { 0, 0, 0 };
 
 	if (!__atomic_load_n(&g_self_base, __ATOMIC_ACQUIRE))
 		return -EINVAL;

@@ -49,8 +49,8 @@ class Running:
         return self.proc.returncode, out.decode(), err.decode()
 
 
-def bare(args: list[str]) -> str:
-    r = subprocess.run([str(ATTACHEE), *args, "wait", "0"], env=clean_env(), input="go\n",
+def bare(args: list[str], env: dict[str, str] | None = None) -> str:
+    r = subprocess.run([str(ATTACHEE), *args, "wait", "0"], env=env or clean_env(), input="go\n",
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout.split("\n", 1)[1]  # without "ready PID"
@@ -160,6 +160,48 @@ def test_attach_follows_a_library_loaded_later(tmp_path: Path) -> None:
              for _ in range(rec.weight) if rec.op == uapi.Op.MALLOC]
     from_lib = [s for s in sizes if 70001 <= s <= 70100]
     assert len(from_lib) == 100 * 15
+
+
+def test_an_object_of_another_namespace_is_left_alone(tmp_path: Path) -> None:
+    """A library dlmopened into a namespace of its own, bound lazily, that
+    allocated through its libc (malloc, strdup) before the attach and frees
+    after it through a free bound only then: its entries, and its libc's,
+    are left alone (redirected, its free would reach the program's libc with
+    a block of the other one's: glibc aborts), and the program runs as bare."""
+    args = ["3", "dlmopen", str(BIN / "libattachee.so")]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    # redirected, its 65 frees would reach the hook, as frees of older blocks
+    older = [rec for _, rs in fake_log_batches(log) for rec in rs
+             if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER]
+    assert older == []
+
+
+@pytest.mark.skipif(not (BIN / "libattachee-jemalloc.so").exists(),
+                    reason="libjemalloc2 not installed (make setup)")
+def test_a_deepbind_object_bound_to_its_own_allocator_is_left_alone(tmp_path: Path) -> None:
+    """A library loaded with RTLD_DEEPBIND and linked against jemalloc, bound
+    lazily, whose malloc (jemalloc's) was bound before the attach and whose
+    free is bound after it: none of its entries is redirected (its free,
+    redirected, would hand jemalloc's blocks to libc's free)."""
+    args = ["3", "deepbind", str(BIN / "libattachee-jemalloc.so")]
+    # jemalloc's initial-exec TLS, dlopened: more than glibc's surplus
+    env = dict(clean_env(), GLIBC_TUNABLES="glibc.rtld.optional_static_tls=16384")
+    want = bare(args, env)
+    log = tmp_path / "log"
+    run = Running(args, env=env)
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    older = [rec for _, rs in fake_log_batches(log) for rec in rs
+             if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER]
+    assert older == []
 
 
 def test_second_attach_while_monitored_is_refused_and_changes_nothing(

@@ -8,7 +8,7 @@
  * what it does.
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
- *            [seccomp] [older N]
+ *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB]
  *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
@@ -21,7 +21,11 @@
  * seccomp: installs an allow-all seccomp filter first;
  * older N: N blocks allocated before "ready", released in round AT of wait
  * (0 without one), after its wait: the even ones freed, the odd ones grown by realloc, then freed
- * at the end (blocks older than an attach).
+ * at the end (blocks older than an attach);
+ * dlmopen LIB: loads LIB lazily bound in a new namespace before "ready",
+ * where it allocates (attachee_keep), and frees in round AT of wait (0
+ * without one), after its wait (attachee_release); deepbind LIB: the same
+ * with dlopen(RTLD_LAZY | RTLD_DEEPBIND), in the program's namespace.
  *
  * windows N: a window at a time, on commands read from stdin (a test
  * attaches and stops around each): "run" starts N threads hammering
@@ -179,6 +183,9 @@ int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
 	int wait_at = -1, until_stdin = 0, older_n = 0;
+	void (*ns_release)(void) = NULL;
+	const char *ns_lib = NULL;
+	int deepbind = 0;
 	char **older = NULL;
 	void *(*lib_alloc)(size_t) = NULL;
 	const char *lib = NULL;
@@ -199,6 +206,12 @@ int main(int argc, char **argv)
 			leak_at = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "wait") && i + 1 < argc)
 			wait_at = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "dlmopen") && i + 1 < argc)
+			ns_lib = argv[++i];
+		else if (!strcmp(argv[i], "deepbind") && i + 1 < argc) {
+			ns_lib = argv[++i];
+			deepbind = 1;
+		}
 		else if (!strcmp(argv[i], "older") && i + 1 < argc)
 			older_n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "until-stdin"))
@@ -226,6 +239,23 @@ int main(int argc, char **argv)
 		if (!older)
 			fail("calloc");
 	}
+#ifndef ATTACHEE_STATIC
+	if (ns_lib) {
+		void *h = deepbind ? dlopen(ns_lib, RTLD_LAZY | RTLD_DEEPBIND) :
+				     dlmopen(LM_ID_NEWLM, ns_lib, RTLD_LAZY);
+		void (*keep)(int) = h ? (void (*)(int))dlsym(h, "attachee_keep") : NULL;
+
+		ns_release = h ? (void (*)(void))dlsym(h, "attachee_release") : NULL;
+		if (!keep || !ns_release) {
+			printf("FAIL dlmopen: %s\n", dlerror());
+			return 1;
+		}
+		keep(!deepbind);
+	}
+#else
+	(void)ns_lib;
+	(void)deepbind;
+#endif
 	ep = epoll_create1(0);
 	if (ep < 0 || pipe(pipefd))
 		fail("setup");
@@ -252,6 +282,8 @@ int main(int argc, char **argv)
 			if (!fgets(line, sizeof(line), stdin))
 				fail("stdin");
 		}
+		if (ns_release && r == (wait_at >= 0 ? wait_at : 0))
+			ns_release();
 		for (i = 0; r == (wait_at >= 0 ? wait_at : 0) && i < older_n; i++) {
 			if (i % 2 == 0) {
 				free(older[i]);

@@ -30,6 +30,7 @@ enum {
 #define STACK_SCAN	(256 * 1024)	/* bytes of stack above sp searched */
 #define CALL_TIMEOUT_MS	10000
 #define SCRATCH		4096		/* below the red zone: the calls' strings */
+#define STACK_NEED	(64 * 1024)	/* stack below sp that dlopen and pmm_attach may use */
 
 struct range {
 	uintptr_t lo, hi;

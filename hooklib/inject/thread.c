@@ -83,6 +83,35 @@ static int after_call(pid_t tid, uintptr_t a)
  * thread in the program's own code is read too: a signal handler there may
  * have interrupted malloc, whose frames lie above its signal frame.
  */
+/*
+ * Bytes of the mapping that holds sp below it: the calls run there. The
+ * main thread's [stack] grows as needed; a thread's stack of its own is a
+ * fixed mapping (glibc puts a guard page below it), which dlopen must not
+ * run off the end of.
+ */
+static uintptr_t stack_room(pid_t pid, uintptr_t sp)
+{
+	char path[64], line[512], name[64];
+	unsigned long lo, hi;
+	uintptr_t room = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		name[0] = '\0';
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %63s", &lo, &hi, name) < 2 ||
+		    sp < lo || sp >= hi)
+			continue;
+		room = !strcmp(name, "[stack]") ? UINTPTR_MAX : sp - lo;
+		break;
+	}
+	fclose(f);
+	return room;
+}
+
 int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r)
 {
 	static uint64_t stack[STACK_SCAN / 8];
@@ -90,6 +119,8 @@ int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct 
 	size_t i;
 
 	if (in_ranges(t->deny, t->n_deny, r->rip))
+		return 0;
+	if (stack_room(t->pid, r->rsp) < STACK_NEED)
 		return 0;
 	got = peek(tid, r->rsp, stack, sizeof(stack));
 	if (got <= 0) {
@@ -242,8 +273,10 @@ struct pending {
 
 /*
  * Calls fn(a, b) in the stopped thread, on its stack below sp; its return
- * value, or sets *err. Signals that arrive meanwhile are held in p for the
- * end (delivered after the registers are back).
+ * value, or sets *err. The thread blocks every signal meanwhile
+ * (attach_thread), so they wait in the kernel, siginfo and all; one that
+ * stops it all the same (SIGSTOP) is held in p for the end (sent again
+ * after the registers are back).
  */
 static uint64_t call(pid_t tid, const struct saved *s, uintptr_t sp, uintptr_t fn, uint64_t a,
 		     uint64_t b, struct pending *p, int *err)
@@ -276,7 +309,8 @@ static uint64_t call(pid_t tid, const struct saved *s, uintptr_t sp, uintptr_t f
 		if (status == -2) {
 			*err = EXIT_LOAD_FAILED;
 			ptrace(PTRACE_INTERRUPT, tid, 0, 0);
-			wait_stop(tid, 0);
+			if (wait_stop(tid, now_ms() + 2000) < 0)
+				*err = EXIT_GONE;
 			return 0;
 		}
 		if (!WIFSTOPPED(status))
@@ -315,12 +349,14 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 {
 	static struct saved s;
 	struct pending p = { .n = 0 };
+	uint64_t mask, all = ~0ULL;
 	uintptr_t sp, path_at, name_at, conf_at;
 	size_t path_len = strlen(t->lib) + 1, conf_len = strlen(conf) + 1;
 	uint64_t h, fn, msg;
 	int err = 0, i;
 
-	if (save(tid, &s))
+	if (save(tid, &s) || ptrace(PTRACE_GETSIGMASK, tid, sizeof(mask), &mask) ||
+	    ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all))
 		return EXIT_GONE;
 	/* below the red zone and what the strings take */
 	sp = s.regs.rsp - 128 - SCRATCH;
@@ -328,11 +364,13 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 	name_at = path_at + path_len;
 	conf_at = name_at + sizeof("pmm_attach");
 	if (path_len + sizeof("pmm_attach") + conf_len > SCRATCH - 64)
-		return EXIT_USAGE;
-	if (poke(tid, path_at, t->lib, path_len) ||
-	    poke(tid, name_at, "pmm_attach", sizeof("pmm_attach")) ||
-	    poke(tid, conf_at, conf, conf_len))
-		return EXIT_GONE;
+		err = EXIT_USAGE;
+	else if (poke(tid, path_at, t->lib, path_len) ||
+		 poke(tid, name_at, "pmm_attach", sizeof("pmm_attach")) ||
+		 poke(tid, conf_at, conf, conf_len))
+		err = EXIT_GONE;
+	if (err)
+		goto out;
 	h = call(tid, &s, sp, t->dlopen, path_at, 2 /* RTLD_NOW, local */, &p, &err);
 	if (!err && !h) {
 		msg = call(tid, &s, sp, t->dlerror, 0, 0, &p, &err);
@@ -346,7 +384,8 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 	}
 	if (!err)
 		*result = (int)call(tid, &s, sp, fn, conf_at, 0, &p, &err);
-	if (restore(tid, &s) && !err)
+out:
+	if ((restore(tid, &s) || ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask)) && !err)
 		err = EXIT_GONE;
 	ptrace(PTRACE_DETACH, tid, 0, 0);
 	for (i = 0; i < p.n; i++)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -25,7 +26,8 @@ NOBODY = 65534
 
 # exit codes of pmm-inject (hooklib/inject/inject.c)
 EXIT_USAGE, EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_TRACED = 2, 3, 4, 5
-EXIT_NOT_DYNAMIC, EXIT_NO_LIBRARY, EXIT_SECCOMP, EXIT_ATTACH_FAILED = 6, 7, 8, 11
+EXIT_NOT_DYNAMIC, EXIT_NO_LIBRARY, EXIT_SECCOMP, EXIT_NO_SAFE_POINT = 6, 7, 8, 9
+EXIT_ATTACH_FAILED = 11
 
 
 class Running:
@@ -126,6 +128,66 @@ def test_frees_of_blocks_older_than_the_attach(tmp_path: Path) -> None:
     # as older (tagged, or untagged where its tag slot was taken since)
     assert all(rec.flags & uapi.REC_F_FREED or frees[rec.ptr] in (0, uapi.REC_F_TAGGED)
                for rec in grown)
+
+
+def test_signals_during_the_attach_keep_their_siginfo(tmp_path: Path) -> None:
+    """SIGRTMIN sent by sigqueue (value 42) every 100 us while pmm-inject
+    works on the program's only thread: the thread blocks every signal
+    during the calls, so those that come meanwhile wait in the kernel and
+    arrive after, each once and as sent (a signal held and sent again with
+    tgkill would come as SI_TKILL without its value)."""
+    import threading
+    import time
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Sigval(ctypes.Union):
+        _fields_ = [("sival_int", ctypes.c_int), ("sival_ptr", ctypes.c_void_p)]
+
+    libc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, Sigval]
+    rtmin = int(signal.SIGRTMIN)
+    args = ["2", "sigqueue"]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+    sent = 0
+    stop = threading.Event()
+
+    def flood() -> None:
+        nonlocal sent
+        while not stop.is_set():
+            assert libc.sigqueue(run.pid, rtmin, Sigval(42)) == 0, ctypes.get_errno()
+            sent += 1
+            time.sleep(0.0001)
+
+    sender = threading.Thread(target=flood)
+    sender.start()
+    try:
+        time.sleep(0.02)
+        r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+        time.sleep(0.02)
+    finally:
+        stop.set()
+        sender.join()
+    assert r.returncode == 0, r.stderr
+    code, out, err = run.finish()
+    assert (code, err) == (0, "")
+    total, signals = out.splitlines()
+    assert total == want.strip()
+    assert signals == f"signals queued {sent} other 0"
+
+
+def test_a_thread_on_a_small_stack_is_not_a_safe_point() -> None:
+    """The only thread waits on a 32 KiB stack of its own (makecontext):
+    dlopen and pmm_attach could run off its end, so it is never chosen; no
+    safe point comes (exit 9) and the program runs on as bare."""
+    args = ["2", "small-stack"]
+    want = bare(args)
+    run = Running(args)
+    r = inject(run.pid, "PMM_START=1", extra=["--timeout", "300"])
+    assert r.returncode == EXIT_NO_SAFE_POINT, r.stderr
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
 
 
 def test_attach_sampled(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@
  * what it does.
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
- *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB]
+ *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB] [sigqueue]
+ *            [small-stack]
  *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
@@ -25,7 +26,12 @@
  * dlmopen LIB: loads LIB lazily bound in a new namespace before "ready",
  * where it allocates (attachee_keep), and frees in round AT of wait (0
  * without one), after its wait (attachee_release); deepbind LIB: the same
- * with dlopen(RTLD_LAZY | RTLD_DEEPBIND), in the program's namespace.
+ * with dlopen(RTLD_LAZY | RTLD_DEEPBIND), in the program's namespace;
+ * sigqueue: counts the SIGRTMIN it receives, those sent by sigqueue with
+ * the value 42 apart from any other (a signal an attach held and sent
+ * again would be one), and prints both at the end;
+ * small-stack: waits for its wait line (wait AT) on a stack of 32 KiB of
+ * its own (makecontext), where dlopen could run off the end.
  *
  * windows N: a window at a time, on commands read from stdin (a test
  * attaches and stops around each): "run" starts N threads hammering
@@ -40,16 +46,28 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static volatile int g_stop;
+static volatile sig_atomic_t g_queued, g_other;
+
+static void on_rtmin(int sig, siginfo_t *si, void *uc)
+{
+	if (si->si_code == SI_QUEUE && si->si_value.sival_int == 42)
+		g_queued++;
+	else
+		g_other++;
+}
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 
@@ -163,6 +181,33 @@ static int windows(int n)
 	return 1;
 }
 
+static ucontext_t g_main_ctx, g_small_ctx;
+
+static void wait_line(void)
+{
+	char line[16];
+
+	if (!fgets(line, sizeof(line), stdin))
+		fail("stdin");
+}
+
+/* wait_line on a 32 KiB stack of its own, then back */
+static void wait_on_small_stack(void)
+{
+	size_t size = 32 * 1024;
+	void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (stack == MAP_FAILED || getcontext(&g_small_ctx))
+		fail("small stack");
+	g_small_ctx.uc_stack.ss_sp = stack;
+	g_small_ctx.uc_stack.ss_size = size;
+	g_small_ctx.uc_link = &g_main_ctx;
+	makecontext(&g_small_ctx, wait_line, 0);
+	if (swapcontext(&g_main_ctx, &g_small_ctx))
+		fail("swapcontext");
+	munmap(stack, size);
+}
+
 __attribute__((noinline)) static void *leaking_site(void)
 {
 	void *p = malloc(4000);
@@ -182,7 +227,7 @@ static long elapsed_ms(const struct timespec *a)
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
-	int wait_at = -1, until_stdin = 0, older_n = 0;
+	int wait_at = -1, until_stdin = 0, older_n = 0, small_stack = 0;
 	void (*ns_release)(void) = NULL;
 	const char *ns_lib = NULL;
 	int deepbind = 0;
@@ -212,7 +257,16 @@ int main(int argc, char **argv)
 			ns_lib = argv[++i];
 			deepbind = 1;
 		}
-		else if (!strcmp(argv[i], "older") && i + 1 < argc)
+		else if (!strcmp(argv[i], "small-stack"))
+			small_stack = 1;
+		else if (!strcmp(argv[i], "sigqueue")) {
+			struct sigaction sa;
+
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_sigaction = on_rtmin;
+			sa.sa_flags = SA_SIGINFO | SA_RESTART;
+			sigaction(SIGRTMIN, &sa, NULL);
+		} else if (!strcmp(argv[i], "older") && i + 1 < argc)
 			older_n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "until-stdin"))
 			until_stdin = 1;
@@ -276,12 +330,10 @@ int main(int argc, char **argv)
 			if (poll(&in, 1, 0) > 0)
 				break;
 		}
-		if (r == wait_at) {
-			char line[16];
-
-			if (!fgets(line, sizeof(line), stdin))
-				fail("stdin");
-		}
+		if (r == wait_at && small_stack)
+			wait_on_small_stack();
+		else if (r == wait_at)
+			wait_line();
 		if (ns_release && r == (wait_at >= 0 ? wait_at : 0))
 			ns_release();
 		for (i = 0; r == (wait_at >= 0 ? wait_at : 0) && i < older_n; i++) {
@@ -367,6 +419,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);
 	printf("total %lu short_sleeps %ld threads %d\n", total, short_sleeps, threads);
+	if (g_queued || g_other)
+		printf("signals queued %d other %d\n", (int)g_queued, (int)g_other);
 	for (i = 0; i < threads; i++)
 		if (!sums[i])
 			printf("thread %d did nothing\n", i);

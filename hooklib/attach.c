@@ -182,7 +182,7 @@ PMM_EXPORT int pmm_attach(const char *conf)
 	if (!g_prepared) {
 		g_real_dlopen = program_sym("dlopen");
 		r = g_real_dlopen ? got_prepare(g_entries, sizeof(g_entries) / sizeof(g_entries[0])) :
-				    -ENOENT;
+				    -ENOSYS;	/* no dlopen to follow */
 		g_prepared = !r;
 	}
 	if (!r)

@@ -215,8 +215,10 @@ def attach(
         echo_json({"pid": pid, "monitored": True, "mode": "sampled" if sample else "exact",
                    "sample": sample, "injector": line})
         return
+    memfd = " (the hook loaded from a memfd: not at its path in the process's mount " \
+        "namespace)" if "memfd" in line else ""
     typer.echo(f"attached to pid {pid} ({printable(info.comm)}): "
-               f"{'sampled, 1 per ' + str(sample) + ' bytes' if sample else 'exact'}")
+               f"{'sampled, 1 per ' + str(sample) + ' bytes' if sample else 'exact'}{memfd}")
 
 
 @app.command()

@@ -19,7 +19,7 @@ code  name                   meaning
 10+   reserved for `pmctl trend` (10: LEAK)
 20    ATTACH_TRACED          attach: the process is traced (a debugger)
 21    ATTACH_NOT_DYNAMIC     attach: static, or no glibc 2.34+ dlopen
-22    ATTACH_NO_LIBRARY      attach: the hook's path is another file there
+22    ATTACH_NO_LIBRARY      attach: no copy of the hook could be put there (memfd)
 23    ATTACH_SECCOMP         attach: a seccomp filter (--allow-seccomp)
 24    ATTACH_NO_SAFE_POINT   attach: no thread outside the allocator/loader
 25    ATTACH_LOAD_FAILED     attach: dlopen of the hook failed in the process

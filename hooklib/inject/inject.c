@@ -16,7 +16,9 @@
  * Its registers, extended state included, are restored after; a system
  * call the stop interrupted is restarted as the kernel would (and one that
  * would return EINTR for the stop alone is restarted too), so the program
- * sees no EINTR, errno or register of ours.
+ * sees no EINTR, errno or register of ours. Where the library's path is
+ * not that file in the target's mount namespace, a copy is loaded from a
+ * memfd the target makes (/proc/self/fd/N).
  *
  * Exit codes: inject.h's EXIT_*, each with one line on stderr; the target
  * is left as it was by every refusal.
@@ -143,16 +145,8 @@ static void check_target(struct target *t, int allow_seccomp)
 	snprintf(p1, sizeof(p1), "/proc/%d/root%s", t->pid, t->lib);
 	if (stat(p1, &b) && (errno == EACCES || errno == EPERM))
 		perm_denied(t->pid, errno);	/* its root is not ours to see */
-	if (stat(p1, &b))
-		die(EXIT_NO_LIBRARY, "%s is not there in process %d's mount namespace (%s; "
-		    "a container?): install the hook there at that path, or use its path "
-		    "there with --lib", t->lib, t->pid, strerror(errno));
-	if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-		die(EXIT_NO_LIBRARY, "%s is another file in process %d's mount namespace "
-		    "(device %lx inode %lu there, %lx %lu here; a container?): install the hook "
-		    "there at that path, or use its path there with --lib", t->lib, t->pid,
-		    (unsigned long)b.st_dev, (unsigned long)b.st_ino, (unsigned long)a.st_dev,
-		    (unsigned long)a.st_ino);
+	/* not there, or another file there (a container): a copy, in a memfd */
+	t->via_memfd = stat(p1, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino;
 }
 
 /* Threads sleeping in a system call first: they are the likeliest safe. */
@@ -242,6 +236,10 @@ int main(int argc, char **argv)
 		die(EXIT_USAGE, "--lib %s: an absolute path, please", t.lib);
 	check_target(&t, allow_seccomp);
 	scan_objects(&t);
+	if (t.via_memfd && (!t.memfd_create || !t.close))
+		die(EXIT_NO_LIBRARY, "%s is not that file in process %d's mount namespace (a "
+		    "container?), and its libc has no memfd_create to load a copy: install the "
+		    "hook there at that path, or use its path there with --lib", t.lib, t.pid);
 
 	deadline = now_ms() + (uint64_t)timeout_ms;
 	do {
@@ -266,7 +264,7 @@ int main(int argc, char **argv)
 				stopped_ms = now_ms() - t0;
 				if (e == EXIT_GONE)
 					die(EXIT_GONE, "process %d exited during the attach", t.pid);
-				if (e == EXIT_LOAD_FAILED)
+				if (e == EXIT_LOAD_FAILED || e == EXIT_NO_LIBRARY)
 					die(e, "loading %s into process %d failed: %s", t.lib, t.pid,
 					    why[0] ? why : "the call did not return");
 				if (e)
@@ -276,10 +274,14 @@ int main(int argc, char **argv)
 					    t.pid, result == -EALREADY ?
 					    "it is preloaded already (pmctl start is enough)" :
 					    result == -EBUSY ? "it is monitored now (pmctl stop first)" :
+					    result == -ENOENT ? "there is no /dev/pmm in its mount "
+					    "namespace (a container? bind-mount it there)" :
 					    strerror(-result));
 				printf("attached to %d: %d entries redirected, thread %d stopped "
-				       "%llu ms\n", t.pid, result, tids[i],
-				       (unsigned long long)stopped_ms);
+				       "%llu ms%s\n", t.pid, result, tids[i],
+				       (unsigned long long)stopped_ms, t.via_memfd ?
+				       " (the library loaded from a memfd: its path is not that "
+				       "file in the process's mount namespace)" : "");
 				return EXIT_ATTACHED;
 			}
 			restart_eintr(t.pid, tids[i], &r);

@@ -18,7 +18,7 @@ enum {
 	EXIT_PERMISSION = 4,	/* ptrace refused: permission, Yama */
 	EXIT_TRACED = 5,	/* traced already (a debugger, another attach) */
 	EXIT_NOT_DYNAMIC = 6,	/* no dynamic loader: static, or not glibc */
-	EXIT_NO_LIBRARY = 7,	/* the library's path is not the same file there */
+	EXIT_NO_LIBRARY = 7,	/* not the same file there, and no copy in a memfd */
 	EXIT_SECCOMP = 8,	/* a seccomp filter could refuse or kill the calls */
 	EXIT_NO_SAFE_POINT = 9,	/* no thread at a safe point in time */
 	EXIT_LOAD_FAILED = 10,	/* dlopen or dlsym failed in the target */
@@ -44,7 +44,11 @@ struct target {
 	int n_plain;
 	uintptr_t restorer;	/* libc's signal return (__restore_rt), 0: unknown */
 	uintptr_t dlopen, dlsym, dlerror;	/* in the target */
+	uintptr_t memfd_create, close;		/* libc's, for via_memfd */
 	const char *lib;
+	/* lib is not that file at its path in the target's mount namespace: a
+	 * copy in a memfd of the target's is loaded instead (/proc/self/fd/N) */
+	int via_memfd;
 };
 
 

@@ -149,6 +149,10 @@ static void note_symbol(void *arg, const char *name, uintptr_t addr, size_t size
 			s->t->dlsym = addr;
 		else if (!strcmp(name, "dlerror"))
 			s->t->dlerror = addr;
+		else if (!strcmp(name, "memfd_create"))
+			s->t->memfd_create = addr;
+		else if (!strcmp(name, "close"))
+			s->t->close = addr;
 	}
 	for (i = 0; g_denied[i]; i++) {
 		if (!strcmp(name, g_denied[i])) {

@@ -344,31 +344,73 @@ static void read_string(pid_t tid, uintptr_t a, char *buf, size_t len)
 	buf[strnlen(buf, len - 1)] = '\0';
 }
 
+/* The library's bytes into the target's memfd fd (through /proc); 0 or -1. */
+static int copy_to_memfd(pid_t pid, int fd, const char *lib, char *why, size_t why_len)
+{
+	char path[64], buf[65536];
+	int in, out, ret = -1;
+	ssize_t n = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+	in = open(lib, O_RDONLY | O_CLOEXEC);
+	out = open(path, O_WRONLY | O_CLOEXEC);
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			break;
+	if (in >= 0 && out >= 0 && n == 0)
+		ret = 0;
+	else
+		snprintf(why, why_len, "copying it into a memfd of the process: %s",
+			 strerror(errno));
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
 int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 			 char *why, size_t why_len)
 {
+	static const char memfd_name[] = "libpmmhook.so";
 	static struct saved s;
 	struct pending p = { .n = 0 };
 	uint64_t mask, all = ~0ULL;
-	uintptr_t sp, path_at, name_at, conf_at;
+	uintptr_t sp, path_at, name_at, conf_at, memfd_name_at;
+	char memfd_path[32];
 	size_t path_len = strlen(t->lib) + 1, conf_len = strlen(conf) + 1;
 	uint64_t h, fn, msg;
-	int err = 0, i;
+	int err = 0, gone = 0, memfd = -1, i;
 
 	if (save(tid, &s) || ptrace(PTRACE_GETSIGMASK, tid, sizeof(mask), &mask) ||
 	    ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all))
 		return EXIT_GONE;
+	if (path_len < sizeof(memfd_path))
+		path_len = sizeof(memfd_path);
 	/* below the red zone and what the strings take */
 	sp = s.regs.rsp - 128 - SCRATCH;
 	path_at = sp;
 	name_at = path_at + path_len;
 	conf_at = name_at + sizeof("pmm_attach");
-	if (path_len + sizeof("pmm_attach") + conf_len > SCRATCH - 64)
+	memfd_name_at = conf_at + conf_len;
+	if (path_len + sizeof("pmm_attach") + conf_len + sizeof(memfd_name) > SCRATCH - 64)
 		err = EXIT_USAGE;
-	else if (poke(tid, path_at, t->lib, path_len) ||
+	else if (poke(tid, path_at, t->lib, strlen(t->lib) + 1) ||
 		 poke(tid, name_at, "pmm_attach", sizeof("pmm_attach")) ||
-		 poke(tid, conf_at, conf, conf_len))
+		 poke(tid, conf_at, conf, conf_len) ||
+		 poke(tid, memfd_name_at, memfd_name, sizeof(memfd_name)))
 		err = EXIT_GONE;
+	if (!err && t->via_memfd) {
+		/* MFD_CLOEXEC: the program's children do not inherit it */
+		memfd = (int)call(tid, &s, sp, t->memfd_create, memfd_name_at, 1, &p, &err);
+		if (!err && memfd < 0)
+			snprintf(why, why_len, "memfd_create failed in the process");
+		if (!err && (memfd < 0 || copy_to_memfd(t->pid, memfd, t->lib, why, why_len)))
+			err = EXIT_NO_LIBRARY;
+		snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
+		if (!err && poke(tid, path_at, memfd_path, strlen(memfd_path) + 1))
+			err = EXIT_GONE;
+	}
 	if (err)
 		goto out;
 	h = call(tid, &s, sp, t->dlopen, path_at, 2 /* RTLD_NOW, local */, &p, &err);
@@ -385,7 +427,12 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 	if (!err)
 		*result = (int)call(tid, &s, sp, fn, conf_at, 0, &p, &err);
 out:
-	if ((restore(tid, &s) || ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask)) && !err)
+	/* the mapping keeps the library: its descriptor is not the program's */
+	if (memfd >= 0 && err != EXIT_GONE)
+		call(tid, &s, sp, t->close, (uint64_t)memfd, 0, &p, &gone);
+	if ((restore(tid, &s) || ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask) ||
+	     gone == EXIT_GONE) &&
+	    !err)
 		err = EXIT_GONE;
 	ptrace(PTRACE_DETACH, tid, 0, 0);
 	for (i = 0; i < p.n; i++)

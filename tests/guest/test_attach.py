@@ -252,6 +252,41 @@ def test_attach_stop_attach_cycles(pmm: None, cache: Path) -> None:
             p.wait()
 
 
+def test_attach_in_another_mount_namespace(pmm: None, cache: Path) -> None:
+    """A program in a mount namespace of its own where the hook's directory
+    is an empty tmpfs (a container without the hook): a copy of the hook is
+    loaded from a memfd, and its leak after the attach is ranked first.
+    Where /dev/pmm is hidden too, the attach is refused (26) saying so, and
+    the program runs on as bare."""
+    hooklib = TOP / "hooklib"
+    exe = PROGS / "attachee"
+    args = "40 leak 10 wait 10 threads 2"
+    shell = f"mount -t tmpfs none {hooklib} && exec {exe} {args}"
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.PIPE, env=clean_env())
+    ready(p)
+    r = pmctl("attach", str(p.pid))
+    assert r.exit_code == 0, r.stderr
+    assert "loaded from a memfd" in r.stdout
+    go_on(p)
+    finish(p)
+    top = pmctl_json("leaks", str(p.pid))["sites"][0]
+    assert (top["func"], os.path.basename(top["file"] or "")) == \
+        ("leaking_site", "attachee.c"), top
+    assert (top["blocks"], top["bytes"]) == (30, 30 * 4000)
+
+    shell = f"mount -t tmpfs none {hooklib} && mount -t tmpfs none /dev && exec {exe} 20 wait 0"
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.PIPE, env=clean_env())
+    ready(p)
+    r = pmctl("attach", str(p.pid))
+    assert r.exit_code == 26 and "no /dev/pmm in its mount namespace" in r.stderr, r.stderr
+    go_on(p)
+    finish(p)
+
+
 def test_attach_refusals(pmm: None, cache: Path) -> None:
     """Refused with pmctl's attach exit codes; the program runs on as bare."""
     hook = TOP / "hooklib" / "libpmmhook.so"

@@ -266,6 +266,33 @@ def test_a_deepbind_object_bound_to_its_own_allocator_is_left_alone(tmp_path: Pa
     assert older == []
 
 
+def test_entries_of_text_relocations_are_redirected(tmp_path: Path) -> None:
+    """A library with text relocations (-z notext) holds malloc and free in
+    tables on a read-only page: the attach makes the page writable for the
+    writes and gives it its protection back; its allocation after the
+    attach is recorded, its frees of blocks from before go as older."""
+    lib = BIN / "libtextrel.so"
+    args = ["3", "preload", str(lib)]
+    want = bare(args)
+    log = tmp_path / "log"
+    run = Running(args)
+
+    def lib_maps() -> list[str]:
+        return sorted(line.split()[1] for line in open(f"/proc/{run.pid}/maps")
+                      if line.rstrip().endswith(str(lib)))
+
+    before = lib_maps()
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    assert lib_maps() == before and "rw-p" not in before[:3]
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    recs = [rec for _, rs in fake_log_batches(log) for rec in rs]
+    assert [rec.size for rec in recs if rec.size == 77777] == [77777]
+    assert sum(1 for rec in recs if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER) \
+        >= 16
+
+
 def test_second_attach_while_monitored_is_refused_and_changes_nothing(
         tmp_path: Path) -> None:
     run = Running(["30"])
@@ -347,14 +374,28 @@ def test_refuses_without_ptrace_permission() -> None:
     assert run.finish()[0] == 0
 
 
-def test_refuses_when_the_library_is_another_file_there(tmp_path: Path) -> None:
-    """In another mount namespace the library's path is an empty tmpfs."""
+def test_attach_in_another_mount_namespace_loads_a_copy(tmp_path: Path) -> None:
+    """In another mount namespace the library's path is an empty tmpfs (a
+    container without the hook): a copy is loaded from a memfd of the
+    process's, whose descriptor is closed after; the attach records, and
+    the program runs as bare."""
     hooklib = TOP / "hooklib"
+    args = ["20"]
+    want = bare(args)
     shell = f"mount -t tmpfs none {hooklib} && exec {ATTACHEE} 20 wait 0"
     run = Running([], argv=["unshare", "-m", "--propagation", "private", "sh", "-c", shell])
-    r = inject(run.pid)
-    assert r.returncode == EXIT_NO_LIBRARY and "mount namespace" in r.stderr, r.stderr
-    assert run.finish()[0] == 0
+    log = tmp_path / "log"
+    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    assert "loaded from a memfd" in r.stdout
+    maps = open(f"/proc/{run.pid}/maps").read()
+    assert "/memfd:libpmmhook.so" in maps
+    fd_dir = f"/proc/{run.pid}/fd"
+    assert not any("memfd:" in os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir))
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    c = ops(log)
+    assert sum(n for (op, _), n in c.items() if op == uapi.Op.MALLOC) >= 4000 * 20
 
 
 @pytest.mark.parametrize("rounds", [8])

@@ -5,17 +5,18 @@
  * calls malloc and the others through its global offset table: a
  * JUMP_SLOT relocation's entry for its PLT calls, a GLOB_DAT one where it
  * takes the function's address (and an R_X86_64_64 one where data holds
- * it). got_redirect writes the hook's address
- * into each such entry that holds the program's own function (real.c's
- * program_sym) or, bound lazily, the object's PLT stub, which
- * would have resolved to it. An object with any such entry bound elsewhere
- * (RTLD_DEEPBIND to an allocator of its own, its own copy) is left alone
- * whole: its entries still bound lazily would resolve there too, and one
- * redirected would hand that allocator's blocks to libc's free. Objects of
- * other namespaces (dlmopen) are never seen: dl_iterate_phdr reports the
- * caller's only. So the hooks only ever see blocks of the allocator they
- * call. Entries in a RELRO segment are made writable for the write and
- * read-only again.
+ * it). got_redirect writes the hook's address into each such entry that
+ * holds the program's own function (real.c's program_sym) or, bound
+ * lazily, the object's PLT stub, which would have resolved to it. An entry
+ * on a page that is not writable (RELRO, or a text relocation's in a
+ * segment loaded without write) is made writable for the write and given
+ * its protection back; an unaligned one (text relocations only) is left.
+ * An object with any such entry bound elsewhere (RTLD_DEEPBIND to an
+ * allocator of its own, its own copy) is left alone whole: its entries
+ * still bound lazily would resolve there too, and one redirected would
+ * hand that allocator's blocks to libc's free. Objects of other namespaces
+ * (dlmopen) are never seen: dl_iterate_phdr reports the caller's only. So
+ * the hooks only ever see blocks of the allocator they call.
  *
  * Not this library (its calls are the real functions'), ld.so (its own
  * allocator until libc's is set up, then libc's through pointers) or the
@@ -106,22 +107,48 @@ static int bound_elsewhere(uintptr_t v, const struct redirect *r, uintptr_t lo, 
 	return v != (uintptr_t)r->hook && v != (uintptr_t)r->real && !(v >= lo && v < hi);
 }
 
+/*
+ * The protection of the page that holds a, if it is not writable: RELRO's
+ * (read-only once relocated), or that of a segment loaded without write
+ * (an entry of a text relocation, DT_TEXTREL); -1 if it is writable.
+ */
+static int locked_prot(const struct dl_phdr_info *info, uintptr_t a, uintptr_t relro_lo,
+		       uintptr_t relro_hi)
+{
+	int i;
+
+	if (a >= relro_lo && a < relro_hi)
+		return PROT_READ;
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type != PT_LOAD || a < s || a >= s + ph->p_memsz)
+			continue;
+		if (ph->p_flags & PF_W)
+			return -1;
+		return (ph->p_flags & PF_R ? PROT_READ : 0) | (ph->p_flags & PF_X ? PROT_EXEC : 0);
+	}
+	return -1;
+}
+
 /* Writes hook into the entry at slot; 1 if it did, 0 if it was not the
  * program's function, -errno if the page could not be made writable. */
 static int write_entry(void **slot, const struct redirect *r, uintptr_t lo, uintptr_t hi,
-		       uintptr_t relro_lo, uintptr_t relro_hi)
+		       int prot)
 {
-	uintptr_t v = (uintptr_t)__atomic_load_n(slot, __ATOMIC_RELAXED);
-	uintptr_t page = (uintptr_t)slot & ~(PAGE - 1);
-	int relro = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
+	uintptr_t page = (uintptr_t)slot & ~(PAGE - 1), v;
 
+	if ((uintptr_t)slot % sizeof(void *))
+		return 0;	/* not one store, and it might straddle two pages */
+	v = (uintptr_t)__atomic_load_n(slot, __ATOMIC_RELAXED);
 	if (v == (uintptr_t)r->hook || bound_elsewhere(v, r, lo, hi))
 		return 0;	/* done by an earlier pass, or not ours to change */
-	if (relro && mprotect((void *)page, PAGE, PROT_READ | PROT_WRITE))
+	if (prot >= 0 && mprotect((void *)page, PAGE, prot | PROT_READ | PROT_WRITE))
 		return -errno;
 	__atomic_store_n(slot, r->hook, __ATOMIC_RELAXED);
-	if (relro)
-		mprotect((void *)page, PAGE, PROT_READ);
+	if (prot >= 0)
+		mprotect((void *)page, PAGE, prot);
 	return 1;
 }
 
@@ -136,6 +163,7 @@ static void relocs(const struct dl_phdr_info *info, const ElfW(Rela) *rel, size_
 	for (i = 0; i < bytes / sizeof(*rel); i++) {
 		unsigned long type = ELF64_R_TYPE(rel[i].r_info);
 		const struct redirect *r;
+		uintptr_t slot;
 		int done;
 
 		/* a pointer to the function in data (R_X86_64_64): a table of
@@ -147,14 +175,15 @@ static void relocs(const struct dl_phdr_info *info, const ElfW(Rela) *rel, size_
 		if (!r || !r->hook || !r->real)
 			continue;
 		if (!write) {
-			void **slot = (void **)(info->dlpi_addr + rel[i].r_offset);
+			void **entry = (void **)(info->dlpi_addr + rel[i].r_offset);
 
-			w->elsewhere |= bound_elsewhere((uintptr_t)__atomic_load_n(slot,
+			w->elsewhere |= bound_elsewhere((uintptr_t)__atomic_load_n(entry,
 								__ATOMIC_RELAXED), r, lo, hi);
 			continue;
 		}
-		done = write_entry((void **)(info->dlpi_addr + rel[i].r_offset), r, lo, hi,
-				   relro_lo, relro_hi);
+		slot = info->dlpi_addr + rel[i].r_offset;
+		done = write_entry((void **)slot, r, lo, hi,
+				   locked_prot(info, slot, relro_lo, relro_hi));
 		if (done > 0)
 			w->entries++;
 		else if (done < 0 && !w->err)

@@ -9,7 +9,7 @@
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
  *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB] [sigqueue]
- *            [small-stack]
+ *            [small-stack] [preload LIB]
  *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
@@ -27,6 +27,7 @@
  * where it allocates (attachee_keep), and frees in round AT of wait (0
  * without one), after its wait (attachee_release); deepbind LIB: the same
  * with dlopen(RTLD_LAZY | RTLD_DEEPBIND), in the program's namespace;
+ * preload LIB: the same with dlopen(RTLD_NOW);
  * sigqueue: counts the SIGRTMIN it receives, those sent by sigqueue with
  * the value 42 apart from any other (a signal an attach held and sent
  * again would be one), and prints both at the end;
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
 	int wait_at = -1, until_stdin = 0, older_n = 0, small_stack = 0;
 	void (*ns_release)(void) = NULL;
 	const char *ns_lib = NULL;
-	int deepbind = 0;
+	int deepbind = 0;	/* 1: RTLD_DEEPBIND, 2: neither that nor dlmopen */
 	char **older = NULL;
 	void *(*lib_alloc)(size_t) = NULL;
 	const char *lib = NULL;
@@ -256,6 +257,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "deepbind") && i + 1 < argc) {
 			ns_lib = argv[++i];
 			deepbind = 1;
+		} else if (!strcmp(argv[i], "preload") && i + 1 < argc) {
+			ns_lib = argv[++i];
+			deepbind = 2;
 		}
 		else if (!strcmp(argv[i], "small-stack"))
 			small_stack = 1;
@@ -295,7 +299,8 @@ int main(int argc, char **argv)
 	}
 #ifndef ATTACHEE_STATIC
 	if (ns_lib) {
-		void *h = deepbind ? dlopen(ns_lib, RTLD_LAZY | RTLD_DEEPBIND) :
+		void *h = deepbind == 2 ? dlopen(ns_lib, RTLD_NOW) :
+			  deepbind ? dlopen(ns_lib, RTLD_LAZY | RTLD_DEEPBIND) :
 				     dlmopen(LM_ID_NEWLM, ns_lib, RTLD_LAZY);
 		void (*keep)(int) = h ? (void (*)(int))dlsym(h, "attachee_keep") : NULL;
 

@@ -25,47 +25,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static long iters = 2000000;
-static int window = 4096;
+#include "churn.h"
 
 static void *run(void *arg)
 {
-	uint64_t x = 88172645463325252ULL ^ (uintptr_t)arg;
-	void **live = calloc((size_t)window, sizeof(void *));
-	unsigned long sum = 0;
-
-	if (!live)
-		abort();
-	for (long i = 0; i < iters; i++) {
-		unsigned int idx;
-		size_t sz;
-
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		idx = (unsigned int)(x % (unsigned int)window);
-		sz = 16 + (size_t)((x >> 32) % 512);
-		if (((x >> 48) & 31) == 0)
-			sz = 1024 + (size_t)((x >> 20) % 7168);
-		if (((x >> 56) & 7) == 0) {
-			void *p = realloc(live[idx], sz);
-
-			if (!p)
-				abort();
-			live[idx] = p;
-		} else {
-			free(live[idx]);
-			live[idx] = malloc(sz);
-			if (!live[idx])
-				abort();
-		}
-		memset(live[idx], (int)i, 16);
-		sum += ((unsigned char *)live[idx])[1];
-	}
-	for (int i = 0; i < window; i++)
-		free(live[i]);
-	free(live);
-	return (void *)(uintptr_t)sum;
+	return churn(arg, 1);
 }
 
 static double cpu_ms(void)
@@ -79,26 +43,10 @@ static double cpu_ms(void)
 
 int main(int argc, char **argv)
 {
-	pthread_t tid[64];
-	struct timespec a, b;
 	char line[64];
-	double c0, c1;
-	int threads = 1, opt;
+	double c0, wall;
+	int threads = churn_args(argc, argv, "attach_bench");
 
-	while ((opt = getopt(argc, argv, "t:n:w:")) != -1) {
-		switch (opt) {
-		case 't': threads = atoi(optarg); break;
-		case 'n': iters = atol(optarg); break;
-		case 'w': window = atoi(optarg); break;
-		default:
-			fprintf(stderr, "usage: attach_bench [-t threads] [-n iters] [-w window]\n");
-			return 2;
-		}
-	}
-	if (threads < 1 || threads > 64 || iters < 1 || window < 1) {
-		fprintf(stderr, "attach_bench: bad arguments\n");
-		return 2;
-	}
 	printf("ready %d\n", getpid());
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin)) {
@@ -106,15 +54,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	c0 = cpu_ms();
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (int i = 0; i < threads; i++)
-		pthread_create(&tid[i], NULL, run, (void *)(uintptr_t)(i + 1));
-	for (int i = 0; i < threads; i++)
-		pthread_join(tid[i], NULL);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	c1 = cpu_ms();
-	printf("cpu %.1f ms wall %.1f ms threads %d iterations %ld window %d\n", c1 - c0,
-	       (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6,
-	       threads, iters, window);
+	wall = churn_threads(threads, run);
+	printf("cpu %.1f ms wall %.1f ms threads %d iterations %ld window %d\n", cpu_ms() - c0,
+	       wall, threads, iters, window);
 	return 0;
 }

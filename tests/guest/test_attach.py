@@ -252,6 +252,15 @@ def test_attach_stop_attach_cycles(pmm: None, cache: Path) -> None:
             p.wait()
 
 
+def in_mount_namespace(shell: str) -> subprocess.Popen[bytes]:
+    """shell run in a mount namespace of its own, its attachee ready."""
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.PIPE, env=clean_env())
+    ready(p)
+    return p
+
+
 def test_attach_in_another_mount_namespace(pmm: None, cache: Path) -> None:
     """A program in a mount namespace of its own where the hook's directory
     is an empty tmpfs (a container without the hook): a copy of the hook is
@@ -261,11 +270,7 @@ def test_attach_in_another_mount_namespace(pmm: None, cache: Path) -> None:
     hooklib = TOP / "hooklib"
     exe = PROGS / "attachee"
     args = "40 leak 10 wait 10 threads 2"
-    shell = f"mount -t tmpfs none {hooklib} && exec {exe} {args}"
-    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.PIPE, env=clean_env())
-    ready(p)
+    p = in_mount_namespace(f"mount -t tmpfs none {hooklib} && exec {exe} {args}")
     r = pmctl("attach", str(p.pid))
     assert r.exit_code == 0, r.stderr
     assert "loaded from a memfd" in r.stdout
@@ -276,11 +281,8 @@ def test_attach_in_another_mount_namespace(pmm: None, cache: Path) -> None:
         ("leaking_site", "attachee.c"), top
     assert (top["blocks"], top["bytes"]) == (30, 30 * 4000)
 
-    shell = f"mount -t tmpfs none {hooklib} && mount -t tmpfs none /dev && exec {exe} 20 wait 0"
-    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.PIPE, env=clean_env())
-    ready(p)
+    p = in_mount_namespace(f"mount -t tmpfs none {hooklib} && mount -t tmpfs none /dev && "
+                           f"exec {exe} 20 wait 0")
     r = pmctl("attach", str(p.pid))
     assert r.exit_code == 26 and "no /dev/pmm in its mount namespace" in r.stderr, r.stderr
     go_on(p)

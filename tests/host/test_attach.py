@@ -64,6 +64,25 @@ def inject(pid: int, *settings: str, lib: Path = FAKE,
                            *settings], capture_output=True, text=True, timeout=60)
 
 
+def records(log: Path) -> list[uapi.Record]:
+    return [rec for _, rs in fake_log_batches(log) for rec in rs]
+
+
+def attached_as_bare(tmp_path: Path, args: list[str], *settings: str,
+                     env: dict[str, str] | None = None) -> Path:
+    """args run bare, then again attached before its rounds (PMM_START=1 and
+    settings): the same output and status. The fake device's log."""
+    want = bare(args, env)
+    log = tmp_path / "log"
+    run = Running(args, env=env)
+    r = inject(run.pid, "PMM_START=1", *settings, f"PMM_FAKE_LOG={log}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"attached to {run.pid}: ")
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+    return log
+
+
 def ops(log: Path) -> collections.Counter[tuple[int, int]]:
     """(op, flags) -> events (weights summed) of every record logged."""
     c: collections.Counter[tuple[int, int]] = collections.Counter()
@@ -110,14 +129,8 @@ def test_frees_of_blocks_older_than_the_attach(tmp_path: Path) -> None:
     grown blocks' frees are sent as ordinary frees, or cancel in the
     buffer."""
     args = ["3", "older", "3000"]
-    want = bare(args)
-    log = tmp_path / "log"
-    run = Running(args)
-    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
-    assert r.returncode == 0, r.stderr
-    code, out, err = run.finish()
-    assert (code, out, err) == (0, want, "")
-    recs = [rec for _, rs in fake_log_batches(log) for rec in rs]
+    log = attached_as_bare(tmp_path, args)
+    recs = records(log)
     older = collections.Counter(rec.op for rec in recs if rec.flags & uapi.REC_F_OLDER)
     # and the array that held them
     assert older == {uapi.Op.FREE: 1500 + 1, uapi.Op.REALLOC: 1500}
@@ -231,15 +244,9 @@ def test_an_object_of_another_namespace_is_left_alone(tmp_path: Path) -> None:
     are left alone (redirected, its free would reach the program's libc with
     a block of the other one's: glibc aborts), and the program runs as bare."""
     args = ["3", "dlmopen", str(BIN / "libattachee.so")]
-    want = bare(args)
-    log = tmp_path / "log"
-    run = Running(args)
-    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
-    assert r.returncode == 0, r.stderr
-    code, out, err = run.finish()
-    assert (code, out, err) == (0, want, "")
+    log = attached_as_bare(tmp_path, args)
     # redirected, its 65 frees would reach the hook, as frees of older blocks
-    older = [rec for _, rs in fake_log_batches(log) for rec in rs
+    older = [rec for rec in records(log)
              if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER]
     assert older == []
 
@@ -254,14 +261,8 @@ def test_a_deepbind_object_bound_to_its_own_allocator_is_left_alone(tmp_path: Pa
     args = ["3", "deepbind", str(BIN / "libattachee-jemalloc.so")]
     # jemalloc's initial-exec TLS, dlopened: more than glibc's surplus
     env = dict(clean_env(), GLIBC_TUNABLES="glibc.rtld.optional_static_tls=16384")
-    want = bare(args, env)
-    log = tmp_path / "log"
-    run = Running(args, env=env)
-    r = inject(run.pid, "PMM_START=1", f"PMM_FAKE_LOG={log}")
-    assert r.returncode == 0, r.stderr
-    code, out, err = run.finish()
-    assert (code, out, err) == (0, want, "")
-    older = [rec for _, rs in fake_log_batches(log) for rec in rs
+    log = attached_as_bare(tmp_path, args, env=env)
+    older = [rec for rec in records(log)
              if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER]
     assert older == []
 
@@ -287,7 +288,7 @@ def test_entries_of_text_relocations_are_redirected(tmp_path: Path) -> None:
     assert lib_maps() == before and "rw-p" not in before[:3]
     code, out, err = run.finish()
     assert (code, out, err) == (0, want, "")
-    recs = [rec for _, rs in fake_log_batches(log) for rec in rs]
+    recs = records(log)
     assert [rec.size for rec in recs if rec.size == 77777] == [77777]
     assert sum(1 for rec in recs if rec.op == uapi.Op.FREE and rec.flags & uapi.REC_F_OLDER) \
         >= 16

@@ -10,9 +10,10 @@
  * function calls (ptrace: its registers set for the call, a return address
  * of 0 that faults back to us), while the others run on, so any lock they
  * hold is released as usual. Safe: the thread is not inside the allocator
- * or the loader, nor called from them (its stack holds no return address
- * into them: ld.so, the malloc family's and dl* functions of every object
- * that defines them, and the whole of an allocator other than libc's).
+ * or the loader, nor called from them (no frame of its call chain, unwound
+ * by libunwind, is in them: ld.so, the malloc family's and dl* functions of
+ * every object that defines them, and the whole of an allocator other than
+ * libc's; where the chain cannot be unwound, its stack is scanned).
  * Its registers, extended state included, are restored after; a system
  * call the stop interrupted is restarted as the kernel would (and one that
  * would return EINTR for the stop alone is restarted too), so the program

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libunwind-ptrace.h>
+
 
 #include "inject.h"
 
@@ -112,16 +114,71 @@ static uintptr_t stack_room(pid_t pid, uintptr_t sp)
 	return room;
 }
 
+/*
+ * The stopped thread's call chain, unwound by its objects' .eh_frame
+ * (libunwind's ptrace back-end): 0 if a frame is in a deny range or is a
+ * signal frame (its handler may have interrupted malloc), 1 if the chain
+ * ends cleanly without one, -1 if the unwinder cannot tell (code without
+ * unwind information, objects it cannot read from here: another mount
+ * namespace). Exact where the stack scan below guesses: no stale word
+ * ends it early, and frames above the program's own (a callback called
+ * from the loader) are seen too.
+ */
+static int unwound_safe(const struct target *t, pid_t tid)
+{
+	static unw_addr_space_t as;
+	unw_cursor_t c;
+	unw_word_t ip;
+	int n, step, verdict = -1;
+	void *ui;
+
+	if (!as) {
+		as = unw_create_addr_space(&_UPT_accessors, 0);
+		if (!as)
+			return -1;
+		unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
+	}
+	ui = _UPT_create(tid);
+	if (!ui)
+		return -1;
+	if (unw_init_remote(&c, as, ui) == 0) {
+		for (n = 0; n < 1024; n++) {
+			if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0)
+				break;
+			/* a caller's ip is its return address: the call is before */
+			if (in_ranges(t->deny, t->n_deny, n && ip ? ip - 1 : ip) ||
+			    unw_is_signal_frame(&c) > 0) {
+				verdict = 0;
+				break;
+			}
+			step = unw_step(&c);
+			if (step <= 0) {
+				verdict = step == 0 ? 1 : -1;
+				break;
+			}
+		}
+	}
+	_UPT_destroy(ui);
+	if (verdict >= 0 && getenv("PMM_INJECT_DEBUG"))
+		fprintf(stderr, "thread %d: unwound, %s at frame %d (%#lx)\n", tid,
+			verdict ? "safe" : "unsafe", n, (unsigned long)ip);
+	return verdict;
+}
+
 int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r)
 {
 	static uint64_t stack[STACK_SCAN / 8];
 	ssize_t got;
 	size_t i;
+	int v;
 
 	if (in_ranges(t->deny, t->n_deny, r->rip))
 		return 0;
 	if (stack_room(t->pid, r->rsp) < STACK_NEED)
 		return 0;
+	v = unwound_safe(t, tid);
+	if (v >= 0)
+		return v;
 	got = peek(tid, r->rsp, stack, sizeof(stack));
 	if (got <= 0) {
 		/* the stack's end is nearer: read what there is, page by page */

@@ -203,6 +203,22 @@ def test_a_thread_on_a_small_stack_is_not_a_safe_point() -> None:
     assert (code, out, err) == (0, want, "")
 
 
+def test_a_thread_in_a_callback_of_the_loader_is_not_a_safe_point() -> None:
+    """The only thread waits in the program's callback of dl_iterate_phdr,
+    which holds the loader's lock: its own code is innermost, the loader's
+    frame lies above it. The thread's call chain, unwound, shows it (a scan
+    of the stack up to the first return address into the program's code
+    took it as safe), so no safe point comes (exit 9) and the program runs
+    on as bare."""
+    args = ["2", "in-loader"]
+    want = bare(args)
+    run = Running(args)
+    r = inject(run.pid, "PMM_START=1", extra=["--timeout", "300"])
+    assert r.returncode == EXIT_NO_SAFE_POINT, r.stdout + r.stderr
+    code, out, err = run.finish()
+    assert (code, out, err) == (0, want, "")
+
+
 def test_attach_sampled(tmp_path: Path) -> None:
     """PMM_SAMPLE=4096: weighted samples, far fewer records than events."""
     args = ["30"]

@@ -9,7 +9,7 @@
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
  *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB] [sigqueue]
- *            [small-stack] [preload LIB]
+ *            [small-stack] [preload LIB] [in-loader]
  *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
@@ -32,7 +32,9 @@
  * the value 42 apart from any other (a signal an attach held and sent
  * again would be one), and prints both at the end;
  * small-stack: waits for its wait line (wait AT) on a stack of 32 KiB of
- * its own (makecontext), where dlopen could run off the end.
+ * its own (makecontext), where dlopen could run off the end;
+ * in-loader: waits for it in a callback of dl_iterate_phdr, which holds
+ * the loader's lock meanwhile.
  *
  * windows N: a window at a time, on commands read from stdin (a test
  * attaches and stops around each): "run" starts N threads hammering
@@ -44,6 +46,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -192,6 +195,12 @@ static void wait_line(void)
 		fail("stdin");
 }
 
+static int wait_in_callback(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	wait_line();
+	return 1;	/* one object is enough */
+}
+
 /* wait_line on a 32 KiB stack of its own, then back */
 static void wait_on_small_stack(void)
 {
@@ -228,7 +237,7 @@ static long elapsed_ms(const struct timespec *a)
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
-	int wait_at = -1, until_stdin = 0, older_n = 0, small_stack = 0;
+	int wait_at = -1, until_stdin = 0, older_n = 0, small_stack = 0, in_loader = 0;
 	void (*ns_release)(void) = NULL;
 	const char *ns_lib = NULL;
 	int deepbind = 0;	/* 1: RTLD_DEEPBIND, 2: neither that nor dlmopen */
@@ -263,6 +272,8 @@ int main(int argc, char **argv)
 		}
 		else if (!strcmp(argv[i], "small-stack"))
 			small_stack = 1;
+		else if (!strcmp(argv[i], "in-loader"))
+			in_loader = 1;
 		else if (!strcmp(argv[i], "sigqueue")) {
 			struct sigaction sa;
 
@@ -337,6 +348,8 @@ int main(int argc, char **argv)
 		}
 		if (r == wait_at && small_stack)
 			wait_on_small_stack();
+		else if (r == wait_at && in_loader)
+			dl_iterate_phdr(wait_in_callback, NULL);
 		else if (r == wait_at)
 			wait_line();
 		if (ns_release && r == (wait_at >= 0 ? wait_at : 0))

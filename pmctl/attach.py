@@ -35,6 +35,16 @@ _EXIT = {
 }
 
 
+def inject_error(returncode: int, msg: str) -> PmmError:
+    """pmm-inject's refusal (its exit code, its line) as pmctl's error."""
+    code = _EXIT.get(returncode, ExitCode.GENERIC)
+    if code == ExitCode.NO_SUCH_PID:
+        return NoSuchPid(msg)
+    if code == ExitCode.PERMISSION:
+        return PermissionDenied(msg)
+    return AttachError(msg, code)
+
+
 class AttachError(PmmError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
@@ -74,9 +84,4 @@ def attach(pid: int, hooklib: Path, sample: int | None = None, depth: int | None
     if r.returncode == 0:
         return r.stdout.strip()
     msg = r.stderr.strip().removeprefix(f"{INJECT_NAME}: ") or f"{INJECT_NAME} failed"
-    code = _EXIT.get(r.returncode, ExitCode.GENERIC)
-    if code == ExitCode.NO_SUCH_PID:
-        raise NoSuchPid(msg)
-    if code == ExitCode.PERMISSION:
-        raise PermissionDenied(msg)
-    raise AttachError(msg, code)
+    raise inject_error(r.returncode, msg)

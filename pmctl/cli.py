@@ -450,19 +450,34 @@ def run(
     depth: DepthOpt = None,
     sample: SampleOpt = None,
     buffer: BufferOpt = None,
+    no_preload: Annotated[
+        bool,
+        typer.Option("--no-preload",
+                     help="No LD_PRELOAD: attach the hook at CMD's entry point (pmm-inject "
+                     "--exec). Its environment is unchanged and the programs it runs are "
+                     "not monitored; a static program is refused."),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Run a command with the hook preloaded, monitored from its first allocation.
 
     Use `pmctl run [OPTIONS] -- CMD ARGS...`. Prints the pid on stderr and exits
     with CMD's exit status; CMD's memory map is captured while it runs, so
-    `pmctl leaks PID` symbolizes its sites after it exited.
+    `pmctl leaks PID` symbolizes its sites after it exited. With --no-preload
+    the hook is attached as `pmctl attach` does, before CMD's own code runs.
     """
-    from pmctl.run import child_env, find_hooklib, run_command
+    from pmctl.run import child_env, find_hooklib, injector_argv, run_command
 
     hooklib = find_hooklib()
+    injector = None
+    if no_preload:
+        from pmctl.attach import find_inject
+
+        injector = injector_argv(find_inject(hooklib), hooklib, dict(os.environ), follow_fork,
+                                 depth, sample, buffer)
     Device.open().close()  # fail early: module missing or not permitted
-    env = child_env(dict(os.environ), hooklib, follow_fork, depth, sample, buffer)
+    env = dict(os.environ) if no_preload else \
+        child_env(dict(os.environ), hooklib, follow_fork, depth, sample, buffer)
 
     def on_start(pid: int) -> None:
         if json_:
@@ -478,7 +493,7 @@ def run(
         started.append(pid)
         on_start(pid)
 
-    rc = run_command(cmd, env, on_start_and_note, follow_fork=follow_fork)
+    rc = run_command(cmd, env, on_start_and_note, follow_fork=follow_fork, injector=injector)
     if started:
         try:
             with Device.open() as dev:

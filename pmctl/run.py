@@ -5,6 +5,15 @@ already has) and PMM_START=1, so the hook asks the module to monitor it from
 its first allocation; --follow-fork sets PMM_FOLLOW_FORK=1, --depth N
 PMM_DEPTH=N, --sample BYTES PMM_SAMPLE=BYTES.
 
+With --no-preload its environment is left alone: pmm-inject --exec starts it
+and attaches the hook at its entry point (the attach's GOT redirection, the
+libraries loaded and initialised, none of its own code run yet), with those
+settings and the PMM_* variables of pmctl's environment as pmm_attach's
+settings. The programs it runs do not inherit the hook (a fork with
+--follow-fork does: it is the same image). pmm-inject stays the command's
+parent and ends as it ends; it tells pmctl the command's pid, or why it
+refused, on a pipe (--status-fd).
+
 While the command runs, pmctl captures its /proc/PID/maps (and its
 descendants' with --follow-fork) into the maps cache (pmctl.symbolize), often
 at first and then every 250 ms, so `pmctl leaks` can symbolize its sites
@@ -55,6 +64,25 @@ def find_hooklib() -> Path:
     )
 
 
+def hook_settings(
+    follow_fork: bool = False,
+    depth: int | None = None,
+    sample: int | None = None,
+    buffer: int | None = None,
+) -> dict[str, str]:
+    """The hook's PMM_* settings for run's options (pure)."""
+    out = {"PMM_START": "1"}
+    if follow_fork:
+        out["PMM_FOLLOW_FORK"] = "1"
+    if depth is not None:
+        out["PMM_DEPTH"] = str(depth)
+    if sample is not None:
+        out["PMM_SAMPLE"] = str(sample)
+    if buffer is not None:
+        out["PMM_BUFFER"] = str(buffer)
+    return out
+
+
 def child_env(
     base: dict[str, str],
     hooklib: Path,
@@ -67,16 +95,26 @@ def child_env(
     env = dict(base)
     pre = env.get("LD_PRELOAD", "").strip()
     env["LD_PRELOAD"] = f"{hooklib} {pre}".strip() if pre else str(hooklib)
-    env["PMM_START"] = "1"
-    if follow_fork:
-        env["PMM_FOLLOW_FORK"] = "1"
-    if depth is not None:
-        env["PMM_DEPTH"] = str(depth)
-    if sample is not None:
-        env["PMM_SAMPLE"] = str(sample)
-    if buffer is not None:
-        env["PMM_BUFFER"] = str(buffer)
+    env.update(hook_settings(follow_fork, depth, sample, buffer))
     return env
+
+
+def injector_argv(
+    inject: Path,
+    hooklib: Path,
+    base: dict[str, str],
+    follow_fork: bool = False,
+    depth: int | None = None,
+    sample: int | None = None,
+    buffer: int | None = None,
+) -> list[str]:
+    """pmm-inject's command line for --no-preload, up to the command (pure).
+    The hook reads what the preloaded one would read in its environment:
+    base's PMM_* variables, then run's options."""
+    settings = {k: v for k, v in base.items() if k.startswith("PMM_") and "\n" not in v}
+    settings.update(hook_settings(follow_fork, depth, sample, buffer))
+    return [str(inject), "--lib", str(hooklib), "--exec",
+            *(f"{k}={v}" for k, v in settings.items())]
 
 
 def children_of(pid: int) -> list[int]:
@@ -145,16 +183,57 @@ def poll_delay(elapsed_s: float) -> float:
     return 0.25
 
 
+def read_status(fd: int) -> str:
+    """All pmm-inject writes on its status pipe (it closes it once the
+    command runs, or ends)."""
+    chunks = []
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace").strip()
+
+
+def injector_refusal(line: str, returncode: int, argv0: str) -> PmmError:
+    """What pmm-inject said instead of "pid PID", as pmctl's error."""
+    from pmctl.attach import inject_error
+
+    word, _, msg = line.partition(" ")
+    if word == "exited":  # it ran, and ended before its entry point
+        return CommandNotRunnable(msg, exit_status(returncode))
+    if word == "error" and returncode in (126, 127):
+        return CommandNotRunnable(msg, returncode)
+    if word == "error":
+        return inject_error(returncode, msg)
+    return PmmError(f"pmm-inject ended with status {exit_status(returncode)} before "
+                    f"starting {argv0}")
+
+
 def run_command(
     argv: Sequence[str],
     env: dict[str, str],
     on_start: Callable[[int], None],
     follow_fork: bool = False,
+    injector: Sequence[str] | None = None,
 ) -> int:
-    """Runs argv, captures its maps while it lives, returns its exit status."""
+    """Runs argv, captures its maps while it lives, returns its exit status.
+    With injector (injector_argv's), pmm-inject starts it: the pid watched
+    is the command's, the status pmm-inject's (the command's)."""
     capturer = MapsCapturer(follow_fork=follow_fork)
+    status_r = -1
     try:
-        proc = subprocess.Popen(list(argv), env=env)
+        if injector is None:
+            proc = subprocess.Popen(list(argv), env=env)
+        else:
+            status_r, status_w = os.pipe()
+            try:
+                proc = subprocess.Popen([injector[0], "--status-fd", str(status_w),
+                                         *injector[1:], "--", *argv],
+                                        env=env, pass_fds=(status_w,))
+            except OSError:
+                os.close(status_r)
+                raise
+            finally:
+                os.close(status_w)
     except FileNotFoundError:
         raise CommandNotRunnable(f"{argv[0]}: command not found", 127) from None
     except PermissionError:
@@ -171,15 +250,21 @@ def run_command(
         signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
     }
     try:
-        on_start(proc.pid)  # the command may write to stderr before this line
-        capturer.capture(proc.pid)
+        pid = proc.pid
+        if injector is not None:
+            line = read_status(status_r)
+            if not line.startswith("pid "):
+                raise injector_refusal(line, proc.wait(), argv[0])
+            pid = int(line.split()[1])
+        on_start(pid)  # the command may write to stderr before this line
+        capturer.capture(pid)
         t0 = time.monotonic()
         while True:
             try:
                 rc = proc.wait(timeout=poll_delay(time.monotonic() - t0))
                 break
             except subprocess.TimeoutExpired:
-                capturer.capture(proc.pid)
+                capturer.capture(pid)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

@@ -4,6 +4,13 @@
  * (attach.c's pmm_attach), without a restart and without gdb.
  *
  *   pmm-inject [--lib PATH] [--timeout MS] [--allow-seccomp] PID [PMM_X=V...]
+ *   pmm-inject [--lib PATH] [--status-fd N] --exec [PMM_X=V...] -- PROG [ARG...]
+ *
+ * --exec starts PROG with the hook attached at its entry point, with no
+ * LD_PRELOAD (startup.c), and exits with its status. --status-fd N: one
+ * line there, "pid PID" once PROG runs monitored, "exited MESSAGE" if it
+ * ended before its entry point, or "error MESSAGE" (our refusal, which
+ * then goes there instead of stderr): pmctl run --no-preload reads it.
  *
  * One thread of the target is stopped at a time, never the whole process:
  * a thread found at a safe point runs dlopen, dlsym and pmm_attach as
@@ -49,16 +56,20 @@
 #include "inject.h"
 
 const char *g_prog = "pmm-inject";
+int g_status_fd = -1;
 
 void die(int code, const char *fmt, ...)
 {
+	char msg[PATH_MAX + 512];
 	va_list ap;
 
-	fprintf(stderr, "%s: ", g_prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (g_status_fd >= 0)
+		dprintf(g_status_fd, "error %s\n", msg);
+	else
+		fprintf(stderr, "%s: %s\n", g_prog, msg);
 	exit(code);
 }
 
@@ -187,7 +198,8 @@ static int list_threads(pid_t pid, pid_t *tids, int max)
 static void usage(void)
 {
 	fprintf(stderr, "usage: %s [--lib PATH] [--timeout MS] [--allow-seccomp] PID "
-		"[PMM_X=V...]\n", g_prog);
+		"[PMM_X=V...]\n       %s [--lib PATH] [--status-fd N] --exec [PMM_X=V...] "
+		"-- PROG [ARG...]\n", g_prog, g_prog);
 	exit(EXIT_USAGE);
 }
 
@@ -196,7 +208,7 @@ int main(int argc, char **argv)
 	struct target t = { 0 };
 	char conf[2048] = "", why[512] = "", lib[PATH_MAX];
 	long timeout_ms = 2000;
-	int i, allow_seccomp = 0, result = 0, tried = 0;
+	int i, allow_seccomp = 0, result = 0, tried = 0, exec_mode = 0;
 	uint64_t deadline, stopped_ms = 0;
 	pid_t tids[4096];
 
@@ -207,13 +219,28 @@ int main(int argc, char **argv)
 			timeout_ms = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--allow-seccomp"))
 			allow_seccomp = 1;
-		else
+		else if (!strcmp(argv[i], "--status-fd") && i + 1 < argc)
+			g_status_fd = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--exec")) {
+			exec_mode = 1;
+			i++;
+			break;
+		} else {
 			usage();
+		}
 	}
-	if (i >= argc || atoi(argv[i]) <= 0 || timeout_ms <= 0)
+	if (g_status_fd >= 0 && fcntl(g_status_fd, F_SETFD, FD_CLOEXEC))
+		g_status_fd = -1;	/* not open: say it on stderr */
+	if (exec_mode) {
+		/* the settings up to --, then the program */
+		if (allow_seccomp)
+			usage();
+	} else if (i >= argc || atoi(argv[i]) <= 0 || timeout_ms <= 0) {
 		usage();
-	t.pid = atoi(argv[i++]);
-	for (; i < argc; i++) {
+	} else {
+		t.pid = atoi(argv[i++]);
+	}
+	for (; i < argc && !(exec_mode && !strcmp(argv[i], "--")); i++) {
 		if (strncmp(argv[i], "PMM_", 4) || !strchr(argv[i], '=') || strchr(argv[i], '\n') ||
 		    strlen(conf) + strlen(argv[i]) + 2 > sizeof(conf))
 			die(EXIT_USAGE, "bad setting %s (PMM_NAME=VALUE)", argv[i]);
@@ -235,6 +262,13 @@ int main(int argc, char **argv)
 	}
 	if (t.lib[0] != '/')
 		die(EXIT_USAGE, "--lib %s: an absolute path, please", t.lib);
+	if (exec_mode) {
+		if (i + 1 >= argc)
+			usage();	/* no -- PROG */
+		if (access(t.lib, R_OK))
+			die(EXIT_USAGE, "%s: %s", t.lib, strerror(errno));
+		exec_program(&t, conf, argv + i + 1, g_status_fd);
+	}
 	check_target(&t, allow_seccomp);
 	scan_objects(&t);
 	if (t.via_memfd && (!t.memfd_create || !t.close))

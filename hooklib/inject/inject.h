@@ -2,7 +2,9 @@
 /*
  * pmm-inject's parts: inject.c (the process: checks, its threads, main),
  * objects.c (the target's objects: what a safe point must avoid, libc's
- * dlopen), thread.c (one thread: stopped, judged, made to call, restored).
+ * dlopen), thread.c (one thread: stopped, judged, made to call, restored),
+ * startup.c (--exec: a program started with the hook, attached at its
+ * entry point).
  */
 #ifndef PMM_INJECT_H
 #define PMM_INJECT_H
@@ -53,6 +55,7 @@ struct target {
 
 
 extern const char *g_prog;
+extern int g_status_fd;	/* --status-fd: die() writes "error MESSAGE" there */
 
 __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
 uint64_t now_ms(void);
@@ -73,5 +76,10 @@ void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r);
  * restored and detached after: 0 (*result: pmm_attach's) or an EXIT_*. */
 int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 		  char *why, size_t why_len);
+
+/* startup.c: --exec. Starts argv with the hook attached at its entry
+ * point and exits as it exits; refusals die() before it runs. */
+__attribute__((noreturn)) void exec_program(struct target *t, const char *conf, char **argv,
+					    int status_fd);
 
 #endif /* PMM_INJECT_H */

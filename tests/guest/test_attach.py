@@ -311,3 +311,26 @@ def test_attach_refusals(pmm: None, cache: Path) -> None:
     finish(s)
     r = pmctl("attach", str(2**22 + 7))
     assert r.exit_code == 5
+
+
+def test_startup_no_preload_leak_ranked_first_child_not_monitored(pmm: None,
+                                                                   cache: Path) -> None:
+    """`pmctl run --no-preload`: the hook attached at the entry point, no
+    LD_PRELOAD. attachee leaks 4000 bytes a round from round 2 of 12: every
+    block is counted at leaking_site, ranked first, and no allocation of its
+    is an unmatched free. startup's child (fork and exec) is not monitored:
+    only its parent is, and it ends with its own status."""
+    r = pmctl("run", "--no-preload", "--", str(PROGS / "attachee"), "12", "leak", "2")
+    assert r.exit_code == 0, r.stderr
+    pid = int(r.stderr.split("pmctl: pid ")[1].split()[0])
+    lk = pmctl_json("leaks", str(pid))
+    top = lk["sites"][0]
+    assert (top["func"], os.path.basename(top["file"] or "")) == \
+        ("leaking_site", "attachee.c"), lk["sites"][:3]
+    assert (top["blocks"], top["bytes"]) == (10, 10 * 4000)
+    (info,) = [q for q in pmctl_json("status")["pids"] if q["pid"] == pid]
+    assert info["unmatched_frees"] + info["pending_frees"] == 0, info
+    r = pmctl("run", "--no-preload", "--", str(PROGS / "startup"), "3")
+    assert r.exit_code == 3, r.stderr
+    pid2 = int(r.stderr.split("pmctl: pid ")[1].split()[0])
+    assert sorted(q["pid"] for q in pmctl_json("status")["pids"]) == sorted([pid, pid2])

@@ -425,3 +425,156 @@ def test_attach_detach_many_times_is_refused_cleanly(rounds: int, tmp_path: Path
         assert inject(run.pid).returncode == EXIT_ATTACH_FAILED
     code, out, _ = run.finish()
     assert code == 0 and "short_sleeps 0" in out
+
+
+# -- pmm-inject --exec: started with the hook attached at the entry point ----
+
+STARTUP = BIN / "startup"
+
+
+def exec_inject(argv: list[str], *settings: str, lib: Path = FAKE,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(INJECT), "--lib", str(lib), "--exec", *settings, "--", *argv],
+                          env=env or clean_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_startup_records_from_the_entry_point_and_runs_as_bare(tmp_path: Path) -> None:
+    """Started by pmm-inject --exec: the program's constructor's block and
+    main's first are recorded (in that order, before anything else), its
+    output and exit status are a bare run's: no LD_PRELOAD and no PMM_*
+    variable in its environment, and the child it runs (fork, exec) has no
+    hook mapped and sends nothing."""
+    bare_run = subprocess.run([str(STARTUP), "7"], env=clean_env(), capture_output=True,
+                              text=True, timeout=60)
+    assert bare_run.returncode == 7
+    assert bare_run.stdout.startswith("LD_PRELOAD unset, 0 PMM_* variables, ")
+    assert "child: hook mapped no, LD_PRELOAD unset\n" in bare_run.stdout
+    log = tmp_path / "log"
+    r = exec_inject([str(STARTUP), "7"], "PMM_START=1", f"PMM_FAKE_LOG={log}")
+    assert (r.returncode, r.stdout, r.stderr) == (7, bare_run.stdout, "")
+    calls = fake_log_calls(log)
+    assert len({c.pid for c in calls}) == 1  # the program's: not its child's
+    mallocs = [rec.size for rec in records(log) if rec.op == uapi.Op.MALLOC]
+    assert mallocs[:2] == [222221, 111111]
+    assert 333331 not in mallocs
+    # main's block freed: cancelled in the buffer, or sent; nothing older
+    recs = records(log)
+    (block,) = [rec for rec in recs if rec.size == 111111]
+    assert block.flags & uapi.REC_F_FREED or any(
+        rec.op == uapi.Op.FREE and rec.ptr == block.ptr for rec in recs)
+    assert not any(rec.flags & uapi.REC_F_OLDER for rec in recs)
+
+
+def test_startup_environment_is_untouched(tmp_path: Path) -> None:
+    """/proc/PID/environ of the running program is the one it was given."""
+    env = clean_env(STARTUP_MARK="1")
+    proc = subprocess.Popen([str(INJECT), "--lib", str(FAKE), "--exec", "PMM_START=1",
+                             f"PMM_FAKE_LOG={tmp_path / 'log'}", "--", str(STARTUP), "0",
+                             "wait"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    while proc.stdout.readline() != b"waiting\n":
+        pass
+    (pid,) = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+    environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")[:-1]
+    assert sorted(environ) == sorted(f"{k}={v}".encode() for k, v in env.items())
+    assert "libpmmhook-fake.so" in open(f"/proc/{pid}/maps").read()
+    assert open(f"/proc/{pid}/status").read().count("TracerPid:\t0\n") == 1
+    proc.communicate(b"", timeout=60)
+    assert proc.returncode == 0
+
+
+def test_startup_forwards_signals_and_dies_as_the_program() -> None:
+    """SIGTERM sent to pmm-inject reaches the program, which dies of it;
+    pmm-inject then ends by the same signal. A program that kills itself:
+    the same."""
+    proc = subprocess.Popen([str(INJECT), "--lib", str(FAKE), "--exec", "--", str(STARTUP),
+                             "0", "wait"], env=clean_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    while proc.stdout.readline() != b"waiting\n":
+        pass
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (-signal.SIGTERM, b"")
+    r = exec_inject([str(STARTUP), "0", "kill"])
+    assert (r.returncode, r.stderr) == (-signal.SIGTERM, "")
+    assert r.stdout.endswith("child status 0\n")
+
+
+def test_startup_refuses_a_static_program_before_it_runs() -> None:
+    r = exec_inject([str(BIN / "attachee-static"), "1"], "PMM_START=1")
+    assert r.returncode == EXIT_NOT_DYNAMIC
+    assert r.stdout == ""  # it never ran: attachee prints "ready PID" first
+    assert r.stderr.count("\n") == 1 and "statically linked" in r.stderr
+
+
+def test_startup_of_a_missing_program() -> None:
+    """As a shell: 127 and one line."""
+    r = exec_inject(["/nonexistent/prog"], "PMM_START=1")
+    assert (r.returncode, r.stdout) == (127, "")
+    assert r.stderr == "pmm-inject: /nonexistent/prog: command not found\n"
+    r = exec_inject(["no-such-command-pmm"], "PMM_START=1")
+    assert (r.returncode, r.stderr) == (127, "pmm-inject: no-such-command-pmm: "
+                                             "command not found\n")
+
+
+def test_startup_status_fd(tmp_path: Path) -> None:
+    """--status-fd: "pid PID" once it runs monitored (the program's pid,
+    pmm-inject's child); a refusal's line goes there, not to stderr."""
+    def status_of(argv: list[str]) -> tuple[int, str, str]:
+        rfd, wfd = os.pipe()
+        proc = subprocess.Popen([str(INJECT), "--lib", str(FAKE), "--status-fd", str(wfd),
+                                 "--exec", "PMM_START=1", f"PMM_FAKE_LOG={tmp_path / 'log'}",
+                                 "--", *argv], env=clean_env(), pass_fds=(wfd,),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(wfd)
+        with os.fdopen(rfd) as f:
+            line = f.read()
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, line, err.decode()
+
+    code, line, err = status_of([str(STARTUP), "3"])
+    assert (code, err) == (3, "")
+    word, pid = line.split()
+    assert word == "pid" and {c.pid for c in fake_log_calls(tmp_path / "log")} == {int(pid)}
+    assert status_of(["/nonexistent/prog"]) == (
+        127, "error /nonexistent/prog: command not found\n", "")
+    code, line, err = status_of([str(BIN / "attachee-static")])
+    assert code == EXIT_NOT_DYNAMIC and line.startswith("error ") and err == ""
+
+
+def test_pmctl_run_no_preload(tmp_path: Path) -> None:
+    """pmctl run --no-preload: the command started through pmm-inject --exec
+    prints and ends as bare (its environment the same: pmctl's, with no
+    LD_PRELOAD), pmctl names its pid (the one whose records the hook sends,
+    the PMM_* of pmctl's environment passed on as settings) and captures
+    its maps, the hook in them; refusals are pmctl's one line."""
+    import sys
+
+    log = tmp_path / "log"
+    dev = tmp_path / "pmm"
+    dev.write_bytes(b"")
+    env = clean_env(PMM_DEVICE=str(dev), PMM_HOOKLIB=str(FAKE), PMM_FAKE_LOG=str(log),
+                    PMM_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(TOP))
+
+    def pmctl(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pmctl", "run", "--no-preload", "--",
+                               *argv], env=env, capture_output=True, text=True, timeout=60)
+
+    want = subprocess.run([str(STARTUP), "5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert "LD_PRELOAD unset, 4 PMM_* variables" in want.stdout
+    r = pmctl(str(STARTUP), "5")
+    assert (r.returncode, r.stdout) == (5, want.stdout)
+    assert r.stderr.startswith("pmctl: pid ") and r.stderr.count("\n") == 1, r.stderr
+    pid = int(r.stderr.split()[2])
+    assert {c.pid for c in fake_log_calls(log)} == {pid}
+    (maps,) = (tmp_path / "cache" / "maps").glob(f"{pid}-*")
+    assert str(FAKE) in maps.read_text() and str(STARTUP) in maps.read_text()
+    r = pmctl("/nonexistent/prog")
+    assert (r.returncode, r.stderr) == (127, "pmctl: /nonexistent/prog: command not found\n")
+    r = pmctl(str(BIN / "attachee-static"), "1")
+    assert (r.returncode, r.stdout) == (21, "")  # ExitCode.ATTACH_NOT_DYNAMIC
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("pmctl: ")
+    assert "statically linked" in r.stderr

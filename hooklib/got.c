@@ -6,7 +6,8 @@
  * JUMP_SLOT relocation's entry for its PLT calls, a GLOB_DAT one where it
  * takes the function's address (and an R_X86_64_64 one where data holds
  * it). got_redirect writes the hook's address into each such entry that
- * holds the program's own function (real.c's program_sym) or, bound
+ * holds the program's own function (real.c's program_sym), the address a
+ * non-PIE executable that takes it gave it (its PLT entry), or, bound
  * lazily, the object's PLT stub, which would have resolved to it. An entry
  * on a page that is not writable (RELRO, or a text relocation's in a
  * segment loaded without write) is made writable for the write and given
@@ -45,6 +46,8 @@ struct redirect {
 	const char *name;
 	void *hook;		/* this library's definition */
 	void *real;		/* what the program's calls reach */
+	void *canonical;	/* a non-PIE executable's PLT entry for it, if it
+				 * takes its address (what data holds), or NULL */
 };
 
 static struct redirect g_redirects[GOT_MAX_ENTRIES];
@@ -94,8 +97,9 @@ static void extent(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi
 			if (a + ph->p_memsz > *hi)
 				*hi = a + ph->p_memsz;
 		} else if (ph->p_type == PT_GNU_RELRO) {
+			/* as ld.so protects it: a last partial page stays writable */
 			*relro_lo = a & ~(PAGE - 1);
-			*relro_hi = (a + ph->p_memsz + PAGE - 1) & ~(PAGE - 1);
+			*relro_hi = (a + ph->p_memsz) & ~(PAGE - 1);
 		}
 	}
 }
@@ -104,7 +108,8 @@ static void extent(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi
  * lazily) the object's own PLT stub. */
 static int bound_elsewhere(uintptr_t v, const struct redirect *r, uintptr_t lo, uintptr_t hi)
 {
-	return v != (uintptr_t)r->hook && v != (uintptr_t)r->real && !(v >= lo && v < hi);
+	return v != (uintptr_t)r->hook && v != (uintptr_t)r->real &&
+	       v != (uintptr_t)r->canonical && !(v >= lo && v < hi);
 }
 
 /*
@@ -253,6 +258,9 @@ int got_prepare(const struct got_entry *entries, size_t n)
 		g_redirects[i].name = entries[i].name;
 		g_redirects[i].hook = entries[i].hook;
 		g_redirects[i].real = program_sym(entries[i].name);
+		g_redirects[i].canonical = dlsym(RTLD_DEFAULT, entries[i].name);
+		if (g_redirects[i].canonical == g_redirects[i].real)
+			g_redirects[i].canonical = NULL;
 	}
 	g_n_redirects = n;
 	__atomic_store_n(&g_self_base, (uintptr_t)self.dli_fbase, __ATOMIC_RELEASE);

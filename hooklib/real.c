@@ -21,13 +21,19 @@ int g_resolved;
 
 static int g_interposing;
 
-/* A function's definition at addr (a defined symbol there, under one of
- * its names), not a PLT entry standing for it. */
+/*
+ * A function's definition at addr (a defined symbol there, under one of
+ * its names), not a PLT entry standing for it: a non-PIE executable that
+ * takes the function's address has an undefined symbol of that name whose
+ * value is its PLT entry, which dladdr reports as if it were one.
+ */
 static int defines(void *addr)
 {
+	const ElfW(Sym) *s = NULL;
 	Dl_info info;
 
-	return addr && dladdr(addr, &info) && info.dli_saddr == addr;
+	return addr && dladdr1(addr, &info, (void **)&s, RTLD_DL_SYMENT) &&
+	       info.dli_saddr == addr && s && s->st_shndx != SHN_UNDEF;
 }
 
 /*

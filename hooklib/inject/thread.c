@@ -107,7 +107,10 @@ static uintptr_t stack_room(pid_t pid, uintptr_t sp)
 		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %63s", &lo, &hi, name) < 2 ||
 		    sp < lo || sp >= hi)
 			continue;
-		room = !strcmp(name, "[stack]") ? UINTPTR_MAX : sp - lo;
+		/* a stack in the heap (a coroutine's, a sigaltstack malloc'd) has
+		 * no bounds to read here */
+		room = !strcmp(name, "[stack]") ? UINTPTR_MAX :
+		       !strcmp(name, "[heap]") ? 0 : sp - lo;
 		break;
 	}
 	fclose(f);
@@ -323,6 +326,8 @@ static int restore(pid_t tid, struct saved *s)
 	return ptrace(PTRACE_SETREGS, tid, 0, &s->regs) ? -1 : 0;
 }
 
+#define SIG_BIT(s)	(1ULL << ((s) - 1))
+
 struct pending {
 	int sig[8];
 	int n;
@@ -411,9 +416,15 @@ static int copy_to_memfd(pid_t pid, int fd, const char *lib, char *why, size_t w
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
 	in = open(lib, O_RDONLY | O_CLOEXEC);
 	out = open(path, O_WRONLY | O_CLOEXEC);
-	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
-		if (write(out, buf, (size_t)n) != n)
+	errno = in < 0 || out < 0 ? errno : 0;
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0) {
+		if (write(out, buf, (size_t)n) != n) {
+			if (!errno)
+				errno = ENOSPC;	/* a short write sets none */
+			n = -1;
 			break;
+		}
+	}
 	if (in >= 0 && out >= 0 && n == 0)
 		ret = 0;
 	else
@@ -432,12 +443,19 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 	static const char memfd_name[] = "libpmmhook.so";
 	static struct saved s;
 	struct pending p = { .n = 0 };
-	uint64_t mask, all = ~0ULL;
+	/*
+	 * Every signal blocked but the synchronous ones: a fault on a blocked
+	 * SIGSEGV (the calls' return to address 0) would make the kernel reset
+	 * the program's handler to SIG_DFL as it forces it through; they stop
+	 * the thread for us to see, and are never delivered.
+	 */
+	uint64_t mask, all = ~(SIG_BIT(SIGSEGV) | SIG_BIT(SIGBUS) | SIG_BIT(SIGILL) |
+			       SIG_BIT(SIGFPE) | SIG_BIT(SIGTRAP) | SIG_BIT(SIGSYS));
 	uintptr_t sp, path_at, name_at, conf_at, memfd_name_at;
 	char memfd_path[32];
 	size_t path_len = strlen(t->lib) + 1, conf_len = strlen(conf) + 1;
 	uint64_t h, fn, msg;
-	int err = 0, gone = 0, memfd = -1, i;
+	int err = 0, gone = 0, memfd = -1, fd, i;
 
 	if (save(tid, &s) || ptrace(PTRACE_GETSIGMASK, tid, sizeof(mask), &mask) ||
 	    ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all))
@@ -458,8 +476,14 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 		 poke(tid, memfd_name_at, memfd_name, sizeof(memfd_name)))
 		err = EXIT_GONE;
 	if (!err && t->via_memfd) {
-		/* MFD_CLOEXEC: the program's children do not inherit it */
-		memfd = (int)call(tid, &s, sp, t->memfd_create, memfd_name_at, 1, &p, &err);
+		/* MFD_CLOEXEC: the program's children do not inherit it; MFD_EXEC
+		 * where vm.memfd_noexec would make it not executable (6.3+), and
+		 * without it where the flag is not known */
+		fd = (int)call(tid, &s, sp, t->memfd_create, memfd_name_at, 0x1 | 0x10, &p, &err);
+		if (!err && fd < 0)
+			fd = (int)call(tid, &s, sp, t->memfd_create, memfd_name_at, 0x1, &p, &err);
+		if (!err)
+			memfd = fd;	/* else a call that failed returned nothing */
 		if (!err && memfd < 0)
 			snprintf(why, why_len, "memfd_create failed in the process");
 		if (!err && (memfd < 0 || copy_to_memfd(t->pid, memfd, t->lib, why, why_len)))

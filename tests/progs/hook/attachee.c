@@ -9,7 +9,7 @@
  *
  *   attachee ROUNDS [threads N] [dlopen LIB AT] [leak AT] [wait AT] [until-stdin]
  *            [seccomp] [older N] [dlmopen LIB] [deepbind LIB] [sigqueue]
- *            [small-stack] [preload LIB] [in-loader]
+ *            [small-stack] [preload LIB] [in-loader] [segv-handler] [via-pointers]
  *   attachee windows N
  *
  * threads N: N more threads hammering malloc/free (their counts are
@@ -34,7 +34,12 @@
  * small-stack: waits for its wait line (wait AT) on a stack of 32 KiB of
  * its own (makecontext), where dlopen could run off the end;
  * in-loader: waits for it in a callback of dl_iterate_phdr, which holds
- * the loader's lock meanwhile.
+ * the loader's lock meanwhile;
+ * segv-handler: installs a SIGSEGV handler (as a JVM or a crash reporter
+ * does) and says at the end whether it is still there;
+ * via-pointers: each round's malloc and free are called through pointers
+ * the program took (built -no-pie, bin/attachee-nopie: the executable's PLT
+ * entries stand for them, and libc's own calls reach the definitions).
  *
  * windows N: a window at a time, on commands read from stdin (a test
  * attaches and stops around each): "run" starts N threads hammering
@@ -63,7 +68,14 @@
 #include <unistd.h>
 
 static volatile int g_stop;
+static void *(*volatile g_malloc_ptr)(size_t);
+static void (*volatile g_free_ptr)(void *);
 static volatile sig_atomic_t g_queued, g_other;
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	_exit(99);
+}
 
 static void on_rtmin(int sig, siginfo_t *si, void *uc)
 {
@@ -238,6 +250,7 @@ int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, threads = 0, dl_at = -1, leak_at = -1;
 	int wait_at = -1, until_stdin = 0, older_n = 0, small_stack = 0, in_loader = 0;
+	int segv_handler = 0, via_pointers = 0;
 	void (*ns_release)(void) = NULL;
 	const char *ns_lib = NULL;
 	int deepbind = 0;	/* 1: RTLD_DEEPBIND, 2: neither that nor dlmopen */
@@ -274,6 +287,21 @@ int main(int argc, char **argv)
 			small_stack = 1;
 		else if (!strcmp(argv[i], "in-loader"))
 			in_loader = 1;
+		else if (!strcmp(argv[i], "via-pointers")) {
+			/* taken in code: a non-PIE executable's PLT entry stands for them */
+			g_malloc_ptr = malloc;
+			g_free_ptr = free;
+			via_pointers = 1;
+		}
+		else if (!strcmp(argv[i], "segv-handler")) {
+			struct sigaction sa;
+
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_sigaction = on_segv;
+			sa.sa_flags = SA_SIGINFO;
+			sigaction(SIGSEGV, &sa, NULL);
+			segv_handler = 1;
+		}
 		else if (!strcmp(argv[i], "sigqueue")) {
 			struct sigaction sa;
 
@@ -403,15 +431,21 @@ int main(int argc, char **argv)
 		if (elapsed_ms(&t0) < 19)
 			short_sleeps++;
 		for (i = 0; i < 2000; i++) {
-			char *p = malloc(24 + i % 300), *q = strdup("attachee");
+			char *p = via_pointers ? g_malloc_ptr(24 + i % 300) : malloc(24 + i % 300);
+			char *q = strdup("attachee");
 
 			if (!p || !q)
 				fail("malloc");
 			p[0] = (char)i;
 			total += (unsigned char)p[0] + strlen(q);
 			p = realloc(p, 400 + i % 100);
-			free(q);
-			free(p);
+			if (via_pointers) {
+				g_free_ptr(q);	/* libc's malloc, the program's free */
+				g_free_ptr(p);
+			} else {
+				free(q);
+				free(p);
+			}
 		}
 #ifndef ATTACHEE_STATIC
 		if (lib && r == dl_at) {
@@ -439,6 +473,12 @@ int main(int argc, char **argv)
 	printf("total %lu short_sleeps %ld threads %d\n", total, short_sleeps, threads);
 	if (g_queued || g_other)
 		printf("signals queued %d other %d\n", (int)g_queued, (int)g_other);
+	if (segv_handler) {
+		struct sigaction now;
+
+		sigaction(SIGSEGV, NULL, &now);
+		printf("SIGSEGV handler %s\n", now.sa_sigaction == on_segv ? "kept" : "lost");
+	}
 	for (i = 0; i < threads; i++)
 		if (!sums[i])
 			printf("thread %d did nothing\n", i);

@@ -151,10 +151,25 @@ static void populate_tables(void)
 		populate(g_tags, sizeof(g_tags));
 }
 
+/* a start in progress (start_monitoring), 0 again in a forked child */
+static int g_starting;
+
+/*
+ * One start at a time, and none while monitored: two threads that learn of
+ * the same start (a poll and an attach) would each clear g_seen, the second
+ * after records of the first had set bytes of blocks the module holds, whose
+ * frees would then go as older (their blocks live for ever).
+ */
 void start_monitoring(void)
 {
 	unsigned int e;
 
+	if (__atomic_exchange_n(&g_starting, 1, __ATOMIC_ACQUIRE))
+		return;
+	if (__atomic_load_n(&g_fast.mode, __ATOMIC_ACQUIRE) >= MODE_MONITORED) {
+		__atomic_store_n(&g_starting, 0, __ATOMIC_RELEASE);
+		return;
+	}
 	t_st.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
 	t_st.sampling = 0;
 	/*
@@ -172,6 +187,7 @@ void start_monitoring(void)
 	else
 		__atomic_store_n(&g_exact_key, EXACT_OFF, __ATOMIC_RELEASE);
 	set_mode(g_sample ? MODE_SAMPLED : MODE_EXACT);
+	__atomic_store_n(&g_starting, 0, __ATOMIC_RELEASE);
 }
 
 static void stop_monitoring(void)
@@ -232,6 +248,7 @@ void at_fork_child(void)
 	t->parked = 0;
 	t->sampling = 0;
 	g_exact_key = EXACT_OFF;
+	g_starting = 0;	/* the parent's, in another thread: not this copy's */
 	__atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 	if (!g_dev_usable)
 		return;

@@ -427,6 +427,10 @@ def _parse_fileline(s: str) -> tuple[str | None, int | None]:
     return file, (n if n > 0 else None)
 
 
+# a huge object's debug info may take long: not longer than this (pmd waits)
+ADDR2LINE_TIMEOUT_S = 120
+
+
 class Addr2line:
     """binutils addr2line, batched: one process per object and batch."""
 
@@ -447,8 +451,9 @@ class Addr2line:
                 capture_output=True,
                 text=True,
                 check=False,
+                timeout=ADDR2LINE_TIMEOUT_S,
             )
-        except OSError:
+        except (OSError, subprocess.TimeoutExpired):
             return [SourceLoc(None, None, None)] * len(vaddrs)
         lines = r.stdout.splitlines()
         out: list[SourceLoc] = []

@@ -52,11 +52,13 @@ class AttachError(PmmError):
 
 
 def find_inject(hooklib: Path) -> Path:
-    """pmm-inject beside the hook library."""
-    p = hooklib.parent / INJECT_NAME
-    if not p.is_file():
-        raise PmmError(f"{p} is not found: build it with `make` (hooklib/)")
-    return p
+    """pmm-inject beside the hook library (the source tree's hooklib/), or in
+    libexec/pmm/ beside its lib/ (make install)."""
+    here = hooklib.parent / INJECT_NAME
+    for p in (here, hooklib.parent.parent / "libexec" / "pmm" / INJECT_NAME):
+        if p.is_file():
+            return p
+    raise PmmError(f"{here} is not found: build it with `make` (hooklib/)")
 
 
 def settings(sample: int | None, depth: int | None, buffer: int | None) -> list[str]:

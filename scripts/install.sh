@@ -11,6 +11,7 @@
 #   PMM_KO    the module file to install (default kmod/pmm.ko)
 #
 # Layout: DESTDIR/lib/modules/KVER/extra/pmm.ko (or DKMS), PREFIX/lib/libpmmhook.so,
+# PREFIX/libexec/pmm/pmm-inject (pmctl attach, pmctl run --no-preload),
 # PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
 # its dependencies), PREFIX/bin/{pmctl,pmd}, /etc/udev/rules.d/60-pmm.rules,
 # /etc/systemd/system/pmd.service; every file is listed in PREFIX/share/pmm/manifest,
@@ -46,7 +47,7 @@ if [ "$action" = uninstall ]; then
 fi
 
 ko=${PMM_KO:-kmod/pmm.ko}
-for f in "$ko" hooklib/libpmmhook.so hooklib/pmm_hooks.h; do
+for f in "$ko" hooklib/libpmmhook.so hooklib/pmm-inject hooklib/pmm_hooks.h; do
 	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
 done
 installed=()
@@ -72,6 +73,7 @@ else
 fi
 
 put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
+put 0755 hooklib/pmm-inject "$prefix/libexec/pmm/pmm-inject"
 put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 

@@ -248,14 +248,18 @@ int main(int argc, char **argv)
 		strcat(conf, "\n");
 	}
 	if (!t.lib) {
-		/* next to this program: hooklib/inject/.. or an installed libexec */
+		/* beside this program (hooklib/), or PREFIX/lib from PREFIX/libexec/pmm */
 		ssize_t n = readlink("/proc/self/exe", lib, sizeof(lib) - 32);
 
 		if (n <= 0)
 			die(EXIT_USAGE, "cannot find this program's path: --lib PATH");
 		lib[n] = '\0';
 		*strrchr(lib, '/') = '\0';
-		strcat(lib, "/../libpmmhook.so");
+		strcat(lib, "/libpmmhook.so");
+		if (access(lib, F_OK)) {
+			*strrchr(lib, '/') = '\0';
+			strcat(lib, "/../../lib/libpmmhook.so");
+		}
 		t.lib = realpath(lib, NULL);
 		if (!t.lib)
 			die(EXIT_USAGE, "%s: %s (--lib PATH)", lib, strerror(errno));

@@ -313,6 +313,32 @@ def test_attach_refusals(pmm: None, cache: Path) -> None:
     assert r.exit_code == 5
 
 
+def test_attach_refused_by_yama(pmm: None) -> None:
+    """kernel.yama.ptrace_scope 1: a user's own process that is not its
+    child may not be attached to; pmm-inject says why (exit 4, pmctl's
+    permission code), and the program runs on as bare."""
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if not yama.exists():
+        pytest.skip("no Yama in this kernel")
+    old = yama.read_text()
+    p = subprocess.Popen([str(PROGS / "attachee"), "20", "wait", "0"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=clean_env(),
+                         user=65534, group=65534, extra_groups=[])
+    try:
+        ready(p)
+        yama.write_text("1")
+        r = subprocess.run([str(TOP / "hooklib" / "pmm-inject"), str(p.pid), "PMM_START=1"],
+                           capture_output=True, text=True, timeout=60, user=65534,
+                           group=65534, extra_groups=[])
+    finally:
+        yama.write_text(old)
+    assert r.returncode == 4, r.stderr
+    assert "kernel.yama.ptrace_scope is 1: only a parent or CAP_SYS_PTRACE may attach" \
+        in r.stderr
+    go_on(p)
+    finish(p)
+
+
 def test_startup_no_preload_leak_ranked_first_child_not_monitored(pmm: None,
                                                                    cache: Path) -> None:
     """`pmctl run --no-preload`: the hook attached at the entry point, no

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 TOP = Path(__file__).resolve().parents[2]
-BUILT = [TOP / "kmod" / "pmm.ko", TOP / "hooklib" / "libpmmhook.so"]
+BUILT = [TOP / "kmod" / "pmm.ko", TOP / "hooklib" / "libpmmhook.so", TOP / "hooklib" / "pmm-inject"]
 
 
 def kver() -> str:
@@ -30,6 +30,7 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
         f"lib/modules/{k}/extra/pmm.ko",
         f"lib/modules/{k}/modules.dep",
         "usr/local/lib/libpmmhook.so",
+        "usr/local/libexec/pmm/pmm-inject",
         "usr/local/include/pmm_hooks.h",
         "usr/local/include/pmm.h",
         "usr/local/bin/pmctl",

@@ -93,6 +93,81 @@ long env_num(char **env, const char *name, long dflt)
 	return num_of(env_get(env, name), dflt);
 }
 
+/* "4096", "512K", "1M", "1G" (K = 1024; a trailing B or iB allowed): bytes;
+ * dflt if empty or absent, -1 if not a size. */
+static long size_of(const char *v, long dflt)
+{
+	long n = 0, unit = 1;
+	const char *d = v;
+
+	if (!v || !*v)
+		return dflt;
+	for (; *v >= '0' && *v <= '9'; v++) {
+		if (n > (LONG_MAX - 9) / 10)
+			return -1;
+		n = n * 10 + (*v - '0');
+	}
+	if (v == d)
+		return -1;
+	switch (*v) {
+	case 'k': case 'K': unit = 1L << 10; v++; break;
+	case 'm': case 'M': unit = 1L << 20; v++; break;
+	case 'g': case 'G': unit = 1L << 30; v++; break;
+	}
+	if (unit > 1 && *v == 'i')
+		v++;
+	if (*v == 'B' || *v == 'b')
+		v++;
+	if (*v || n > LONG_MAX / unit)
+		return -1;
+	return n * unit;
+}
+
+static int same_word(const char *a, const char *b)
+{
+	for (; *a && *b; a++, b++)
+		if ((*a | 0x20) != *b)
+			return 0;
+	return !*a && !*b;
+}
+
+/* One line on stderr for a setting the hook cannot use (env.h). */
+static void bad_setting(const char *name, const char *value, const char *want,
+			const char *then)
+{
+	char line[256];
+	size_t n = 0;
+	const char *parts[] = { "pmm: ", name, "=", value, ": not ", want, "; ", then, "\n" };
+	size_t i;
+	ssize_t w;
+
+	if (g_quiet)
+		return;
+	for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		for (const char *s = parts[i]; *s && n < sizeof(line) - 1; s++)
+			line[n++] = *s;
+	if (line[n - 1] != '\n')
+		line[n++] = '\n';
+	w = write(STDERR_FILENO, line, n);
+	(void)w;
+}
+
+int env_flag(char **env, const char *name, int dflt)
+{
+	const char *v = env_get(env, name);
+
+	if (!v || !*v)
+		return dflt;
+	if (same_word(v, "1") || same_word(v, "true") || same_word(v, "yes") ||
+	    same_word(v, "on"))
+		return 1;
+	if (same_word(v, "0") || same_word(v, "false") || same_word(v, "no") ||
+	    same_word(v, "off"))
+		return 0;
+	bad_setting(name, v, "1, true, yes or on, nor 0, false, no or off", "ignored");
+	return dflt;
+}
+
 char **settings_read(void)
 {
 	char **env;
@@ -116,22 +191,37 @@ void settings_apply(char **env)
 	const char *u;
 	long v;
 
-	g_quiet = env_num(env, "PMM_QUIET", 0) > 0;
-	g_follow_fork = env_num(env, "PMM_FOLLOW_FORK", 0) > 0;
+	g_quiet = 0;	/* PMM_QUIET's own bad value is said */
+	g_quiet = env_flag(env, "PMM_QUIET", 0);
+	g_follow_fork = env_flag(env, "PMM_FOLLOW_FORK", 0);
 	v = env_num(env, "PMM_DEPTH", 1);
-	g_depth = v >= 1 && v <= PMM_MAX_FRAMES ? (int)v : 1;
+	if (v < 1 || v > PMM_MAX_FRAMES) {
+		bad_setting("PMM_DEPTH", env_get(env, "PMM_DEPTH"), "a depth from 1 to 32",
+			    "depth 1");
+		v = 1;
+	}
+	g_depth = (int)v;
 	u = env_get(env, "PMM_UNWIND");
-	if (u && u[0] == 'f' && u[1] == 'p' && !u[2])
+	if (u && !strcmp(u, "fp"))
 		g_unwind = UNWIND_FP;
-	else if (u && u[0] == 'e' && u[1] == 'h' && !u[2])
+	else if (u && !strcmp(u, "eh"))
 		g_unwind = UNWIND_EH;
 	else
 		g_unwind = UNWIND_AUTO;
-	g_fastpath = env_num(env, "PMM_FASTPATH", 1) != 0;
-	v = env_num(env, "PMM_SAMPLE", 0);
+	if (u && *u && g_unwind == UNWIND_AUTO)
+		bad_setting("PMM_UNWIND", u, "fp or eh", "frame pointers, then libgcc's unwinder");
+	g_fastpath = env_flag(env, "PMM_FASTPATH", 1);
+	/* exact mode is the expensive one: a bad size must not fall back to it unsaid */
+	v = size_of(env_get(env, "PMM_SAMPLE"), 0);
+	if (v < 0)
+		bad_setting("PMM_SAMPLE", env_get(env, "PMM_SAMPLE"),
+			    "a size in bytes (or with K, M or G)", "exact mode");
 	g_sample = v > 0 ? (uint64_t)v : 0;
 	v = env_num(env, "PMM_BUFFER", TBUF_RECORDS);
-	if (v >= 0)	/* a number out of range takes the nearest bound */
+	if (v < 0)
+		bad_setting("PMM_BUFFER", env_get(env, "PMM_BUFFER"), "a number of records",
+			    "the default");
+	else	/* a number out of range takes the nearest bound */
 		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
 				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
 	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */

@@ -43,6 +43,10 @@ const char *env_get(char **env, const char *name);
 /* v as a decimal number: dflt if empty or absent, -1 if not a number. */
 long num_of(const char *v, long dflt);
 long env_num(char **env, const char *name, long dflt);
+/* A switch: 1/true/yes/on 1, 0/false/no/off 0 (any case), dflt if empty or
+ * absent; a value that is none of these gets one line on stderr (unless
+ * PMM_QUIET) and dflt. */
+int env_flag(char **env, const char *name, int dflt);
 
 PMM_HIDDEN_END
 

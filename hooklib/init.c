@@ -124,7 +124,7 @@ int init_device(char **env)
 	g_dev_usable = 1;
 	set_mode(MODE_PASS);
 	g_next_query = coarse_ns() + QUERY_NS;
-	if (env_num(env, "PMM_START", 0) > 0) {
+	if (env_flag(env, "PMM_START", 0)) {
 		r = start_self();
 		if (r < 0 && r != -EBUSY && r != -EALREADY && r != -EEXIST)
 			notice("PMM_START=1: START_PID refused", -r, "");

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hook_env import clean_env
+from hook_env import clean_env, fake_log_batches
 
 TOP = Path(__file__).resolve().parents[2]
 HOOK = TOP / "hooklib" / "libpmmhook.so"
@@ -231,6 +231,48 @@ def test_quiet_and_env_errors() -> None:
                     PMM_UNWIND="bogus")
     r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
     assert r.returncode == 0 and r.stderr == b""
+
+
+def records_sent(log: Path) -> int:
+    return sum(len(rs) for _, rs in fake_log_batches(log))
+
+
+# semantics sends about 700 records exact, 90 at PMM_SAMPLE=4096, a few at 512K
+@pytest.mark.parametrize("value,most,least", [("512K", 30, 1), ("1M", 30, 1), ("2MiB", 30, 1),
+                                              ("4096", 300, 31), ("", 10**6, 500)])
+def test_sample_sizes_with_units(tmp_path: Path, value: str, most: int, least: int) -> None:
+    """PMM_SAMPLE takes bytes with K, M or G (KiB multiples), the rate the
+    number of records sent shows; no line on stderr."""
+    log = tmp_path / "log"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="yes", PMM_SAMPLE=value,
+                    PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert least <= records_sent(log) <= most
+
+
+def test_bad_settings_say_so_once_each(tmp_path: Path) -> None:
+    """A PMM_* value the hook cannot use gets one line on stderr saying what
+    it falls back to (a bad PMM_SAMPLE would otherwise mean exact mode, the
+    expensive one, unsaid); switches take true/yes/on and false/no/off."""
+    log = tmp_path / "log"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="On", PMM_SAMPLE="512X",
+                    PMM_QUIET="maybe", PMM_DEPTH="99", PMM_UNWIND="bogus", PMM_BUFFER="-3",
+                    PMM_FAKE_LOG=str(log))
+    r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
+    assert r.returncode == 0
+    assert r.stderr.decode().splitlines() == [
+        "pmm: PMM_QUIET=maybe: not 1, true, yes or on, nor 0, false, no or off; ignored",
+        "pmm: PMM_DEPTH=99: not a depth from 1 to 32; depth 1",
+        "pmm: PMM_UNWIND=bogus: not fp or eh; frame pointers, then libgcc's unwinder",
+        "pmm: PMM_SAMPLE=512X: not a size in bytes (or with K, M or G); exact mode",
+        "pmm: PMM_BUFFER=-3: not a number of records; the default",
+    ]
+    # PMM_START=On started it, in exact mode
+    assert records_sent(log) >= 500
+    env.update(PMM_QUIET="true")
+    r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
+    assert (r.returncode, r.stderr) == (0, b"")
 
 
 def test_exports_only_interposed_symbols() -> None:

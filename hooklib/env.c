@@ -14,6 +14,7 @@
 #include <sys/auxv.h>
 
 #include "env.h"
+#include "notice.h"
 
 int g_quiet;
 int g_follow_fork;
@@ -135,21 +136,9 @@ static int same_word(const char *a, const char *b)
 static void bad_setting(const char *name, const char *value, const char *want,
 			const char *then)
 {
-	char line[256];
-	size_t n = 0;
-	const char *parts[] = { "pmm: ", name, "=", value, ": not ", want, "; ", then, "\n" };
-	size_t i;
-	ssize_t w;
+	const char *parts[] = { "pmm: ", name, "=", value, ": not ", want, "; ", then };
 
-	if (g_quiet)
-		return;
-	for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-		for (const char *s = parts[i]; *s && n < sizeof(line) - 1; s++)
-			line[n++] = *s;
-	if (line[n - 1] != '\n')
-		line[n++] = '\n';
-	w = write(STDERR_FILENO, line, n);
-	(void)w;
+	say(parts, sizeof(parts) / sizeof(parts[0]));
 }
 
 int env_flag(char **env, const char *name, int dflt)

@@ -30,21 +30,32 @@ static const char *err_name(int err)
 	}
 }
 
-static size_t put(char *buf, size_t at, size_t cap, const char *s)
+void say(const char *const parts[], size_t nparts)
 {
-	while (*s && at < cap)
-		buf[at++] = *s++;
-	return at;
+	char line[256];
+	size_t n = 0, i;
+	int saved = errno;
+	ssize_t w;
+
+	if (g_quiet)
+		return;
+	for (i = 0; i < nparts; i++)
+		for (const char *s = parts[i]; *s && n < sizeof(line) - 1; s++)
+			line[n++] = *s;
+	line[n++] = '\n';
+	w = write(STDERR_FILENO, line, n);
+	(void)w;
+	errno = saved;
 }
 
 void notice(const char *what, int err, const char *then)
 {
-	char line[200], num[12];
-	size_t n = 0, k = sizeof(num);
+	char num[12];
+	size_t k = sizeof(num);
 	unsigned int e = (unsigned int)err;
-	ssize_t w;
-
-	int saved = errno;
+	const char *with_err[] = { "pmm: ", what, ": ", err_name(err), " (errno ", NULL, ")",
+				   then };
+	const char *without[] = { "pmm: ", what, then };
 
 	if (g_quiet || __atomic_exchange_n(&g_noticed, 1, __ATOMIC_RELAXED))
 		return;
@@ -53,18 +64,9 @@ void notice(const char *what, int err, const char *then)
 		num[--k] = (char)('0' + e % 10);
 		e /= 10;
 	} while (e && k);
-	n = put(line, n, sizeof(line) - 1, "pmm: ");
-	n = put(line, n, sizeof(line) - 1, what);
-	if (err) {
-		n = put(line, n, sizeof(line) - 1, ": ");
-		n = put(line, n, sizeof(line) - 1, err_name(err));
-		n = put(line, n, sizeof(line) - 1, " (errno ");
-		n = put(line, n, sizeof(line) - 1, num + k);
-		n = put(line, n, sizeof(line) - 1, ")");
-	}
-	n = put(line, n, sizeof(line) - 1, then);
-	line[n++] = '\n';
-	w = write(STDERR_FILENO, line, n);
-	(void)w;
-	errno = saved;
+	with_err[5] = num + k;	/* the number, written above */
+	if (err)
+		say(with_err, sizeof(with_err) / sizeof(with_err[0]));
+	else
+		say(without, sizeof(without) / sizeof(without[0]));
 }

@@ -56,7 +56,8 @@ test-debug: setup
 
 check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check
-	.venv/bin/ruff check pmctl pmd tests bench
+	.venv/bin/ruff check src pmctl pmd tests bench
+	.venv/bin/mypy --strict src/pmm
 	.venv/bin/mypy pmctl pmd
 	.venv/bin/mypy tests/host
 	.venv/bin/mypy tests/guest tests/debug

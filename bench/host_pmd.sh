@@ -22,7 +22,7 @@ echo "pmctl trend on 100000 samples (a leak of 4 KiB/s under noise, 1 s apart)"
 "$py" - "$tmp/trend.db" <<'PY'
 import sys
 import numpy as np
-from pmd.store import ProcessRow, SampleRow, Store
+from pmm.store import ProcessRow, SampleRow, Store
 n = 100_000
 r = np.random.default_rng(1)
 t = np.arange(n, dtype=np.int64) * 1_000_000_000 + 1_000_000
@@ -73,11 +73,11 @@ wait $pmd || true
 echo "pmd: CPU per genl SAMPLE event (decode, store, detector), 64 processes x 60 s replayed"
 "$py" - "$tmp/ev.db" <<'PY'
 import struct, sys, time
-from pmctl import uapi
-from pmd.genl import decode_datagram
+from pmm import uapi
+from pmm.genl import decode_datagram
 from pmd.main import Daemon, Options
-from pmd.store import Store
-import pmctl.trend as T
+from pmm.store import Store
+import pmm.trend as T
 
 A, FAM = uapi.Attr, 0x1B
 def attr(t, p):

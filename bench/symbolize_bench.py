@@ -16,7 +16,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from pmctl.symbolize import Addr2line, PyElfTools, SourceLoc
+from pmm.symbolize import Addr2line, PyElfTools, SourceLoc
 
 
 def default_object() -> str:

@@ -31,7 +31,7 @@ stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
 
 Times: *_ns as the module gives them (blocks: CLOCK_MONOTONIC; pids:
 CLOCK_BOOTTIME), *_s in seconds. Sizes in bytes. Addresses as integers.
-Exit codes: see pmctl/errors.py (0 ok, 1 generic, 2 usage, 3 module not
+Exit codes: see src/pmm/errors.py (0 ok, 1 generic, 2 usage, 3 module not
 loaded, 4 permission denied, 5 no such pid, 6 not monitored, 7 invalid
 value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach).
 """
@@ -48,13 +48,13 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from pmctl import leaks as leaks_mod
-from pmctl import stats as stats_mod
-from pmctl.device import Device
-from pmctl.errors import ExitCode, PmmError
-from pmctl.model import SITE_F_SOURCE, Block, ConfigInfo, PidInfo, Site, op_name
-from pmctl.output import dump_json, format_table, human_age, human_bytes
-from pmctl.text import printable
+from pmm import leaks as leaks_mod
+from pmm import stats as stats_mod
+from pmm.device import Device
+from pmm.errors import ExitCode, PmmError
+from pmm.model import SITE_F_SOURCE, Block, ConfigInfo, PidInfo, Site, op_name
+from pmm.output import dump_json, format_table, human_age, human_bytes
+from pmm.text import printable
 
 app = typer.Typer(
     name="pmctl",
@@ -197,9 +197,9 @@ def attach(
     `pmctl stop PID` ends it (the hook stays, passing calls to libc); attach
     again to restart. Blocks allocated before the attach are not tracked.
     """
-    from pmctl import attach as attach_mod
-    from pmctl.run import find_hooklib
-    from pmctl.symbolize import capture_maps
+    from pmm import attach as attach_mod
+    from pmm.run import find_hooklib
+    from pmm.symbolize import capture_maps
 
     hooklib = find_hooklib()
     Device.open().close()  # fail early: module missing or not permitted
@@ -466,12 +466,12 @@ def run(
     `pmctl leaks PID` symbolizes its sites after it exited. With --no-preload
     the hook is attached as `pmctl attach` does, before CMD's own code runs.
     """
-    from pmctl.run import child_env, find_hooklib, injector_argv, run_command
+    from pmm.run import child_env, find_hooklib, injector_argv, run_command
 
     hooklib = find_hooklib()
     injector = None
     if no_preload:
-        from pmctl.attach import find_inject
+        from pmm.attach import find_inject
 
         injector = injector_argv(find_inject(hooklib), hooklib, dict(os.environ), follow_fork,
                                  depth, sample, buffer)
@@ -582,7 +582,7 @@ def logs(
 
     The same fields as /proc/pmm/pid shows for that pid.
     """
-    from pmctl.symbolize import capture_maps
+    from pmm.symbolize import capture_maps
 
     with Device.open() as dev:
         info = _read_pid(dev, pid)
@@ -621,7 +621,7 @@ def logs(
 def site_dict(
     g: leaks_mod.LeakGroup, frames: list[Any], depth: int
 ) -> dict[str, Any]:
-    """A leak group as JSON; frames are pmctl.symbolize.Frame objects."""
+    """A leak group as JSON; frames are pmm.symbolize.Frame objects."""
     d: dict[str, Any] = {
         "site": g.site,
         "blocks": g.blocks,
@@ -673,7 +673,7 @@ def leaks(
     bytes, the oldest block's age and an age histogram (<1s, <10s, <100s, <1000s,
     older).
     """
-    from pmctl.symbolize import Symbolizer, maps_for
+    from pmm.symbolize import Symbolizer, maps_for
 
     with Device.open() as dev:
         info = _read_pid(dev, pid)
@@ -771,7 +771,7 @@ _register_trend()
 
 def main(argv: list[str] | None = None) -> None:
     """Console script: usage errors as one line and exit 2, other errors per
-    pmctl.errors."""
+    pmm.errors."""
     try:
         rv = app(args=argv, prog_name="pmctl", standalone_mode=False)
     except typer.Exit as e:

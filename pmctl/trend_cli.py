@@ -11,10 +11,10 @@ It prints rss and vm over time (a compact table and a terminal chart), the
 growth rate of rss in KiB/min with its confidence interval, the verdict, the
 time until MemAvailable is used up at that rate, and the sites whose live
 bytes grow fastest (from pmd's per-site snapshots). The verdict comes from
-pmctl/trend.py (Theil-Sen on bucket minima; see its docstring).
+src/pmm/trend.py (Theil-Sen on bucket minima; see its docstring).
 
 Exit status: 0 STABLE, 10 LEAK, 11 GROWING (growth not yet significant),
-12 NOT ENOUGH DATA; 1-9 errors as in pmctl/errors.py (5: no such pid,
+12 NOT ENOUGH DATA; 1-9 errors as in src/pmm/errors.py (5: no such pid,
 6: no samples of it anywhere).
 
 --json prints one document: {"pid", "start_time", "comm", "source", "db",
@@ -42,10 +42,10 @@ import numpy as np
 import numpy.typing as npt
 import typer
 
-from pmctl.errors import NoSuchPid, NotMonitored, PmmError
-from pmctl.output import dump_json, format_table, human_age, human_bytes
-from pmctl.text import printable
-from pmctl.trend import Trend, Verdict, detect, seconds_until_exhausted, site_growth
+from pmm.errors import NoSuchPid, NotMonitored, PmmError
+from pmm.output import dump_json, format_table, human_age, human_bytes
+from pmm.text import printable
+from pmm.trend import Trend, Verdict, detect, seconds_until_exhausted, site_growth
 
 EXIT_STABLE = 0
 EXIT_LEAK = 10
@@ -104,7 +104,7 @@ def mem_available(path: str = "/proc/meminfo") -> int | None:
 
 
 def _live_start(pid: int) -> tuple[int, str] | None:
-    from pmd.procsampler import ProcessGone, read_stat
+    from pmm.procsampler import ProcessGone, read_stat
 
     try:
         st = read_stat(pid)
@@ -114,7 +114,7 @@ def _live_start(pid: int) -> tuple[int, str] | None:
 
 
 def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None) -> Data | None:
-    from pmd.store import Store, start_key
+    from pmm.store import Store, start_key
 
     if not path.exists():
         return None
@@ -149,9 +149,9 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None)
 def _device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
     """Descriptions of the wanted sites from the module, when it is loaded and
     monitors this process (same start time); frames symbolized with its map."""
-    from pmctl.device import Device
-    from pmctl.symbolize import describe_sites, maps_for
-    from pmd.store import start_key
+    from pmm.device import Device
+    from pmm.store import start_key
+    from pmm.symbolize import describe_sites, maps_for
 
     try:
         with Device.open() as dev:
@@ -165,9 +165,9 @@ def _device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]
 
 
 def from_kmod(pid: int, since_s: float | None) -> Data | None:
-    from pmctl.device import Device
-    from pmctl.errors import ModuleNotLoaded
-    from pmd.store import start_key
+    from pmm.device import Device
+    from pmm.errors import ModuleNotLoaded
+    from pmm.store import start_key
 
     try:
         dev = Device.open()
@@ -189,7 +189,7 @@ def from_kmod(pid: int, since_s: float | None) -> Data | None:
 
 def from_watch(pid: int, seconds: float, interval: float,
                progress: Callable[[int], None] | None = None) -> Data:
-    from pmd.procsampler import ProcessGone, sample
+    from pmm.procsampler import ProcessGone, sample
 
     live = _live_start(pid)
     if live is None:
@@ -430,7 +430,7 @@ def trend_command(
     """Say whether PID is leaking: rss/vm over time, the growth rate (KiB/min) with its
     confidence interval, the verdict, when MemAvailable runs out, and the sites that grow
     fastest. Exit status: 0 STABLE, 10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA."""
-    from pmd.store import default_db_path
+    from pmm.store import default_db_path
 
     path = db or default_db_path()
     d: Data | None = None

@@ -1,12 +1,12 @@
 """pmd: the pmm monitoring daemon (runs in the foreground).
 
-It records memory samples of processes into SQLite (pmd/store.py) and raises
-an alert when the trend detector (pmctl/trend.py) says LEAK:
+It records memory samples of processes into SQLite (src/pmm/store.py) and raises
+an alert when the trend detector (src/pmm/trend.py) says LEAK:
 
-- with the module loaded, from its generic-netlink events (pmd/genl.py):
+- with the module loaded, from its generic-netlink events (src/pmm/genl.py):
   samples, exits, monitoring start/stop, per-site live bytes;
 - for `--pid PID...`, by reading /proc itself every `--interval` seconds
-  (pmd/procsampler.py), unless the module already samples that process.
+  (src/pmm/procsampler.py), unless the module already samples that process.
 
 Writes are batched: one transaction every `--commit-interval` seconds. The
 detector runs every `--detect-every` samples of a process over its last
@@ -28,7 +28,7 @@ reloaded) are found every 30 s, and at once after an overrun or a
 reconnect, by checking /proc for the pid with the same start time; they are
 marked exited.
 
-Log lines escape control characters (pmctl.text.printable): process names,
+Log lines escape control characters (pmm.text.printable): process names,
 command lines and site names come from the monitored processes.
 
 Exit status: 0 after SIGTERM/SIGINT with everything written, 1 if the
@@ -51,12 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmctl import uapi
-from pmctl.text import printable
-from pmctl.trend import Params, Verdict, detect, site_growth
-from pmd import procsampler
-from pmd.genl import Event, Listener, MalformedEvent
-from pmd.store import (
+from pmm import procsampler, uapi
+from pmm.genl import Event, Listener, MalformedEvent
+from pmm.store import (
     AlertRow,
     BadRowError,
     ProcessRow,
@@ -66,6 +63,8 @@ from pmd.store import (
     default_db_path,
     start_key,
 )
+from pmm.text import printable
+from pmm.trend import Params, Verdict, detect, site_growth
 
 log = logging.getLogger("pmd")
 
@@ -227,8 +226,8 @@ class Daemon:
         if known:
             return known
         try:
-            from pmctl.device import Device
-            from pmctl.symbolize import describe_sites, maps_for
+            from pmm.device import Device
+            from pmm.symbolize import describe_sites, maps_for
 
             with Device.open() as dev:
                 info = dev.pid_info(pid)

@@ -10,8 +10,8 @@ from kmod_dev import Dev
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
-from pmctl import uapi
-from pmd.genl import PmmMsg, decode
+from pmm import uapi
+from pmm.genl import PmmMsg, decode
 
 
 def genl_join() -> dict[str, object]:

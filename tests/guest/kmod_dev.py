@@ -1,4 +1,4 @@
-"""Helpers of the test_kmod_* in-guest tests: /dev/pmm through pmctl/uapi.py."""
+"""Helpers of the test_kmod_* in-guest tests: /dev/pmm through src/pmm/uapi.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from pmctl import uapi
+from pmm import uapi
 
 T = TypeVar("T", bound=ctypes.Structure)
 NOBODY = 65534

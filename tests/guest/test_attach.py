@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import FULL, PROGS, TOP, pmctl, pmctl_json
 
-from pmctl.device import Device
+from pmm.device import Device
 
 LIB = PROGS / "libattachee.so"
 

@@ -18,9 +18,9 @@ import pytest
 from helpers import PROGS, as_nobody
 from kmod_dev import wait_for
 
-from pmctl.device import Device
-from pmctl.model import Site
-from pmctl.symbolize import parse_maps
+from pmm.device import Device
+from pmm.model import Site
+from pmm.symbolize import parse_maps
 
 TOP = Path(os.environ.get("PMM_TOP", Path(__file__).resolve().parents[2]))
 HOOK = TOP / "hooklib" / "libpmmhook.so"

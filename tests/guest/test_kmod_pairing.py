@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kmod_dev import Dev, rec
 
-from pmctl import uapi
+from pmm import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 Op = uapi.Op

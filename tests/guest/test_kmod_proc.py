@@ -22,7 +22,7 @@ from kmod_dev import (
     rec,
 )
 
-from pmctl import uapi
+from pmm import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 Op = uapi.Op

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import TOP, pmctl, pmctl_json, spawn_sleeper
 
-from pmctl import procfs, uapi
-from pmctl.leaks import age_bucket
+from pmm import procfs, uapi
+from pmm.leaks import age_bucket
 
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 

@@ -15,7 +15,7 @@ import pytest
 from as_user import as_user
 from hook_env import clean_env, fake_log_batches, fake_log_calls
 
-from pmctl import uapi
+from pmm import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 INJECT = TOP / "hooklib" / "pmm-inject"

@@ -16,8 +16,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from pmctl import cli, device, run
-from pmctl.errors import ExitCode, PmmError
+from pmctl import cli
+from pmm import device, run
+from pmm.errors import ExitCode, PmmError
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -114,7 +115,7 @@ def fake_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[A
             raise OSError(state[0], os.strerror(state[0]))
         return 0
 
-    monkeypatch.setattr("pmctl.device.fcntl.ioctl", fake_ioctl)
+    monkeypatch.setattr("pmm.device.fcntl.ioctl", fake_ioctl)
     yield state
 
 
@@ -323,7 +324,7 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
     r = invoke(["stop", "1", "--json"])
     assert json.loads(r.stdout) == {"pid": 1, "monitored": False}
     # the per-pid dicts
-    from pmctl.model import PidInfo
+    from pmm.model import PidInfo
 
     p = PidInfo(pid=5, ppid=1, state=2, comm="x", start_time_ns=1_000_000_000,
                 monitor_start_ns=2_000_000_000, exit_time_ns=5_000_000_000, live_blocks=3,

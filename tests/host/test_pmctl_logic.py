@@ -6,9 +6,10 @@ import errno
 
 import pytest
 
-from pmctl import cli, errors, leaks, procfs, stats
-from pmctl.model import Block, Bucket, Site, StatsInfo
-from pmctl.output import format_table, human_age, human_bytes
+from pmctl import cli
+from pmm import errors, leaks, procfs, stats
+from pmm.model import Block, Bucket, Site, StatsInfo
+from pmm.output import format_table, human_age, human_bytes
 
 S = 1_000_000_000
 
@@ -63,7 +64,7 @@ def test_future_block_time_counts_as_age_zero() -> None:
 
 
 def test_site_dict_sources() -> None:
-    from pmctl.symbolize import Frame
+    from pmm.symbolize import Frame
 
     g = leaks.group_blocks([blk(1, 24, 0, site=5)], {5: Site(
         site=5, flags=1, frames=(0x401136,), file="demo.c", func="main", line=42)}, S)[0]

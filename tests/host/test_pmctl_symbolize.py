@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pmctl import symbolize as sy
+from pmm import symbolize as sy
 
 SRC = r"""#include <stdio.h>
 #include <stdlib.h>
@@ -175,7 +175,7 @@ def test_describe_sites(prog: Path) -> None:
     """A site from the shim keeps its file:line; one of return addresses
     only (a hook preloaded or attached without the shim) is described by its
     first frame, symbolized: the form `pmctl trend` and pmd's alerts show."""
-    from pmctl.model import Site
+    from pmm.model import Site
 
     p = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdin is not None

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from as_user import as_user
 
-from pmd.store import ProcessRow, SampleRow, Store
+from pmm.store import ProcessRow, SampleRow, Store
 
 TOP = Path(__file__).resolve().parents[2]
 NOBODY = 65534  # uid and gid (nogroup) of Debian's nobody

@@ -1,4 +1,4 @@
-"""The genl event decoder (pmd/genl.py) on hand-built datagrams laid out as
+"""The genl event decoder (src/pmm/genl.py) on hand-built datagrams laid out as
 kmod/genl.c sends them, and the daemon's handling of a malformed one."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pmctl import uapi
-from pmd.genl import (
+from pmd.main import Daemon, Options
+from pmm import uapi
+from pmm.genl import (
     Event,
     MalformedEvent,
     PmmMsg,
@@ -21,8 +22,7 @@ from pmd.genl import (
     decode_datagram,
     parse_message,
 )
-from pmd.main import Daemon, Options
-from pmd.store import Store, start_key
+from pmm.store import Store, start_key
 
 FAM = 0x1B  # any dynamic genl family id
 A = uapi.Attr

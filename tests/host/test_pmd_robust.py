@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from test_pmd_genl import FAM, A, msg, u32, u64
 
-from pmctl import uapi
-from pmd import main, procsampler
-from pmd.genl import Event, MalformedEvent, SiteLive, decode_datagram
+from pmd import main
 from pmd.main import Daemon, Options
-from pmd.store import TICK_NS, SampleRow, Store, start_key
+from pmm import procsampler, uapi
+from pmm.genl import Event, MalformedEvent, SiteLive, decode_datagram
+from pmm.store import TICK_NS, SampleRow, Store, start_key
 
 I64_MAX = (1 << 63) - 1
 PID, START = 4_000_201, 123_456_789_012  # above pid_max: never a live process
@@ -34,7 +34,7 @@ def sample(t: int, rss: int = 8192, live_bytes: int | None = None) -> Event:
 
 
 class FakeListener:
-    """Stands in for pmd.genl.Listener: hands out `batches` one poll at a
+    """Stands in for pmm.genl.Listener: hands out `batches` one poll at a
     time, then SIGTERMs the process (as systemd would) a few polls later."""
 
     batches: list[list[Event | MalformedEvent]] = []

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmd import procsampler
-from pmd.store import (
+from pmm import procsampler
+from pmm.store import (
     TICK_NS,
     AlertRow,
     ProcessRow,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from as_user import as_user as shared_as_user
 
-from pmctl import symbolize as sy
+from pmm import symbolize as sy
 
 UID = 54_321  # a uid no one uses: its /tmp/pmm-UID is this test's alone
 NOBODY = 65534

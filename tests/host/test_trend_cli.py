@@ -16,7 +16,7 @@ import trend_series as S
 from typer.testing import CliRunner
 
 from pmctl.cli import app
-from pmd.store import ProcessRow, SampleRow, Store
+from pmm.store import ProcessRow, SampleRow, Store
 
 runner = CliRunner()
 DEAD_PID = 4_000_000  # above pid_max: never a live process

@@ -1,4 +1,4 @@
-"""The leak detector (pmctl/trend.py) over synthetic series: each shape gets
+"""The leak detector (src/pmm/trend.py) over synthetic series: each shape gets
 the right verdict for several seeds, leaks get their rate right."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trend_series as S
 
-from pmctl.trend import (
+from pmm.trend import (
     Params,
     Verdict,
     bucket_minima,
@@ -255,7 +255,7 @@ def test_a_gap_in_the_samples_narrows_the_buckets() -> None:
 def test_robust_sigma_is_scipys_normal_mad() -> None:
     from scipy import stats
 
-    from pmctl.trend import _robust_sigma
+    from pmm.trend import _robust_sigma
 
     x = np.random.default_rng(5).normal(3.0, 2.0, 1001)
     assert _robust_sigma(x) == pytest.approx(stats.median_abs_deviation(x, scale="normal"),
@@ -281,7 +281,7 @@ def test_theil_sen_is_scipys() -> None:
 
 def test_trend_does_not_import_scipy() -> None:
     # scipy costs half a second to import here and minutes on the VM's 9p
-    code = ("import sys, pmctl.trend as T; T.detect(range(40), [float(i) for i in range(40)]); "
+    code = ("import sys, pmm.trend as T; T.detect(range(40), [float(i) for i in range(40)]); "
             "T.site_growth([(1, 0.0, 1, 1), (1, 1.0, 2, 1), (1, 2.0, 4, 1)]); "
             "print('scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

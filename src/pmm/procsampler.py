@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmd.store import TICK_NS, ProcessRow, SampleRow
+from pmm.store import TICK_NS, ProcessRow, SampleRow
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -25,7 +25,7 @@ class ProcStat:
     comm: str
     state: str
     ppid: int
-    start_time: int  # ns since boot, tick resolution (see pmd.store.start_key)
+    start_time: int  # ns since boot, tick resolution (see pmm.store.start_key)
 
 
 def boottime_ns() -> int:

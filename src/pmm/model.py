@@ -1,6 +1,6 @@
 """Plain data read from the module, independent of ctypes.
 
-pmctl/device.py converts the uapi ctypes structures into these frozen
+src/pmm/device.py converts the uapi ctypes structures into these frozen
 dataclasses so that the pure logic (leaks, stats, formatting) and its tests
 never need the module or ctypes. Field names follow kmod/uapi/pmm.h.
 """

@@ -1,7 +1,7 @@
 """Output helpers shared by pmctl's commands (and `pmctl trend`, pmd).
 
 - `format_table`: aligned plain-text columns for people; every cell goes
-  through `pmctl.text.printable` (cells often hold what a monitored process
+  through `pmm.text.printable` (cells often hold what a monitored process
   named itself or its sites), so callers pass raw strings.
 - `dump_json`: the machine form: UTF-8 JSON, 2-space indent, keys in the
   documented order, one document per command run.
@@ -15,7 +15,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from pmctl.text import printable
+from pmm.text import printable
 
 
 def format_table(
@@ -25,7 +25,7 @@ def format_table(
     sep: str = "  ",
 ) -> str:
     """Columns padded to their widest cell; columns in `right` align right.
-    Cells are escaped for the terminal (pmctl.text.printable)."""
+    Cells are escaped for the terminal (pmm.text.printable)."""
     headers = [printable(h) for h in headers]
     rows = [[printable(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]

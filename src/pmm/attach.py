@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from pmctl.errors import ExitCode, NoSuchPid, PermissionDenied, PmmError
+from pmm.errors import ExitCode, NoSuchPid, PermissionDenied, PmmError
 
 INJECT_NAME = "pmm-inject"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pmctl.model import Block, Site
+from pmm.model import Block, Site
 
 # Upper bounds (seconds, exclusive) of the age buckets; the last is open.
 AGE_BOUNDS_S: tuple[float, ...] = (1.0, 10.0, 100.0, 1000.0)

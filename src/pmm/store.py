@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from pmctl.errors import PmmError
+from pmm.errors import PmmError
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 

@@ -8,12 +8,12 @@
 
 - The device path is $PMM_DEVICE, else /dev/pmm (tests point it at a regular
   file, /dev/null or a chmod 000 file to provoke each error).
-- Every errno becomes a typed error from pmctl.errors (ModuleNotLoaded,
+- Every errno becomes a typed error from pmm.errors (ModuleNotLoaded,
   PermissionDenied, NoSuchPid, NotMonitored, InvalidValue, NotPmmDevice, ...)
   whose message says what happened and what to do.
 - The read-back ioctls (MONITORED_PIDS, READ_BLOCKS, READ_SITES,
   READ_SAMPLES) are cursor loops that read everything in chunks.
-- Results are the plain dataclasses of pmctl.model, not ctypes objects.
+- Results are the plain dataclasses of pmm.model, not ctypes objects.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from pmctl import uapi
-from pmctl.errors import (
+from pmm import uapi
+from pmm.errors import (
     NoSuchPid,
     NotMonitored,
     PermissionDenied,
@@ -37,7 +37,7 @@ from pmctl.errors import (
     from_errno,
     module_not_loaded,
 )
-from pmctl.model import (
+from pmm.model import (
     Block,
     Bucket,
     ConfigInfo,

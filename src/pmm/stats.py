@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pmctl.model import Bucket, StatsInfo
-from pmctl.output import format_table
+from pmm.model import Bucket, StatsInfo
+from pmm.output import format_table
 
 # Upper bounds of the buckets (bytes, inclusive); None: larger.
 BUCKET_BOUNDS: tuple[int | None, ...] = (16, 256, 1024, 4096, 16384, 65536, None)

@@ -15,7 +15,7 @@ parent and ends as it ends; it tells pmctl the command's pid, or why it
 refused, on a pipe (--status-fd).
 
 While the command runs, pmctl captures its /proc/PID/maps (and its
-descendants' with --follow-fork) into the maps cache (pmctl.symbolize), often
+descendants' with --follow-fork) into the maps cache (pmm.symbolize), often
 at first and then every 250 ms, so `pmctl leaks` can symbolize its sites
 after it exited. pmctl exits with the command's exit status (128+N when a
 signal N killed it, 127 when it cannot be found, 126 when it cannot be
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from pmctl.errors import PmmError
-from pmctl.symbolize import read_live_maps, save_maps
+from pmm.errors import PmmError
+from pmm.symbolize import read_live_maps, save_maps
 
 HOOKLIB_NAME = "libpmmhook.so"
 
@@ -195,7 +195,7 @@ def read_status(fd: int) -> str:
 
 def injector_refusal(line: str, returncode: int, argv0: str) -> PmmError:
     """What pmm-inject said instead of "pid PID", as pmctl's error."""
-    from pmctl.attach import inject_error
+    from pmm.attach import inject_error
 
     word, _, msg = line.partition(" ")
     if word == "exited":  # it ran, and ended before its entry point

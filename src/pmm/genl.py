@@ -1,7 +1,7 @@
 """The module's generic-netlink events, received with pyroute2.
 
 - `PmmMsg` is the pyroute2 message class of family "pmm" (attributes as in
-  kmod/uapi/pmm.h, mirrored by pmctl.uapi.Attr).
+  kmod/uapi/pmm.h, mirrored by pmm.uapi.Attr).
 - `decode(msg)` turns one pyroute2-parsed message into an `Event`, checking
   every attribute's type; anything wrong raises `MalformedEvent` (pmd logs
   it and goes on). `decode_datagram(data, family_id)` parses a whole
@@ -53,7 +53,7 @@ from pyroute2.netlink import (
 )
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
-from pmctl import uapi
+from pmm import uapi
 
 log = logging.getLogger("pmd")
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pmctl.model import Site
+from pmm.model import Site
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 NS_PER_TICK = 1_000_000_000 // CLK_TCK

@@ -48,10 +48,11 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from pmctl.exitcodes import ExitCode, exit_code_for
 from pmm import leaks as leaks_mod
 from pmm import stats as stats_mod
 from pmm.device import Device
-from pmm.errors import ExitCode, PmmError
+from pmm.errors import PmmError
 from pmm.model import SITE_F_SOURCE, Block, ConfigInfo, PidInfo, Site, op_name
 from pmm.output import dump_json, format_table, human_age, human_bytes
 from pmm.text import printable
@@ -114,7 +115,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except PmmError as e:
             err(str(e))
-            raise typer.Exit(int(e.exit_code)) from None
+            raise typer.Exit(exit_code_for(e)) from None
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except KeyboardInterrupt:

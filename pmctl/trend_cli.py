@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import typer
 
+from pmctl.exitcodes import exit_code_for
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.output import dump_json, format_table, human_age, human_bytes
 from pmm.text import printable
@@ -391,7 +392,7 @@ def _errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except PmmError as e:
             typer.echo(f"pmctl: {printable(str(e))}", err=True)
-            raise typer.Exit(int(e.exit_code)) from None
+            raise typer.Exit(exit_code_for(e)) from None
 
     return wrapper
 

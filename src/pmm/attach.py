@@ -7,48 +7,50 @@ the module to monitor it (PMM_START=1). `pmctl stop PID` ends the tracking;
 the hook stays in the process, passing every call to libc, and a later
 `pmctl attach PID` starts it again.
 
-pmm-inject's refusals become PmmErrors with exit codes of their own
-(ExitCode.ATTACH_*), its message kept.
+pmm-inject's refusals become AttachErrors whose `failure` says which it was,
+its message kept (pmctl gives each failure an exit code of its own).
 """
 
 from __future__ import annotations
 
 import subprocess
+from enum import Enum
 from pathlib import Path
 
-from pmm.errors import ExitCode, NoSuchPid, PermissionDenied, PmmError
+from pmm.errors import NoSuchPid, PermissionDenied, PmmError
 
 INJECT_NAME = "pmm-inject"
 
-# pmm-inject's exit codes (hooklib/inject/inject.c) -> pmctl's
-_EXIT = {
-    3: ExitCode.NO_SUCH_PID,
-    4: ExitCode.PERMISSION,
-    5: ExitCode.ATTACH_TRACED,
-    6: ExitCode.ATTACH_NOT_DYNAMIC,
-    7: ExitCode.ATTACH_NO_LIBRARY,
-    8: ExitCode.ATTACH_SECCOMP,
-    9: ExitCode.ATTACH_NO_SAFE_POINT,
-    10: ExitCode.ATTACH_LOAD_FAILED,
-    11: ExitCode.ATTACH_REFUSED,
-    12: ExitCode.NO_SUCH_PID,
-}
 
+class AttachFailure(Enum):
+    """Why pmm-inject refused (its exit codes 5..11, hooklib/inject/inject.c)."""
 
-def inject_error(returncode: int, msg: str) -> PmmError:
-    """pmm-inject's refusal (its exit code, its line) as pmctl's error."""
-    code = _EXIT.get(returncode, ExitCode.GENERIC)
-    if code == ExitCode.NO_SUCH_PID:
-        return NoSuchPid(msg)
-    if code == ExitCode.PERMISSION:
-        return PermissionDenied(msg)
-    return AttachError(msg, code)
+    TRACED = 5  # the process is traced (a debugger)
+    NOT_DYNAMIC = 6  # static, or no glibc 2.34+ dlopen
+    NO_LIBRARY = 7  # no copy of the hook could be put there (memfd)
+    SECCOMP = 8  # a seccomp filter (--allow-seccomp)
+    NO_SAFE_POINT = 9  # no thread outside the allocator and the loader
+    LOAD_FAILED = 10  # dlopen of the hook failed in the process
+    REFUSED = 11  # the hook refused (preloaded, monitored)
+    OTHER = 1
 
 
 class AttachError(PmmError):
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, failure: AttachFailure) -> None:
         super().__init__(message)
-        self.exit_code = code
+        self.failure = failure
+
+
+def inject_error(returncode: int, msg: str) -> PmmError:
+    """pmm-inject's refusal (its exit code, its line) as a typed error."""
+    if returncode in (3, 12):
+        return NoSuchPid(msg)
+    if returncode == 4:
+        return PermissionDenied(msg)
+    try:
+        return AttachError(msg, AttachFailure(returncode))
+    except ValueError:
+        return AttachError(msg, AttachFailure.OTHER)
 
 
 def find_inject(hooklib: Path) -> Path:

@@ -1,69 +1,18 @@
-"""Errors of pmctl and their exit codes.
+"""Errors of the pmm library.
 
-Every error pmctl reports is one line on stderr that says what happened and
-what to do, and ends the command with a documented exit code:
-
-====  =====================  ===============================================
-code  name                   meaning
-====  =====================  ===============================================
-0     OK                     success
-1     GENERIC                any other failure (I/O error, unexpected errno)
-2     USAGE                  bad command line (typer/click's own code)
-3     NO_MODULE              /dev/pmm is missing: the module is not loaded
-4     PERMISSION             not permitted (/dev/pmm mode, ptrace, CAP_SYS_ADMIN)
-5     NO_SUCH_PID            the pid names no process (and none pmm remembers)
-6     NOT_MONITORED          the pid exists but pmm does not monitor it
-7     INVALID                the module refused a value (EINVAL, out of range)
-8     NOT_PMM_DEVICE         the device does not answer pmm ioctls (ENOTTY)
-9     LIMIT                  a module limit is reached (ENOSPC, EDQUOT, ENOMEM)
-10+   reserved for `pmctl trend` (10: LEAK)
-20    ATTACH_TRACED          attach: the process is traced (a debugger)
-21    ATTACH_NOT_DYNAMIC     attach: static, or no glibc 2.34+ dlopen
-22    ATTACH_NO_LIBRARY      attach: no copy of the hook could be put there (memfd)
-23    ATTACH_SECCOMP         attach: a seccomp filter (--allow-seccomp)
-24    ATTACH_NO_SAFE_POINT   attach: no thread outside the allocator/loader
-25    ATTACH_LOAD_FAILED     attach: dlopen of the hook failed in the process
-26    ATTACH_REFUSED         attach: the hook refused (preloaded, monitored)
-====  =====================  ===============================================
-
-The classes are reused by `pmctl trend` and by pmd: raise them from library
-code, and let the CLI turn them into a message and an exit code
-(`PmmError.exit_code`, `str(err)`).
+Every error is one line that says what happened and what to do. The library
+raises them; the front ends turn them into a message and an exit status
+(pmctl/exitcodes.py maps each class to pmctl's documented code).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from enum import IntEnum
-
-
-class ExitCode(IntEnum):
-    """Process exit codes of pmctl (see the module docstring)."""
-
-    OK = 0
-    GENERIC = 1
-    USAGE = 2
-    NO_MODULE = 3
-    PERMISSION = 4
-    NO_SUCH_PID = 5
-    NOT_MONITORED = 6
-    INVALID = 7
-    NOT_PMM_DEVICE = 8
-    LIMIT = 9
-    ATTACH_TRACED = 20
-    ATTACH_NOT_DYNAMIC = 21
-    ATTACH_NO_LIBRARY = 22
-    ATTACH_SECCOMP = 23
-    ATTACH_NO_SAFE_POINT = 24
-    ATTACH_LOAD_FAILED = 25
-    ATTACH_REFUSED = 26
 
 
 class PmmError(Exception):
-    """Base of pmctl's errors: a one-line message and an exit code."""
-
-    exit_code: int = ExitCode.GENERIC
+    """Base of pmm's errors: a one-line message, and the errno behind it if any."""
 
     def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
@@ -75,31 +24,31 @@ class PmmError(Exception):
 
 
 class ModuleNotLoaded(PmmError):
-    exit_code = ExitCode.NO_MODULE
+    """/dev/pmm (or PMM_DEVICE) does not exist: the module is not loaded."""
 
 
 class PermissionDenied(PmmError):
-    exit_code = ExitCode.PERMISSION
+    """Not permitted: the device's mode, ptrace access or CAP_SYS_ADMIN."""
 
 
 class NoSuchPid(PmmError):
-    exit_code = ExitCode.NO_SUCH_PID
+    """The pid names no process (and none pmm remembers)."""
 
 
 class NotMonitored(PmmError):
-    exit_code = ExitCode.NOT_MONITORED
+    """The process exists but pmm does not monitor it."""
 
 
 class InvalidValue(PmmError):
-    exit_code = ExitCode.INVALID
+    """The module refused a value (EINVAL, out of range)."""
 
 
 class NotPmmDevice(PmmError):
-    exit_code = ExitCode.NOT_PMM_DEVICE
+    """The device does not answer pmm's ioctls (ENOTTY)."""
 
 
 class LimitReached(PmmError):
-    exit_code = ExitCode.LIMIT
+    """A limit of the module is reached (ENOSPC, EDQUOT, ENOMEM)."""
 
 
 def module_not_loaded(path: str) -> ModuleNotLoaded:

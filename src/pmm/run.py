@@ -272,8 +272,8 @@ def run_command(
 
 
 class CommandNotRunnable(PmmError):
-    """The command could not be started; exit_code is 127 or 126 as a shell's."""
+    """The command could not be started; `status` is 127 or 126 as a shell's."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
-        self.exit_code = code
+        self.status = status

@@ -17,8 +17,9 @@ import typer
 from typer.testing import CliRunner
 
 from pmctl import cli
+from pmctl.exitcodes import ExitCode
 from pmm import device, run
-from pmm.errors import ExitCode, PmmError
+from pmm.errors import PmmError
 
 TOP = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,91 @@
+"""pmctl's exit codes, and which error ends a command with which.
+
+====  =====================  ===============================================
+code  name                   meaning
+====  =====================  ===============================================
+0     OK                     success
+1     GENERIC                any other failure (I/O error, unexpected errno)
+2     USAGE                  bad command line (typer/click's own code)
+3     NO_MODULE              /dev/pmm is missing: the module is not loaded
+4     PERMISSION             not permitted (/dev/pmm mode, ptrace, CAP_SYS_ADMIN)
+5     NO_SUCH_PID            the pid names no process (and none pmm remembers)
+6     NOT_MONITORED          the pid exists but pmm does not monitor it
+7     INVALID                the module refused a value (EINVAL, out of range)
+8     NOT_PMM_DEVICE         the device does not answer pmm ioctls (ENOTTY)
+9     LIMIT                  a module limit is reached (ENOSPC, EDQUOT, ENOMEM)
+10+   `pmctl trend`'s verdicts (10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA)
+20    ATTACH_TRACED          attach: the process is traced (a debugger)
+21    ATTACH_NOT_DYNAMIC     attach: static, or no glibc 2.34+ dlopen
+22    ATTACH_NO_LIBRARY      attach: no copy of the hook could be put there (memfd)
+23    ATTACH_SECCOMP         attach: a seccomp filter (--allow-seccomp)
+24    ATTACH_NO_SAFE_POINT   attach: no thread outside the allocator/loader
+25    ATTACH_LOAD_FAILED     attach: dlopen of the hook failed in the process
+26    ATTACH_REFUSED         attach: the hook refused (preloaded, monitored)
+126   `pmctl run`: the command cannot be executed (as a shell's)
+127   `pmctl run`: the command is not found (as a shell's)
+====  =====================  ===============================================
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from pmm import errors
+from pmm.attach import AttachError, AttachFailure
+from pmm.run import CommandNotRunnable
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of pmctl (see the module docstring)."""
+
+    OK = 0
+    GENERIC = 1
+    USAGE = 2
+    NO_MODULE = 3
+    PERMISSION = 4
+    NO_SUCH_PID = 5
+    NOT_MONITORED = 6
+    INVALID = 7
+    NOT_PMM_DEVICE = 8
+    LIMIT = 9
+    ATTACH_TRACED = 20
+    ATTACH_NOT_DYNAMIC = 21
+    ATTACH_NO_LIBRARY = 22
+    ATTACH_SECCOMP = 23
+    ATTACH_NO_SAFE_POINT = 24
+    ATTACH_LOAD_FAILED = 25
+    ATTACH_REFUSED = 26
+
+
+_BY_CLASS: dict[type[errors.PmmError], ExitCode] = {
+    errors.ModuleNotLoaded: ExitCode.NO_MODULE,
+    errors.PermissionDenied: ExitCode.PERMISSION,
+    errors.NoSuchPid: ExitCode.NO_SUCH_PID,
+    errors.NotMonitored: ExitCode.NOT_MONITORED,
+    errors.InvalidValue: ExitCode.INVALID,
+    errors.NotPmmDevice: ExitCode.NOT_PMM_DEVICE,
+    errors.LimitReached: ExitCode.LIMIT,
+}
+
+_BY_ATTACH_FAILURE = {
+    AttachFailure.TRACED: ExitCode.ATTACH_TRACED,
+    AttachFailure.NOT_DYNAMIC: ExitCode.ATTACH_NOT_DYNAMIC,
+    AttachFailure.NO_LIBRARY: ExitCode.ATTACH_NO_LIBRARY,
+    AttachFailure.SECCOMP: ExitCode.ATTACH_SECCOMP,
+    AttachFailure.NO_SAFE_POINT: ExitCode.ATTACH_NO_SAFE_POINT,
+    AttachFailure.LOAD_FAILED: ExitCode.ATTACH_LOAD_FAILED,
+    AttachFailure.REFUSED: ExitCode.ATTACH_REFUSED,
+    AttachFailure.OTHER: ExitCode.GENERIC,
+}
+
+
+def exit_code_for(e: errors.PmmError) -> int:
+    """The exit status a command ends with when it fails with `e`."""
+    if isinstance(e, AttachError):
+        return _BY_ATTACH_FAILURE[e.failure]
+    if isinstance(e, CommandNotRunnable):
+        return e.status
+    for cls in type(e).__mro__:
+        if cls in _BY_CLASS:
+            return _BY_CLASS[cls]
+    return ExitCode.GENERIC

@@ -1,0 +1,54 @@
+"""Durations, sizes and rates as people write and read them.
+
+Every duration option of pmctl and pmd goes through `parse_duration`: a
+number with a unit (`100ms`, `5s`, `2m`, `1h`, `1.5s`), and a bare number
+means seconds, whatever the option. Sizes and rates print in binary units
+(`human_bytes`, `human_rate`); JSON carries exact bytes and seconds instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min|h|d)?\s*", re.IGNORECASE)
+_SECONDS_PER = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """'100ms' -> 0.1, '5s' -> 5.0, '2m' -> 120.0, '7' -> 7.0 (seconds).
+
+    Raises ValueError with a message that says what is accepted."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"{text!r} is not a duration: write a number with a unit, "
+            "e.g. 100ms, 5s, 2m, 1h (a bare number is seconds)"
+        )
+    return float(m.group(1)) * _SECONDS_PER[(m.group(2) or "s").lower()]
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as parse_duration reads it back: 0.1 -> '100ms', 90 -> '90s'."""
+    if seconds < 1 and seconds * 1000 == int(seconds * 1000):
+        return f"{int(seconds * 1000)}ms"
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{seconds:g}s"
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'; exact below 1024 ('512 B')."""
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024.0
+        if abs(value) < 1024.0 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("not reached")
+
+
+def human_rate(bytes_per_min: float) -> str:
+    """A growth rate with its sign: 125337395 -> '+119.5 MiB/min'."""
+    sign = "-" if bytes_per_min < 0 else "+"
+    return f"{sign}{human_bytes(abs(bytes_per_min))}/min"

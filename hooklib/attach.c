@@ -143,8 +143,8 @@ static int conf_read(const char *conf)
 
 /*
  * The injector's call: conf is PMM_* settings, one per line (PMM_SAMPLE,
- * PMM_DEPTH, PMM_UNWIND, PMM_START, PMM_QUIET, PMM_BUFFER; the fake
- * device's too in that build). The number of entries redirected (0 when
+ * PMM_DEPTH, PMM_UNWIND, PMM_START, PMM_QUIET, PMM_BUFFER, PMM_DEVICE; the
+ * fake device's too in that build). The number of entries redirected (0 when
  * a second attach finds them done), or -errno: EALREADY, this library is
  * preloaded (pmctl start is all it needs); EBUSY, monitored now (stop
  * first); E2BIG, conf too long; or the device's open.

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The device, /dev/pmm (device.h): opened once at fd 3 or above, checked
- * before every ioctl to be still the file the hook opened, and given up
- * (everything passes straight to libc) when it fails or is gone.
+ * The device, $PMM_DEVICE or /dev/pmm (device.h): opened once at fd 3 or
+ * above, checked before every ioctl to be still the file the hook opened,
+ * and given up (everything passes straight to libc) when it fails or is
+ * gone.
  *
  * Owns: g_fd, g_dev_usable, the device's identity (g_dev_*).
  */
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "device.h"
+#include "env.h"
 #include "fakedev.h"
 #include "mode.h"
 #include "notice.h"
@@ -23,22 +25,37 @@ static dev_t g_dev_dev, g_dev_rdev;
 static ino_t g_dev_ino;
 
 #ifdef PMM_FAKE_DEV
-#define DEV_PATH	"/dev/null"
+#define DEV_DEFAULT	"/dev/null"
 #else
-#define DEV_PATH	"/dev/" PMM_DEVICE_NAME
+#define DEV_DEFAULT	"/dev/" PMM_DEVICE_NAME
 #endif
+
+/*
+ * $PMM_DEVICE, else the default, as pmctl chooses its device (empty: the
+ * default): a node made elsewhere (a container's bind mount), or a test's
+ * file. env is the settings' (NULL in secure-execution mode, where a path
+ * the invoking user chose must not be opened: the default). The fake
+ * build opens it too; its answers do not depend on the file.
+ */
+const char *dev_path(char **env)
+{
+	const char *p = env_get(env, "PMM_DEVICE");
+
+	return p && *p ? p : DEV_DEFAULT;
+}
 
 /*
  * Opens the device at fd 3 or above, close-on-exec: a program started with
  * fds 0-2 closed gets them back from its own next open()s, as POSIX
  * promises, and never finds the device on its stdin, stdout or stderr. Its
  * identity is kept, so that dev_ours can tell it from a file the program
- * later opens at the same number. Returns the fd or -errno.
+ * later opens at the same number. path: dev_path's. Returns the fd or
+ * -errno.
  */
-int dev_open(void)
+int dev_open(const char *path)
 {
 	struct stat st;
-	int fd = open(DEV_PATH, O_RDWR | O_CLOEXEC), err, high;
+	int fd = open(path, O_RDWR | O_CLOEXEC), err, high;
 
 	if (fd < 0)
 		return -errno;

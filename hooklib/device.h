@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * device.c: /dev/pmm (/dev/null in the fake-device build): open, the check
- * that the hook's fd is still the device, the ioctls, and giving up.
+ * device.c: $PMM_DEVICE or /dev/pmm (/dev/null in the fake-device build):
+ * open, the check that the hook's fd is still the device, the ioctls, and
+ * giving up.
  */
 #ifndef PMM_DEVICE_H
 #define PMM_DEVICE_H
@@ -13,8 +14,10 @@ PMM_HIDDEN_BEGIN
 extern int g_fd;		/* the device, 3 or above (dev_open); -1: none */
 extern int g_dev_usable;	/* 0: everything passes straight to libc */
 
-/* The device's fd, close-on-exec, at 3 or above, or -errno. */
-int dev_open(void);
+/* env's PMM_DEVICE if set and not empty, else /dev/pmm (/dev/null fake). */
+const char *dev_path(char **env);
+/* path's fd, close-on-exec, at 3 or above, or -errno. */
+int dev_open(const char *path);
 /* fd is still the file dev_open opened. */
 int dev_ours(int fd);
 /* ioctl on the device, EINTR retried; 0 or more, or -errno; errno kept.

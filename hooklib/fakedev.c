@@ -2,8 +2,9 @@
 /*
  * The fake device (the -DPMM_FAKE_DEV build, hooklib/libpmmhook-fake.so):
  * the module, modelled for host tests and benchmarks. Each call is an
- * ioctl on the hook's fd, /dev/null (ENOTTY: a system call's cost and no
- * kernel work), so strace shows which file the hook's ioctls reach. The
+ * ioctl on the hook's fd, /dev/null or PMM_DEVICE's file (ENOTTY: a system
+ * call's cost and no kernel work; its result is not the answer), so strace
+ * shows which file the hook's ioctls reach. The
  * module attributes a call to the calling process: one pid is monitored,
  * this process's at init (none with PMM_FAKE_UNMONITORED), and a START_PID
  * 0 names the caller; from any other pid (a forked or vfork'd child)
@@ -122,7 +123,7 @@ int fake_ioctl(int fd, unsigned long cmd, void *arg)
 	const struct pmm_config *c = arg;
 	int r;
 
-	r = ioctl(fd, cmd, arg);	/* the system call; /dev/null refuses it */
+	r = ioctl(fd, cmd, arg);	/* the system call; the file refuses it */
 	(void)r;
 	fake_clock_refresh();
 	switch (cmd) {

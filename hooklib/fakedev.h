@@ -19,7 +19,7 @@ PMM_HIDDEN_BEGIN
 enum { FAKE_AT_BATCH = 1, FAKE_AT_CLAIM = 2 };
 void pmm_fake_point(int at);
 
-/* The module's answer to ioctl cmd on fd (/dev/null, which is called too). */
+/* The module's answer to ioctl cmd on fd (the device's file, called too). */
 int fake_ioctl(int fd, unsigned long cmd, void *arg);
 
 /* PMM_FAKE_* from env; pid: this process, monitored unless

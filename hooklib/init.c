@@ -106,6 +106,7 @@ int g_interposed;
 
 int init_device(char **env)
 {
+	const char *path = dev_path(env);
 	int fd, r;
 
 #ifdef PMM_FAKE_DEV
@@ -114,7 +115,7 @@ int init_device(char **env)
 	if (g_fd >= 0 && dev_ours(g_fd) && g_dev_usable)
 		fd = g_fd;	/* a second pmm_attach */
 	else
-		fd = dev_open();
+		fd = dev_open(path);
 	if (fd < 0) {
 		g_dev_usable = 0;
 		set_mode(MODE_PASS);
@@ -133,7 +134,7 @@ int init_device(char **env)
 	if (r == 1)
 		start_monitoring();
 	else if (r < 0)
-		pmm_dev_refused(-r, "PMM_QUERY_SELF");
+		pmm_dev_refused(-r, path);	/* named: PMM_DEVICE may be the wrong file */
 	return 0;
 }
 
@@ -179,8 +180,7 @@ void pmm_init(void)
 	} else if (r != 0 || (fd = init_device(env)) < 0) {
 		g_dev_usable = 0;
 		set_mode(MODE_PASS);
-		notice("cannot open /dev/" PMM_DEVICE_NAME, r ? r : -fd,
-		       "; allocations pass through to libc");
+		notice_open(dev_path(env), r ? r : -fd);
 	}
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
 	pmm_internal_end(mask);

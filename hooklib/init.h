@@ -17,8 +17,9 @@ extern int g_interposed;	/* preloaded: the program's calls reach the hooks */
 
 /* Once: from the constructor or the first hook called before it. */
 void pmm_init(void);
-/* Opens the device (or keeps it open), takes env's PMM_START and asks
- * whether the module monitors the process; 0 or -errno of the open. */
+/* Opens the device (env's PMM_DEVICE, or keeps it open), takes env's
+ * PMM_START and asks whether the module monitors the process; 0 or -errno
+ * of the open. */
 int init_device(char **env);
 
 /* Bootstrap: the real functions are not known yet. 1: use the arena. */

@@ -30,6 +30,17 @@ static const char *err_name(int err)
 	}
 }
 
+/* n in decimal, ending at end (which it NUL-terminates); its first digit. */
+static char *decimal(char *end, unsigned long n)
+{
+	*end = '\0';
+	do {
+		*--end = (char)('0' + n % 10);
+		n /= 10;
+	} while (n);
+	return end;
+}
+
 void say(const char *const parts[], size_t nparts)
 {
 	char line[256];
@@ -48,25 +59,28 @@ void say(const char *const parts[], size_t nparts)
 	errno = saved;
 }
 
-void notice(const char *what, int err, const char *then)
+/* "pmm: what what2: <err's name> (errno N)then" (notice.h). */
+static void notice_line(const char *what, const char *what2, int err, const char *then)
 {
 	char num[12];
-	size_t k = sizeof(num);
-	unsigned int e = (unsigned int)err;
-	const char *with_err[] = { "pmm: ", what, ": ", err_name(err), " (errno ", NULL, ")",
-				   then };
-	const char *without[] = { "pmm: ", what, then };
+	const char *with_err[] = { "pmm: ", what, what2, ": ", err_name(err), " (errno ",
+				   decimal(num + sizeof(num) - 1, (unsigned int)err), ")", then };
+	const char *without[] = { "pmm: ", what, what2, then };
 
 	if (g_quiet || __atomic_exchange_n(&g_noticed, 1, __ATOMIC_RELAXED))
 		return;
-	num[--k] = '\0';
-	do {
-		num[--k] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e && k);
-	with_err[5] = num + k;	/* the number, written above */
 	if (err)
 		say(with_err, sizeof(with_err) / sizeof(with_err[0]));
 	else
 		say(without, sizeof(without) / sizeof(without[0]));
+}
+
+void notice(const char *what, int err, const char *then)
+{
+	notice_line(what, "", err, then);
+}
+
+void notice_open(const char *path, int err)
+{
+	notice_line("cannot open ", path, err, "; allocations pass through to libc");
 }

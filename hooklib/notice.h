@@ -10,6 +10,8 @@ PMM_HIDDEN_BEGIN
 /* "pmm: what: <err's name> (errno N)then", once per process at most, none
  * with PMM_QUIET; err 0: no errno part. errno kept. */
 void notice(const char *what, int err, const char *then);
+/* notice "cannot open PATH: ...; allocations pass through to libc". */
+void notice_open(const char *path, int err);
 /* The parts as one line on stderr (one write, no stdio, no malloc), none
  * with PMM_QUIET; errno kept. */
 void say(const char *const parts[], size_t nparts);

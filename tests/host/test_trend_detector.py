@@ -191,8 +191,8 @@ def test_bucket_minima_take_each_buckets_smallest() -> None:
     v[7] = 5.0  # bucket 0 (0..9 with 6 buckets of 10)
     v[55] = 1.0  # bucket 5
     bt, bv = bucket_minima(t, v, Params(min_buckets=6, max_buckets=6, samples_per_bucket=10))
-    assert bt.tolist() == [7.0, 10.0, 20.0, 30.0, 40.0, 55.0]
-    assert bv.tolist() == [5.0, 100.0, 100.0, 100.0, 100.0, 1.0]
+    assert list(bt) == [7.0, 10.0, 20.0, 30.0, 40.0, 55.0]
+    assert list(bv) == [5.0, 100.0, 100.0, 100.0, 100.0, 1.0]
 
 
 def test_params_are_validated() -> None:
@@ -240,6 +240,38 @@ def test_site_growth_ranks_growing_sites() -> None:
     assert site_growth(snaps, limit=1) == g[:1]
     two = site_growth([(9, 0.0, 0, 0), (9, 2.0, 4096, 1)])
     assert two[0].slope == 2048.0
+
+
+def test_site_growth_fits_evenly_spaced_snapshots_of_a_long_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a day of pmd's snapshots (one per 10 s) would be 37 million pairs
+    import pmm.trend as T
+
+    fitted: list[tuple[float, ...]] = []
+    real = T.theil_sen
+
+    def spy(x: list[float], y: list[float], confidence: float = 0.95
+            ) -> tuple[float, float, float, float]:
+        fitted.append(tuple(x))
+        return real(x, y, confidence)
+
+    monkeypatch.setattr(T, "theil_sen", spy)
+    snaps = [(7, 10.0 * i, 1000 + 30 * i + (i * 7919) % 97, i) for i in range(8640)]
+    g = T.site_growth(snaps)
+    assert len(fitted) == 1 and len(fitted[0]) == T.SITE_GROWTH_POINTS == 200
+    assert fitted[0][0] == 0.0 and fitted[0][-1] == 86390.0  # first and last kept
+    assert g[0].slope == pytest.approx(3.0, rel=0.01)
+    # the reported sizes and count are the whole history's
+    assert (g[0].first_bytes, g[0].last_bytes, g[0].snapshots) == (1000, snaps[-1][2], 8640)
+
+
+def test_the_detector_does_not_import_numpy() -> None:
+    # numpy was half of an installation's size; pmd and pmctl do without it
+    code = ("import sys, pmm.trend as T; T.detect(range(3600), [float(i) for i in range(3600)]); "
+            "T.site_growth([(1, 0.0, 1, 1), (1, 1.0, 2, 1), (1, 2.0, 4, 1)]); "
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "False\n"
 
 
 def test_a_gap_in_the_samples_narrows_the_buckets() -> None:

@@ -8,7 +8,9 @@
 PMM_HIDDEN_BEGIN
 
 /* "pmm: what: <err's name> (errno N)then", once per process at most, none
- * with PMM_QUIET; err 0: no errno part. errno kept. */
+ * with PMM_QUIET; err 0: no errno part. While the preloaded hook starts,
+ * once per process tree: not if the parent process (or the process group's
+ * leader) has this library loaded. errno kept. */
 void notice(const char *what, int err, const char *then);
 /* notice "cannot open PATH: ...; allocations pass through to libc". */
 void notice_open(const char *path, int err);

@@ -1,5 +1,7 @@
 """The hook's device in its environment (issue 27): PMM_DEVICE names the file
-the hook opens, as it does pmctl's.
+the hook opens, as it does pmctl's, and the line saying that the device
+cannot be opened comes once per process tree (a pipeline, a script, a
+command's children), not once per process: once per command the user runs.
 
 The host has no /dev/pmm, so the real library says it at every start; the
 fake-device build (hooklib/libpmmhook-fake.so) opens PMM_DEVICE too and
@@ -85,3 +87,43 @@ def test_fake_device_at_pmm_device(tmp_path: Path) -> None:
     assert lines([str(HBIN / "semantics")], FAKE, PMM_DEVICE=missing, PMM_START="1",
                  PMM_FAKE_LOG=str(log)) == [cannot_open(missing)]
     assert not log.exists()
+
+
+def test_pipeline_says_it_once() -> None:
+    """A shell's pipeline of three hooked programs, and a hooked program's
+    children (sh's, git's...), inherit LD_PRELOAD: one line for all of
+    them. Each used to say it: four lines."""
+    no_device()
+    pipeline = f"{TRUE} | {TRUE} | {TRUE}"
+    assert lines(["sh", "-c", pipeline], HOOK) == [cannot_open("/dev/pmm")]
+    nested = f"sh -c '{pipeline}'; {TRUE}; sh -c '{TRUE} & wait'"
+    assert lines(["sh", "-c", nested], HOOK) == [cannot_open("/dev/pmm")]
+    assert lines(["sh", "-c", pipeline], HOOK, PMM_QUIET="1") == []
+
+
+def test_each_command_says_it_again() -> None:
+    """Each separate command is told, in a session of its own (setsid) or
+    in this one: nothing of an earlier one is kept."""
+    no_device()
+    pipeline = f"{TRUE} | {TRUE} | {TRUE}"
+    for new_session in (True, True, False, False):
+        assert lines(["sh", "-c", pipeline], HOOK, new_session) == [cannot_open("/dev/pmm")]
+
+
+def test_group_leader_said_it() -> None:
+    """A pipeline's programs whose parent is not hooked (a shell with
+    LD_PRELOAD exported starts them) have their process group's leader,
+    the pipeline's first program: when it is this library's, it said it.
+    Here the leader is a hooked sh, the parent an unhooked one."""
+    no_device()
+    inner = f"LD_PRELOAD={HOOK} {TRUE}"
+    argv = ["sh", "-c", f"env -u LD_PRELOAD sh -c '{inner}; {inner}'"]
+    assert lines(argv, HOOK, new_session=True) == [cannot_open("/dev/pmm")]
+
+
+def test_another_library_above_does_not_count() -> None:
+    """Only this very library's file above counts: under a process hooked by
+    the fake build (which says nothing), the real one says it."""
+    no_device()
+    argv = ["sh", "-c", f"LD_PRELOAD={HOOK} {TRUE}"]
+    assert lines(argv, FAKE, PMM_DEVICE="") == [cannot_open("/dev/pmm")]

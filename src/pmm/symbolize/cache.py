@@ -1,0 +1,140 @@
+"""The cache directory of maps and symbols, and its files.
+
+Cache directory: $PMM_CACHE_DIR, else $XDG_CACHE_HOME/pmm, else
+~/.cache/pmm; if that is not writable (a read-only HOME), /tmp/pmm-<uid>.
+Another user can create /tmp/pmm-<uid> first (to feed us forged maps and
+symbols, or to make us write through their symlinks), so that one is used
+only if it is a real directory (not a symlink) owned by us that no one else
+may write; pmctl creates it 0700. Cache files are 0600 (maps hold a
+process's addresses), never opened through a symlink, and written to a
+temporary file that os.replace() moves into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+
+def _tmp_root() -> Path:
+    return Path(f"/tmp/pmm-{os.geteuid()}")
+
+
+def _private(d: Path) -> bool:
+    """d is a real directory (lstat: not a symlink) of ours that only we may
+    write: what the shared /tmp fallback must be before we trust it."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o022)
+
+
+def writable_dir(d: Path) -> bool:
+    tmp = _tmp_root()
+    if d == tmp or tmp in d.parents:
+        # only our own 0700 directory, never one someone else made first
+        for p in (tmp, *(q for q in reversed(d.parents) if tmp in q.parents), d):
+            try:
+                os.mkdir(p, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                return False
+            if not _private(p):
+                return False
+        return os.access(d, os.W_OK | os.X_OK)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(d, os.W_OK | os.X_OK)
+
+
+def readable_dir(d: Path) -> bool:
+    tmp = _tmp_root()
+    if d == tmp or tmp in d.parents:
+        return all(_private(p) for p in (tmp, *(q for q in d.parents if tmp in q.parents), d))
+    return d.is_dir()
+
+
+def cache_dirs() -> list[Path]:
+    """Candidate cache roots, most preferred first."""
+    out: list[Path] = []
+    env = os.environ.get("PMM_CACHE_DIR")
+    if env:
+        out.append(Path(env))
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):  # the XDG spec ignores a relative one
+        out.append(Path(xdg) / "pmm")
+    home = os.environ.get("HOME")
+    if not home:
+        import pwd
+
+        try:
+            home = pwd.getpwuid(os.geteuid()).pw_dir
+        except KeyError:
+            home = None
+    if home:
+        out.append(Path(home) / ".cache" / "pmm")
+    out.append(_tmp_root())
+    return out
+
+
+def maps_cache_dir(create: bool = True) -> Path | None:
+    """The first writable cache root's maps/ directory (create=False: the
+    first existing one)."""
+    for root in cache_dirs():
+        d = root / "maps"
+        if not create:
+            if readable_dir(d):
+                return d
+            continue
+        if writable_dir(d):
+            return d
+    return None
+
+
+def read_text(path: Path) -> str:
+    """A cache file's text; OSError if absent, or a symlink (O_NOFOLLOW)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replaces a cache file: a new 0600 temporary file in the same
+    directory (O_EXCL, so never someone's symlink), then os.replace (which
+    replaces a symlink at `path` rather than writing through it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def sym_cache_file(path: str, backend: str) -> Path | None:
+    """The on-disk cache of one object's lookups: keyed by path, inode, size
+    and mtime, so a rebuilt object never reuses stale answers."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    d = None
+    for root in cache_dirs():
+        if writable_dir(root / "sym"):
+            d = root / "sym"
+            break
+    if d is None:
+        return None
+    key = f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
+    return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")

@@ -3,9 +3,13 @@ file and line, through its live maps and through the maps cache after exit."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import struct
 import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -57,6 +61,8 @@ def prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("backend", ["addr2line", "pyelftools"])
 def test_symbolize_live_and_after_exit(prog: Path, backend: str, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend == "pyelftools":
+        pytest.importorskip("elftools", reason="pyelftools (the elf extra) not installed")
     monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
     p = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdin is not None
@@ -152,7 +158,7 @@ def test_disk_cache_per_object(prog: Path, tmp_path: Path,
     calls: list[int] = []
 
     class Counting(sy.Addr2line):
-        def resolve(self, path: str, vaddrs: list[int]) -> list[sy.SourceLoc]:  # type: ignore[override]
+        def resolve(self, path: str, vaddrs: Sequence[int]) -> list[sy.SourceLoc]:
             calls.append(len(vaddrs))
             return super().resolve(path, vaddrs)
 
@@ -189,3 +195,126 @@ def test_describe_sites(prog: Path) -> None:
     assert sy.describe_sites(sites, maps) == {
         1: "leaky_function() where.c:11", 2: "f() a.c:3", 3: "caller 0x10"}
     assert sy.describe_sites(sites[:1], None) == {1: f"caller 0x{ra:x}"}
+
+
+# -- pyelftools is optional (the elf extra) ----------------------------------
+
+NO_ELFTOOLS = "import sys; sys.modules['elftools'] = None  # as if not installed\n"
+
+
+@pytest.fixture(scope="module")
+def where_maps(prog: Path) -> tuple[str, int]:
+    """(the maps text, the return address into leaky_function) of one run."""
+    p = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdin is not None
+    ra = int(p.stdout.readline().split()[0], 16)
+    maps = Path(f"/proc/{p.pid}/maps").read_text()
+    p.stdin.write("\n")
+    p.stdin.close()
+    assert p.wait() == 0
+    return maps, ra
+
+
+def symbolize_elsewhere(where_maps: tuple[str, int], tmp_path: Path, path_env: str,
+                        symbolizer: str = "") -> tuple[dict[str, object], str]:
+    """Symbolizes the return address in a Python without pyelftools, with PATH
+    set to path_env: (what it found, its stderr)."""
+    maps, ra = where_maps
+    code = NO_ELFTOOLS + f"""
+import json
+from pmm import symbolize as sy
+maps = sy.parse_maps({maps!r})
+backend = sy.make_backend()
+s = sy.Symbolizer(maps, backend)
+f = s.symbolize([{ra}])[{ra}]
+s.symbolize([{ra}])  # a second lookup: no second warning
+print(json.dumps({{"backend": backend.name, "describe": f.describe(), "func": f.func,
+                  "segments": len(sy.load_segments(f.object or "") or [])}}))
+"""
+    env = {**os.environ, "PATH": path_env, "PMM_CACHE_DIR": str(tmp_path / "cache"),
+           "PMM_SYMBOLIZER": symbolizer}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       check=True)
+    return json.loads(r.stdout), r.stderr
+
+
+def test_addr2line_needs_no_pyelftools(prog: Path, where_maps: tuple[str, int],
+                                       tmp_path: Path) -> None:
+    # the ELF program headers are read without it; addr2line does the rest
+    got, err = symbolize_elsewhere(where_maps, tmp_path, os.environ["PATH"])
+    assert got == {"backend": "addr2line", "describe": "leaky_function() where.c:11",
+                   "func": "leaky_function", "segments": len(sy.load_segments(str(prog)) or [])}
+    assert err == ""
+    # asked for by name, the missing pyelftools is said, and addr2line used
+    got, err = symbolize_elsewhere(where_maps, tmp_path, os.environ["PATH"], "pyelftools")
+    assert (got["backend"], got["describe"]) == ("addr2line", "leaky_function() where.c:11")
+    assert err == ("the pyelftools symbolizer was asked for (PMM_SYMBOLIZER=pyelftools) but "
+                   "pyelftools is not installed (pip install 'pmm[elf]'): using addr2line\n")
+
+
+def test_neither_backend_says_what_to_install(prog: Path, where_maps: tuple[str, int],
+                                              tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    got, err = symbolize_elsewhere(where_maps, tmp_path, str(empty))
+    assert got["backend"] == "none" and got["func"] is None
+    assert str(got["describe"]).startswith("where+0x")  # object+offset
+    assert err == sy.NO_BACKEND + "\n"  # once, for two lookups
+    assert "pip install 'pmm[elf]'" in sy.NO_BACKEND and "binutils" in sy.NO_BACKEND
+    # nothing cached: a back-end installed later gives the names
+    assert not list((tmp_path / "cache").glob("sym/*.json"))
+
+
+def _elf(cls: int, order: str, loads: list[tuple[int, int, int]], extended: bool = False
+         ) -> bytes:
+    """A minimal ELF file: its header, one PT_NOTE and the PT_LOADs
+    (offset, filesz, vaddr); extended: e_phnum 0xffff, the count in section
+    header 0's sh_info."""
+    phdrs = [(4, 0x300, 0x300, 0x20)] + [(1, *x) for x in loads]
+    ehsize, phsize, shsize = (52, 32, 40) if cls == 1 else (64, 56, 64)
+    phoff, shoff = ehsize, ehsize + phsize * len(phdrs)
+    word = "I" if cls == 1 else "Q"
+    ident = b"\x7fELF" + bytes([cls, 1 if order == "<" else 2, 1]) + bytes(9)
+    head = struct.pack(f"{order}HHI{word}{word}{word}IHHHHHH", 3, 62, 1, 0, phoff, shoff, 0,
+                       ehsize, phsize, 0xFFFF if extended else len(phdrs), shsize, 1, 0)
+    body = b""
+    for t, off, filesz, vaddr in phdrs:
+        if cls == 1:
+            body += struct.pack(f"{order}8I", t, off, vaddr, vaddr, filesz, filesz, 5, 0x1000)
+        else:
+            body += struct.pack(f"{order}IIQQQQQQ", t, 5, off, vaddr, vaddr, filesz, filesz,
+                                0x1000)
+    if cls == 1:
+        sh0 = struct.pack(f"{order}10I", 0, 0, 0, 0, 0, 0, 0, len(phdrs), 0, 0)
+    else:
+        sh0 = struct.pack(f"{order}IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, len(phdrs), 0, 0)
+    return ident + head + body + sh0
+
+
+@pytest.mark.parametrize(("cls", "order", "extended"),
+                         [(2, "<", False), (1, "<", False), (1, ">", False), (2, ">", True)])
+def test_elf_program_headers_of_each_class_and_byte_order(cls: int, order: str, extended: bool,
+                                                          tmp_path: Path) -> None:
+    loads = [(0, 0x1234, 0x400000), (0x2000, 0x800, 0x602000)]
+    f = tmp_path / f"obj{cls}{order}{extended}"
+    f.write_bytes(_elf(cls, order, loads, extended))
+    assert sy.load_segments(str(f)) == [sy.LoadSegment(*x) for x in loads]
+    assert sy.elf_vaddr(str(f), 0x2010) == 0x602010
+    short = tmp_path / "short"
+    short.write_bytes(f.read_bytes()[:100])  # the headers cut off
+    assert sy.load_segments(str(short)) is None
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n")
+    assert sy.load_segments(str(script)) is None
+
+
+def test_elf_program_headers_as_pyelftools_reads_them(prog: Path) -> None:
+    elffile = pytest.importorskip("elftools.elf.elffile")
+    objs = [str(prog), "/bin/true", sys.executable]
+    objs += sorted({m.object_path for m in sy.maps_for(os.getpid()) or [] if m.is_file
+                    and ".so" in m.path})[:10]
+    for path in objs:
+        with open(path, "rb") as fh:
+            want = [sy.LoadSegment(s["p_offset"], s["p_filesz"], s["p_vaddr"])
+                    for s in elffile.ELFFile(fh).iter_segments() if s["p_type"] == "PT_LOAD"]
+        assert sy.load_segments(path) == want, path

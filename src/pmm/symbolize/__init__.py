@@ -14,18 +14,20 @@ Two steps:
 
 2. Object files. `Symbolizer` resolves ELF vaddrs of one object to function,
    file and line, with one of two backends, measured (see
-   `bench/symbolize_bench.py`, figures in the report):
+   `bench/symbolize_bench.py`, figures in docs/performance.md):
    - "addr2line": binutils `addr2line -f -C -e OBJ ADDR...`, one process per
      object per batch (default: measured much faster on large objects);
-   - "pyelftools": DWARF .debug_aranges -> CU -> line program, in process.
-   $PMM_SYMBOLIZER selects one. Results are cached per (object, vaddr), in
-   memory and on disk (keyed by the object's path, inode, size and mtime).
+   - "pyelftools": DWARF .debug_aranges -> CU -> line program, in process;
+     optional (pip install 'pmm[elf]'), used when binutils is not installed.
+   $PMM_SYMBOLIZER selects one. With neither, frames are object+offset and
+   one warning says what to install. Results are cached per (object, vaddr),
+   in memory and on disk (keyed by the object's path, inode, size and mtime).
 
 Return addresses are looked up at address-1 (the call instruction), so a
 frame names the line of the call, not the line after it.
 
 The package's modules, along those steps: `maps` (the maps and their cache),
-`elf` (file offset to ELF vaddr), `backends` (addr2line, pyelftools),
+`elf` (file offset to ELF vaddr), `backends` (addr2line, optional pyelftools),
 `cache` (the cache directory: where, and how it is kept private) and
 `frames` (`Symbolizer`, `Frame`, `describe_sites`). Every public name is
 importable from `pmm.symbolize` itself.
@@ -33,7 +35,10 @@ importable from `pmm.symbolize` itself.
 
 from pmm.symbolize.backends import (
     ADDR2LINE_TIMEOUT_S,
+    NO_BACKEND,
     Addr2line,
+    Backend,
+    NoBackend,
     PyElfTools,
     SourceLoc,
     _parse_fileline,
@@ -62,10 +67,13 @@ __all__ = [
     "ADDR2LINE_TIMEOUT_S",
     "CLK_TCK",
     "NS_PER_TICK",
+    "NO_BACKEND",
     "Addr2line",
+    "Backend",
     "Frame",
     "LoadSegment",
     "Mapping",
+    "NoBackend",
     "PyElfTools",
     "SourceLoc",
     "Symbolizer",

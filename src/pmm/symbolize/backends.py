@@ -1,16 +1,25 @@
 """Back-ends that resolve an object's ELF virtual addresses to function, file
-and line: binutils addr2line (the default) and pyelftools."""
+and line: binutils addr2line (the default) and pyelftools (optional: the
+`elf` extra, pip install 'pmm[elf]'). Without either, frames are named by
+object and offset, and one warning says what to install."""
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+log = logging.getLogger("pmm.symbolize")
+
+NO_BACKEND = ("cannot name functions and source lines: neither addr2line (binutils) nor "
+              "pyelftools is installed; install binutils, or pyelftools with "
+              "pip install 'pmm[elf]' (frames show object+offset meanwhile)")
 
 
 @dataclass(frozen=True)
@@ -18,6 +27,16 @@ class SourceLoc:
     func: str | None
     file: str | None
     line: int | None
+
+
+class Backend(Protocol):
+    """What resolves an object's vaddrs (one SourceLoc each, in order)."""
+
+    name: str
+
+    def available(self) -> bool: ...
+
+    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]: ...
 
 
 def _parse_fileline(s: str) -> tuple[str | None, int | None]:
@@ -81,6 +100,11 @@ class PyElfTools:
         self._objs: dict[str, Any] = {}
 
     def available(self) -> bool:
+        """pyelftools is installed (it is optional: the `elf` extra)."""
+        try:
+            import elftools.elf.elffile  # noqa: F401
+        except ImportError:
+            return False
         return True
 
     def _open(self, path: str) -> Any:
@@ -180,11 +204,40 @@ class PyElfTools:
         return out
 
 
-def make_backend(name: str | None = None) -> Addr2line | PyElfTools:
+class NoBackend:
+    """Neither addr2line nor pyelftools is installed: nothing is resolved."""
+
+    name = "none"
+
+    def available(self) -> bool:
+        return False
+
+    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        return [SourceLoc(None, None, None)] * len(vaddrs)
+
+
+_said_no_backend = False
+
+
+def warn_no_backend() -> None:
+    """Logs NO_BACKEND once per process (pmctl: on stderr; pmd: in its log)."""
+    global _said_no_backend
+    if not _said_no_backend:
+        _said_no_backend = True
+        log.warning(NO_BACKEND)
+
+
+def make_backend(name: str | None = None) -> Backend:
     """$PMM_SYMBOLIZER ("addr2line" or "pyelftools"); addr2line by default,
-    pyelftools when binutils is not installed."""
+    pyelftools when binutils is not installed, NoBackend when neither is."""
     name = name or os.environ.get("PMM_SYMBOLIZER") or "addr2line"
+    elf = PyElfTools()
     if name == "pyelftools":
-        return PyElfTools()
+        if elf.available():
+            return elf
+        log.warning("the pyelftools symbolizer was asked for (PMM_SYMBOLIZER=pyelftools) but "
+                    "pyelftools is not installed (pip install 'pmm[elf]'): using addr2line")
     a = Addr2line()
-    return a if a.available() else PyElfTools()
+    if a.available():
+        return a
+    return elf if elf.available() else NoBackend()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pmm.model import Site
-from pmm.symbolize.backends import Addr2line, PyElfTools, SourceLoc, make_backend
+from pmm.symbolize.backends import Backend, SourceLoc, make_backend, warn_no_backend
 from pmm.symbolize.cache import read_text, sym_cache_file, write_text
 from pmm.symbolize.elf import elf_vaddr
 from pmm.symbolize.maps import Mapping, find_mapping
@@ -73,7 +73,7 @@ class Symbolizer:
     def __init__(
         self,
         maps: Sequence[Mapping] | None,
-        backend: Addr2line | PyElfTools | None = None,
+        backend: Backend | None = None,
         return_addresses: bool = True,
         disk_cache: bool = True,
     ) -> None:
@@ -126,13 +126,17 @@ class Symbolizer:
                 for v, loc in disk.items():
                     self._cache[(path, v)] = loc
                 missing = [v for v in missing if v not in disk]
-            if missing:
+            if missing and self.backend.available():
                 for v, loc in zip(missing, self.backend.resolve(path, missing), strict=True):
                     self._cache[(path, v)] = loc
                 self._save_disk(path)
+            elif missing:
+                # nothing cached for them: a back-end installed later answers
+                warn_no_backend()
             for a, off, v in items:
-                loc = self._cache[(path, v)]
-                frames[a] = Frame(a, path, off, loc.func, loc.file, loc.line)
+                known = self._cache.get((path, v))
+                frames[a] = (Frame(a, path, off, known.func, known.file, known.line) if known
+                             else Frame(a, path, off))
         return frames
 
 

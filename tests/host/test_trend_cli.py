@@ -160,14 +160,14 @@ while True:
 """
 
 
-def test_watch_a_leaking_process_subprocess(tmp_path: Path) -> None:
+def test_watch_a_leaking_process_subprocess() -> None:
     child = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         t = time.monotonic()
         r = subprocess.run(
             [sys.executable, "-m", "pmctl", "trend", str(child.pid), "--watch", "3",
-             "--interval", "0.05", "--json", "--db", str(tmp_path / "none.db")],
+             "--interval", "0.05", "--json"],
             capture_output=True, text=True, timeout=60)
         assert time.monotonic() - t >= 3.0
     finally:

@@ -1,0 +1,293 @@
+"""`pmctl trend`'s report: the verdict on a process's samples, and its forms.
+
+`analyse` runs the detector (pmm.trend) over a `pmm.trendsource.Data` and
+ranks the sites whose live bytes grow fastest; a `Report` then renders as
+text (a table, a terminal chart, the verdict, the rate, the time until
+MemAvailable is used up, the sites), as a JSON document (`to_dict`), or as a
+PNG (`plot_png`, with matplotlib). `watch_header`/`watch_line` are the
+running report of a watch, one line per report interval.
+
+Text shows sizes and rates in binary units (pmm.units); JSON keeps exact
+numbers (bytes, seconds; rates in KiB/min and bytes/min).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pmm.errors import PmmError
+from pmm.output import format_table, human_age
+from pmm.text import printable
+from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
+from pmm.trendsource import Data, device_sites, mem_available
+from pmm.units import human_bytes, human_rate
+
+TABLE_ROWS = 12
+
+
+class PlotUnavailable(PmmError):
+    """matplotlib, which draws the plot, is not installed."""
+
+
+@dataclass
+class Report:
+    """The detector's verdict on one process's samples, and what goes with it."""
+
+    data: Data
+    trend: Trend
+    mem_available: int | None = None
+    exhausted_in_s: float | None = None
+    sites: list[SiteGrowth] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (see pmctl/trend_cli.py for its keys)."""
+        d, r = self.data, self.trend
+        kib = r.rate_kib_min
+        w = d.watch
+        return {
+            "pid": d.pid,
+            "start_time": d.start_time,
+            "comm": d.comm,
+            "source": d.source,
+            "db": d.db or None,
+            "watch": None if w is None else {
+                "interval_s": w.interval_s, "duration_s": w.duration_s,
+                "elapsed_s": w.elapsed_s, "ended": str(w.ended)},
+            "samples": r.samples,
+            "span_s": d.span_s,
+            "verdict": str(r.verdict),
+            "reason": r.reason,
+            "rate_kib_min": kib[0],
+            "rate_kib_min_low": kib[1],
+            "rate_kib_min_high": kib[2],
+            "rate_bytes_min": r.slope * 60.0,
+            "rate_bytes_min_low": r.slope_low * 60.0,
+            "rate_bytes_min_high": r.slope_high * 60.0,
+            "confidence": r.confidence,
+            "slope_bytes_s": r.slope,
+            "growth_bytes": r.growth,
+            "min_growth_bytes": r.min_growth,
+            "noise_bytes": r.noise,
+            "late_slope_bytes_s": r.late_slope,
+            "level_bytes": r.level,
+            "rss_first": d.rss[0] if d.rss else None,
+            "rss_last": d.rss[-1] if d.rss else None,
+            "vm_first": d.vm[0] if d.vm else None,
+            "vm_last": d.vm[-1] if d.vm else None,
+            "mem_available": self.mem_available,
+            "exhausted_in_s": self.exhausted_in_s,
+            "sites": [
+                {"site": s.site, "rate_kib_min": s.rate_kib_min,
+                 "rate_bytes_min": s.slope * 60.0, "first_bytes": s.first_bytes,
+                 "last_bytes": s.last_bytes, "last_blocks": s.last_blocks,
+                 "snapshots": s.snapshots, "where": d.where.get(s.site, "")}
+                for s in self.sites
+            ],
+            "table": [{"time_s": ts, "rss": rss, "vm": vm} for ts, rss, vm in table_rows(d)],
+        }
+
+
+def detect_on(d: Data) -> Trend:
+    """The detector on d's rss (times in seconds since its first sample)."""
+    return detect(d.seconds(), [float(v) for v in d.rss])
+
+
+def analyse(d: Data, available: int | None = None) -> Report:
+    """The verdict on d, the time until `available` bytes (default: MemAvailable
+    now) are used up at its rate, and the five sites that grow fastest (their
+    descriptions from the module when the database lacks them)."""
+    r = detect_on(d)
+    if available is None:
+        available = mem_available()
+    exhausted = seconds_until_exhausted(r.slope, available) if (
+        available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
+    sites = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in d.snapshots), limit=5)
+    missing = {s.site for s in sites if s.site not in d.where}
+    if missing and d.source in ("db", "kmod"):
+        d.where = {**device_sites(d.pid, d.start_time, missing), **d.where}
+    return Report(d, r, available, exhausted, sites)
+
+
+# -- text ----------------------------------------------------------------------
+
+
+def table_rows(d: Data, rows: int = TABLE_ROWS) -> list[tuple[float, int, int]]:
+    """(seconds since the first sample, rss, vm) at `rows` evenly spaced samples."""
+    n = len(d)
+    if n == 0:
+        return []
+    k = min(rows, n)
+    picks = sorted({round(i * (n - 1) / (k - 1)) for i in range(k)} if k > 1 else {0})
+    t0 = d.time_ns[0]
+    return [((d.time_ns[i] - t0) / 1e9, d.rss[i], d.vm[i]) for i in picks]
+
+
+def chart(t_s: Sequence[float], v: Sequence[float], r: Trend | None,
+          width: int = 64, height: int = 10) -> list[str]:
+    """v over time (t_s in order): '*' spans each column's min..max, '.' the
+    fitted floor of r (whose times are on t_s's axis)."""
+    if not t_s:
+        return []
+    lo, hi = min(v), max(v)
+    fitted = r is not None and r.buckets > 0
+    if r is not None and fitted:
+        fit_ends = (r.fit(t_s[0]), r.fit(t_s[-1]))
+        lo, hi = min(lo, *fit_ends), max(hi, *fit_ends)
+    if hi <= lo:
+        hi = lo + 1.0
+    span = (t_s[-1] - t_s[0]) or 1.0
+    # the times are in order: each column is a slice, found by bisection
+    ends = [bisect_left(t_s, t_s[0] + (c + 1) * span / width) for c in range(width - 1)]
+    starts = [0, *ends]
+    ends.append(len(t_s))
+    grid = [[" "] * width for _ in range(height)]
+
+    def row_of(x: float) -> int:
+        return min(height - 1, max(0, int((x - lo) / (hi - lo) * (height - 1) + 0.5)))
+
+    if r is not None and fitted:
+        for c in range(width):
+            grid[row_of(r.fit(t_s[0] + (c + 0.5) / width * span))][c] = "."
+    for c in range(width):
+        if starts[c] < ends[c]:
+            column = v[starts[c]:ends[c]]
+            for rr in range(row_of(min(column)), row_of(max(column)) + 1):
+                grid[rr][c] = "*"
+    lines = []
+    for i in range(height - 1, -1, -1):
+        label = human_bytes(hi) if i == height - 1 else human_bytes(lo) if i == 0 else ""
+        lines.append(f"{label:>10} |{''.join(grid[i])}|")
+    lines.append(f"{'':>10}  0s{human_age(span):>{width - 2}}")
+    return lines
+
+
+def _source_text(d: Data) -> str:
+    if d.source == "db":
+        return f"pmd database {d.db}"
+    if d.source == "kmod":
+        return "the module's sample ring"
+    return f"/proc/{d.pid}"
+
+
+def rests_on(d: Data) -> str:
+    """What a verdict on d rests on: '58 samples over 5.8s'."""
+    return f"{len(d)} sample{'' if len(d) == 1 else 's'} over {human_age(d.span_s)}"
+
+
+def render(rep: Report) -> str:
+    """The report for people: table, chart, verdict, rate, memory, sites."""
+    d, r = rep.data, rep.trend
+    out = [f"pid {d.pid} ({printable(d.comm or '?')}): {rests_on(d)} from "
+           f"{printable(_source_text(d))}", ""]
+    rows = [[f"+{human_age(ts)}", human_bytes(rss), human_bytes(vm)]
+            for ts, rss, vm in table_rows(d)]
+    out.append(format_table(["time", "rss", "vm"], rows, right={1, 2}))
+    out.append("")
+    out.append("rss ('*' samples, '.' fitted floor):")
+    # detect_on's times start at the first sample, as the chart's axis does
+    out.extend(chart(d.seconds(), [float(v) for v in d.rss], r))
+    out.append("")
+    out.append(f"verdict:  {r.verdict} ({rests_on(d)}): {r.reason}")
+    if r.buckets:
+        pct = round(r.confidence * 100)
+        sign = "+" if r.growth >= 0 else "-"
+        out.append(f"rate:     {human_rate(r.slope * 60)} ({pct}% CI "
+                   f"{human_rate(r.slope_low * 60)} .. {human_rate(r.slope_high * 60)}), "
+                   f"floor {human_bytes(r.level)}, {sign}{human_bytes(abs(r.growth))} "
+                   "over the window")
+    if rep.mem_available is not None:
+        ex = rep.exhausted_in_s
+        when = ""  # no rate, no forecast
+        if ex is not None:
+            when = f", exhausted in {human_age(ex)} at this rate"
+        elif r.buckets:
+            when = ", not exhausted at this rate"
+        out.append(f"memory:   MemAvailable {human_bytes(rep.mem_available)}{when}")
+    if rep.sites:
+        out.append("")
+        out.append("sites whose live bytes grow fastest:")
+        srows = [[str(s.site), human_rate(s.slope * 60), human_bytes(s.last_bytes),
+                  str(s.last_blocks), d.where.get(s.site, "")] for s in rep.sites]
+        out.append(format_table(["site", "rate", "live", "blocks", "where"], srows,
+                                right={1, 2, 3}))
+    return "\n".join(out)
+
+
+# -- the running report of a watch ----------------------------------------------
+
+_WATCH_COLUMNS = "{:<8}  {:>8}  {:>10}  {:>10}  {:>15}  {:>7}"
+
+
+def watch_header() -> str:
+    """The heading of the watch's lines."""
+    return _WATCH_COLUMNS.format("time", "elapsed", "rss", "vm", "rate", "samples")
+
+
+def watch_line(d: Data, elapsed_s: float, now: float | None = None) -> str:
+    """One line of the running report: wall-clock time, seconds watched, the
+    last sample's rss and vm, and the growth rate of the rss floor so far
+    ('-' while the detector has too few samples to fit one)."""
+    r = detect_on(d)
+    rate = human_rate(r.slope * 60) if r.buckets else "-"
+    clock = time.strftime("%H:%M:%S", time.localtime(now))
+    rss = human_bytes(d.rss[-1]) if d.rss else "-"
+    vm = human_bytes(d.vm[-1]) if d.vm else "-"
+    return _WATCH_COLUMNS.format(clock, human_age(elapsed_s), rss, vm, rate, len(d))
+
+
+# -- the plot --------------------------------------------------------------------
+
+
+def require_matplotlib() -> None:
+    """Raises PlotUnavailable, with what to install, unless a plot can be drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:
+        raise PlotUnavailable(
+            "drawing a plot needs matplotlib, which is not installed: "
+            "pip install 'pmm[plot]' (or pip install matplotlib)") from None
+
+
+def _axis_unit(largest: float) -> tuple[str, float]:
+    """The binary unit for an axis whose largest value is `largest` bytes."""
+    for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if largest >= size:
+            return name, float(size)
+    return "B", 1.0
+
+
+def plot_png(rep: Report, path: Path) -> None:
+    """rss, vm, the bucket minima and the fitted floor over time, into path (PNG).
+    Raises PlotUnavailable without matplotlib, OSError/ValueError when path
+    cannot be written."""
+    require_matplotlib()
+    import matplotlib.pyplot as plt
+
+    d, r = rep.data, rep.trend
+    t = d.seconds()
+    unit, scale = _axis_unit(max([*d.rss, *d.vm, 0]))
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
+    try:
+        ax.plot(t, [v / scale for v in d.rss], lw=0.8, label="rss")
+        ax.plot(t, [v / scale for v in d.vm], lw=0.8, label="vm")
+        if r.buckets and t:
+            ax.plot([bt - r.t0 for bt in r.bucket_times], [m / scale for m in r.bucket_minima],
+                    "o", ms=3, label="bucket minima")
+            ax.plot([0, t[-1]], [r.fit(r.t0) / scale, r.fit(r.t0 + t[-1]) / scale], "--",
+                    label=f"Theil-Sen fit {human_rate(r.slope * 60)}")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel(unit)
+        ax.set_title(f"pid {d.pid} ({d.comm}): {r.verdict}, {rests_on(d)}")
+        ax.legend(loc="best", fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,227 @@
+"""Where `pmctl trend` gets a process's memory samples from.
+
+- `from_db`: pmd's SQLite database (samples, per-site snapshots, site names);
+- `from_kmod`: the module's sample ring of a monitored process;
+- `from_watch`: /proc/PID sampled now, for a while, with a callback after
+  each sample and a `stop` check, so a front end can print a running report
+  and end the watch early (on Ctrl-C) with the samples so far. It needs
+  neither the module nor pmd.
+
+Each returns a `Data`: the samples oldest first, as plain integers (times are
+CLOCK_BOOTTIME nanoseconds, sizes bytes).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import SupportsInt
+
+from pmm.errors import NoSuchPid, PmmError
+from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
+from pmm.store import Store, start_key
+
+
+class WatchEnd(enum.StrEnum):
+    """Why a watch ended."""
+
+    TIME = "time"  # its duration passed
+    EXITED = "exited"  # the process exited (or its pid names another process now)
+    STOPPED = "stopped"  # the caller's `stop` said so (Ctrl-C, SIGTERM)
+
+
+@dataclass
+class Watch:
+    """How a watch went: its settings, how long it ran and why it ended."""
+
+    interval_s: float
+    duration_s: float
+    elapsed_s: float = 0.0
+    ended: WatchEnd = WatchEnd.TIME
+
+
+@dataclass
+class Data:
+    """The samples of one process, oldest first (times CLOCK_BOOTTIME ns)."""
+
+    pid: int
+    start_time: int
+    comm: str
+    source: str  # "db", "kmod" or "proc"
+    time_ns: list[int] = field(default_factory=list)
+    vm: list[int] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    db: str = ""
+    # pmd's per-site snapshots: (site, time ns, live bytes, live blocks)
+    snapshots: list[tuple[int, int, int, int]] = field(default_factory=list)
+    where: dict[int, str] = field(default_factory=dict)  # site -> description
+    watch: Watch | None = None  # set by from_watch
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first sample to the last."""
+        return (self.time_ns[-1] - self.time_ns[0]) / 1e9 if self.time_ns else 0.0
+
+    def seconds(self) -> list[float]:
+        """Each sample's time in seconds since the first sample."""
+        t0 = self.time_ns[0] if self.time_ns else 0
+        return [(t - t0) / 1e9 for t in self.time_ns]
+
+
+def _ints(values: Iterable[SupportsInt]) -> list[int]:
+    """Plain ints from whatever sequence the store hands out (array or list)."""
+    tolist = getattr(values, "tolist", None)  # an array's, far faster than int() each
+    if tolist is not None:
+        return list(tolist())
+    return [int(v) for v in values]
+
+
+def mem_available(path: str = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes (None when it cannot be read)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def live_start(pid: int) -> tuple[int, str] | None:
+    """(start time key, comm) of the live process pid, or None if there is none."""
+    try:
+        st = read_stat(pid)
+    except (ProcessGone, OSError):
+        return None
+    return st.start_time, st.comm
+
+
+def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
+            missing_ok: bool = True) -> Data | None:
+    """pid's samples in pmd's database at path (None: it holds none).
+
+    Of several processes that had this pid: the one with start_time if given,
+    else the live one if the database has it, else the latest. A missing
+    database is None when missing_ok, else the store's error."""
+    if missing_ok and not path.exists():
+        return None
+    store = Store.open(path, readonly=True)
+    try:
+        procs = store.processes(pid)
+        if not procs:
+            return None
+        if start_time is not None:
+            want = start_key(start_time)
+        else:
+            live = live_start(pid)
+            want = live[0] if live is not None and any(
+                p.start_time == live[0] for p in procs) else procs[0].start_time
+        proc = next((p for p in procs if p.start_time == want), None)
+        if proc is None:
+            return None
+        since_ns = None
+        if since_s is not None:
+            since_ns = boottime_ns() - int(since_s * 1e9)
+        series = store.series(pid, proc.start_time, since_ns)
+        if len(series) == 0:
+            return None
+        snaps = store.site_snapshots(pid, proc.start_time, since_ns)
+        where = store.sites(pid, proc.start_time)
+        return Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
+                    _ints(series.vm), _ints(series.rss), str(path), snaps, where)
+    finally:
+        store.close()
+
+
+def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
+    """Descriptions of the wanted sites from the module, when it is loaded and
+    monitors this process (same start time); frames symbolized with its map.
+    Empty when the module cannot tell."""
+    from pmm.device import Device
+    from pmm.symbolize import describe_sites, maps_for
+
+    try:
+        with Device.open() as dev:
+            info = dev.pid_info(pid)
+            if info is None or start_key(info.start_time_ns) != start_time:
+                return {}
+            sites = [s for s in dev.sites(pid) if s.site in wanted]
+    except PmmError:
+        return {}
+    return describe_sites(sites, maps_for(pid, info.start_time_ns))
+
+
+def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) -> Data | None:
+    """pid's samples in the module's ring (None: it does not monitor pid, or
+    monitors another process of that pid than start_time's, or has no samples
+    in the window). Raises ModuleNotLoaded when the module is not loaded."""
+    from pmm.device import Device
+
+    with Device.open() as dev:
+        info = dev.pid_info(pid)
+        if info is None:
+            return None
+        key = start_key(info.start_time_ns)
+        if start_time is not None and key != start_key(start_time):
+            return None
+        samples = dev.samples(pid)
+    if since_s is not None:
+        cut = boottime_ns() - int(since_s * 1e9)
+        samples = [s for s in samples if s.time_ns >= cut]
+    if not samples:
+        return None
+    return Data(pid, key, info.comm, "kmod", [s.time_ns for s in samples],
+                [s.vm for s in samples], [s.rss for s in samples])
+
+
+def from_watch(pid: int, seconds: float, interval: float,
+               on_sample: Callable[[Data], None] | None = None,
+               stop: Callable[[], bool] | None = None) -> Data:
+    """Samples /proc/PID every `interval` seconds for `seconds`, until the
+    process exits, or until `stop()` returns true (checked at least every
+    50 ms while waiting). `on_sample` gets the data so far after each sample.
+    Data.watch says how long it ran and why it ended.
+
+    Raises NoSuchPid when pid names no live process at the start."""
+    live = live_start(pid)
+    if live is None:
+        raise NoSuchPid(f"no such process: pid {pid} does not exist")
+    start, comm = live
+    d = Data(pid, start, comm, "proc", watch=Watch(interval, seconds))
+    assert d.watch is not None
+    began = time.monotonic()
+    end = began + seconds
+    due = began
+    ended = WatchEnd.TIME
+    while True:
+        if stop is not None and stop():
+            ended = WatchEnd.STOPPED
+            break
+        try:
+            s = sample(pid, start)
+        except ProcessGone:
+            ended = WatchEnd.EXITED
+            break
+        d.time_ns.append(s.time)
+        d.vm.append(s.vm)
+        d.rss.append(s.rss)
+        if on_sample is not None:
+            on_sample(d)
+        due += interval
+        if due > end:
+            break
+        # short naps, so that a stop request ends a long interval promptly
+        while (left := due - time.monotonic()) > 0:
+            if stop is not None and stop():
+                break
+            time.sleep(min(left, 0.05))
+    d.watch.elapsed_s = time.monotonic() - began
+    d.watch.ended = ended
+    return d

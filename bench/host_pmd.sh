@@ -75,7 +75,7 @@ echo "pmd: CPU per genl SAMPLE event (decode, store, detector), 64 processes x 6
 import struct, sys, time
 from pmm import uapi
 from pmm.genl import decode_datagram
-from pmd.main import Daemon, Options
+from pmm.daemon import Daemon, Options
 from pmm.store import Store
 import pmm.trend as T
 

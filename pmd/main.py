@@ -1,587 +1,69 @@
-"""pmd: the pmm monitoring daemon (runs in the foreground).
+"""pmd: the pmm monitoring daemon's command line (runs in the foreground).
 
-It records memory samples of processes into SQLite (src/pmm/store.py) and raises
-an alert when the trend detector (src/pmm/trend.py) says LEAK:
-
-- with the module loaded, from its generic-netlink events (src/pmm/genl.py):
-  samples, exits, monitoring start/stop, per-site live bytes;
-- for `--pid PID...`, by reading /proc itself every `--interval` seconds
-  (src/pmm/procsampler.py), unless the module already samples that process.
-
-Writes are batched: one transaction every `--commit-interval` seconds. The
-detector runs every `--detect-every` samples of a process over its last
-`--window` samples; a new LEAK verdict is written once to `alerts` and logged
-as one line.
-
-Robustness: SIGTERM/SIGINT flush and exit 0. A database that cannot be
-opened is a one-line error and exit 1. A write that fails at run time (disk
-full, file made read-only) is logged and retried with a growing delay (5 s
-up to 60 s, one log line per retry) while rows wait in memory (at most
-`--max-pending` samples, and as many processes, exits and site snapshots;
-the oldest go first, counted). Rows the database refuses themselves (a value
-it cannot store) are found by splitting the batch, logged and skipped; the
-rest is written. When the module is unloaded pmd keeps running and
-reconnects when it is back. A malformed event is logged and skipped, and so
-is an event whose handling fails: nothing that arrives stops the loop.
-Processes whose exit event was lost (receive buffer overrun, module
-reloaded) are found every 30 s, and at once after an overrun or a
-reconnect, by checking /proc for the pid with the same start time; they are
-marked exited.
-
-Log lines escape control characters (pmm.text.printable): process names,
-command lines and site names come from the monitored processes.
+The daemon itself is pmm.daemon; this parses the options, sets up logging
+(one line per record on stderr, control characters escaped) and maps a
+database that cannot be opened to one line and exit status 1.
 
 Exit status: 0 after SIGTERM/SIGINT with everything written, 1 if the
-database cannot be opened or the last flush failed, 2 bad arguments.
+database cannot be opened or the last rows could not be written, 2 bad
+arguments.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
 import logging
-import selectors
-import signal
-import socket
+import os
+import re
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-from pmm import procsampler, uapi
-from pmm.genl import Event, Listener, MalformedEvent
-from pmm.store import (
-    AlertRow,
-    BadRowError,
-    ProcessRow,
-    SampleRow,
-    Store,
-    StoreError,
-    default_db_path,
-    start_key,
-)
+import typer
+
+import pmm
+from pmm.daemon import Options, serve
+from pmm.errors import PmmError
+from pmm.store import StoreError, default_db_path
 from pmm.text import printable
-from pmm.trend import Params, Verdict, detect, site_growth
+from pmm.trend import Params
+from pmm.units import format_duration, parse_duration
 
 log = logging.getLogger("pmd")
 
-Key = tuple[int, int]  # (pid, start_time)
+USAGE = 2
+MIN_INTERVAL, MAX_INTERVAL = 0.01, 3600.0
+
+app = typer.Typer(
+    name="pmd",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
-@dataclass
-class ProcState:
-    """What pmd keeps in memory per process: the detector's window."""
+def duration() -> Callable[[str], float]:
+    """A parser for a duration option: '100ms', '2s', '1m'; a bare number is
+    seconds; between MIN_INTERVAL and MAX_INTERVAL."""
 
-    key: Key
-    comm: str
-    source: str
-    window: int
-    t: collections.deque[float] = field(init=False)
-    rss: collections.deque[float] = field(init=False)
-    snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
-    since_detect: int = 0
-    alerted: bool = False
-    last_kmod_ns: int = 0
-    verdict: str = ""
-
-    def __post_init__(self) -> None:
-        self.t = collections.deque(maxlen=self.window)
-        self.rss = collections.deque(maxlen=self.window)
-        self.snaps = collections.deque(maxlen=4096)
-
-
-@dataclass
-class Options:
-    db: Path
-    pids: list[int]
-    interval: float = 1.0
-    commit_interval: float = 1.0
-    detect_every: int = 20
-    window: int = 3600
-    genl: bool = True
-    max_pending: int = 200_000
-    prune_interval: float = 30.0  # seconds between checks for lost exits
-    params: Params = field(default_factory=Params)
-
-
-class Daemon:
-    def __init__(self, store: Store, opts: Options) -> None:
-        self.store = store
-        self.opts = opts
-        self.procs: dict[Key, ProcState] = {}
-        # --pid targets: pid -> start_time once seen (None before)
-        self.targets: dict[int, int | None] = dict.fromkeys(opts.pids)
-        self.pending_samples: collections.deque[SampleRow] = collections.deque()
-        self.pending_procs: list[ProcessRow] = []
-        self.pending_exits: list[tuple[int, int, int]] = []
-        self.pending_snaps: list[tuple[int, int, int, int, int, int]] = []
-        self.dropped_rows = 0
-        self.unsaid_drops: collections.Counter[str] = collections.Counter()
-        self.malformed = 0
-        self.failed_events = 0
-        self.bad_rows = 0
-        self.write_failures = 0
-        self.stop_signal = 0
-        self.listener: Listener | None = None
-        # the detector's first run loads what it needs (numpy's linear
-        # algebra; slow on a slow file system): a thread runs it while the
-        # loop records samples
-        self.detector_ready = threading.Event()
-        now = time.monotonic()
-        self.next_sample = now
-        self.next_flush = now + opts.commit_interval
-        self.next_prune = now + opts.prune_interval
-        self.seen_lost = 0  # Listener.lost and .connects at the last prune
-        self.seen_connects = 0
-        self.written = 0
-
-    # -- events and samples -------------------------------------------------
-
-    def _proc(self, key: Key, source: str, comm: str | None = None) -> ProcState:
-        st = self.procs.get(key)
-        if st is not None:
-            if comm and not st.comm:
-                st.comm = comm
-            return st
-        pid, start = key
-        row = ProcessRow(pid, start, comm or "", "", "", procsampler.boottime_ns(), None, source)
+    def parse(text: str) -> float:
         try:
-            d = procsampler.describe(pid, start, source=source)
-            row = ProcessRow(pid, start, comm or d.comm, d.exe, d.cmdline, d.started, None,
-                             source)
-        except procsampler.ProcessGone:
-            pass
-        st = ProcState(key, row.comm, source, self.opts.window)
-        self.procs[key] = st
-        self.pending_procs.append(row)
-        # a restarted pmd must not alert twice for the same process
-        try:
-            st.alerted = any(a.verdict == str(Verdict.LEAK)
-                             for a in self.store.alerts(pid) if a.start_time == start)
-        except StoreError as e:
-            log.warning("%s (pid %d: alerts so far unknown)", e, pid)
-        return st
+            seconds = parse_duration(text)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+        if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+            raise typer.BadParameter(
+                f"must be between {format_duration(MIN_INTERVAL)} and "
+                f"{format_duration(MAX_INTERVAL)}, not {text}")
+        return seconds
 
-    def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
-        st = self._proc((s.pid, s.start_time), s.source, comm)
-        if s.source == "kmod":
-            st.last_kmod_ns = s.time
-        self.pending_samples.append(s)
-        st.t.append(s.time / 1e9)
-        st.rss.append(float(s.rss))
-        st.since_detect += 1
-        if st.since_detect >= self.opts.detect_every and len(st.t) >= self.opts.params.min_samples:
-            st.since_detect = 0
-            self.run_detector(st, s.time)
-
-    def run_detector(self, st: ProcState, now_ns: int) -> None:
-        if not self.detector_ready.is_set():
-            st.since_detect = self.opts.detect_every  # try again at the next sample
-            return
-        r = detect(st.t, st.rss, self.opts.params)
-        if str(r.verdict) != st.verdict:
-            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min): %s", st.key[0],
-                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0], r.reason)
-        st.verdict = str(r.verdict)
-        if r.verdict is not Verdict.LEAK or st.alerted:
-            return
-        st.alerted = True
-        pid, start = st.key
-        kib = r.rate_kib_min
-        pct = round(r.confidence * 100)
-        msg = (f"LEAK pid {pid} ({st.comm or '?'}): rss +{kib[0]:.1f} KiB/min "
-               f"[{pct}% CI {kib[1]:.1f} .. {kib[2]:.1f}], +{r.growth / 1024:.0f} KiB "
-               f"over {r.span_s:.0f} s")
-        site: int | None = None
-        g = site_growth(st.snaps, limit=1)
-        if g:
-            site = g[0].site
-            where = self._site_where(pid, start, site)
-            msg += f"; fastest site {site}{' ' + where if where else ''} "
-            msg += f"+{g[0].rate_kib_min:.1f} KiB/min"
-        elif st.snaps:
-            # one snapshot so far: no growth rate yet, name the largest site
-            last_t = st.snaps[-1][1]
-            big = max((x for x in st.snaps if x[1] == last_t), key=lambda x: (x[2], -x[0]))
-            site = big[0]
-            where = self._site_where(pid, start, site)
-            msg += f"; largest site {site}{' ' + where if where else ''} "
-            msg += f"{big[2] / 1024:.0f} KiB live"
-        a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
-                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
-        try:
-            self.flush_now()
-            added = self.store.add_alert(a)
-        except StoreError as e:
-            log.error("%s (alert not stored)", e)
-            added = True
-        if added:
-            log.warning("%s", msg)
-
-    def _site_where(self, pid: int, start: int, site: int) -> str:
-        known = self.store.sites(pid, start).get(site)
-        if known:
-            return known
-        try:
-            from pmm.device import Device
-            from pmm.symbolize import describe_sites, maps_for
-
-            with Device.open() as dev:
-                info = dev.pid_info(pid)
-                sites = [s for s in dev.sites(pid) if s.site == site]
-            maps = maps_for(pid, info.start_time_ns) if info is not None else None
-            where = describe_sites(sites, maps).get(site, "")
-            if where:
-                self.store.set_site(pid, start, site, where)
-            return where
-        except Exception as e:  # noqa: BLE001 - the description is a nicety
-            log.debug("no description for site %d of pid %d: %s", site, pid, e)
-        return ""
-
-    def _warm_up(self) -> None:
-        t = time.monotonic()
-        detect(range(30), [float(i) for i in range(30)], self.opts.params)
-        self.detector_ready.set()
-        log.info("detector ready (%.1f s to warm up)", time.monotonic() - t)
-
-    def handle_event(self, ev: Event | MalformedEvent) -> None:
-        if isinstance(ev, MalformedEvent):
-            self.malformed += 1
-            log.warning("malformed event skipped: %s", ev)
-            return
-        if ev.start_time is None:
-            return
-        key = (ev.pid, start_key(ev.start_time))
-        if ev.cmd == uapi.Cmd.SAMPLE:
-            assert ev.time is not None and ev.vm is not None and ev.rss is not None
-            self.add_sample(SampleRow(ev.pid, key[1], ev.time, ev.vm, ev.rss, ev.rss_anon,
-                                      ev.rss_file, ev.rss_shmem, ev.live_bytes, ev.live_blocks,
-                                      "kmod"))
-        elif ev.cmd in (uapi.Cmd.STARTED, uapi.Cmd.GET_PIDS):
-            self._proc(key, "kmod", ev.comm)
-        elif ev.cmd == uapi.Cmd.EXITED:
-            self._proc(key, "kmod", ev.comm)
-            self.pending_exits.append((key[0], key[1], ev.time or procsampler.boottime_ns()))
-            log.info("pid %d (%s) exited", ev.pid, ev.comm or "?")
-            self.procs.pop(key, None)
-        elif ev.cmd == uapi.Cmd.STOPPED:
-            self.procs.pop(key, None)
-        elif ev.cmd == uapi.Cmd.SITES:
-            st = self._proc(key, "kmod")
-            t = ev.time or 0
-            for s in ev.sites:
-                self.pending_snaps.append((key[0], key[1], t, s.site, s.live_bytes,
-                                           s.live_blocks))
-                st.snaps.append((s.site, t / 1e9, s.live_bytes, s.live_blocks))
-        elif ev.cmd == uapi.Cmd.DROPPED:
-            log.info("pid %d: the module dropped %d records so far", ev.pid, ev.dropped or 0)
-
-    def handle_event_safely(self, ev: Event | MalformedEvent) -> None:
-        """handle_event, except that a failure is logged and the event skipped:
-        one event pmd cannot handle must not stop the loop."""
-        try:
-            self.handle_event(ev)
-        except Exception as e:  # noqa: BLE001 - whatever arrives, pmd keeps running
-            self.failed_events += 1
-            log.error("event skipped (%d so far): %s: %s: %r", self.failed_events,
-                      type(e).__name__, e, ev)
-
-    def prune_gone(self) -> int:
-        """Marks exited the module's processes that are gone from /proc (or are
-        another process under the same pid now) and forgets them: their exit
-        event was lost. The number forgotten."""
-        now_ns = procsampler.boottime_ns()
-        gone = []
-        for key, st in self.procs.items():
-            if st.source != "kmod":
-                continue  # --pid targets: sample_targets notices their exit
-            try:
-                ps = procsampler.read_stat(key[0])
-                alive = ps.start_time == key[1] and ps.state not in ("Z", "X")
-            except procsampler.ProcessGone:
-                alive = False
-            except OSError:
-                alive = True  # cannot tell: keep it
-            if not alive:
-                gone.append(key)
-        for key in gone:
-            st = self.procs.pop(key)
-            self.pending_exits.append((key[0], key[1], now_ns))
-            log.info("pid %d (%s) is gone; its exit event was lost: marked exited", key[0],
-                     st.comm or "?")
-        return len(gone)
-
-    def maybe_prune(self, now: float) -> None:
-        """prune_gone every opts.prune_interval, and at once when the listener
-        lost events (overrun) or connected again (the module was reloaded)."""
-        lost = self.listener.lost if self.listener is not None else 0
-        connects = self.listener.connects if self.listener is not None else 0
-        if now < self.next_prune and lost == self.seen_lost and \
-                connects == self.seen_connects:
-            return
-        self.seen_lost, self.seen_connects = lost, connects
-        self.next_prune = now + self.opts.prune_interval
-        self.prune_gone()
-
-    def sample_targets(self) -> None:
-        now_ns = procsampler.boottime_ns()
-        stale_ns = int(2.5 * self.opts.interval * 1e9)
-        for pid, start in list(self.targets.items()):
-            if start is not None:
-                st = self.procs.get((pid, start))
-                if st is not None and st.last_kmod_ns and now_ns - st.last_kmod_ns < stale_ns:
-                    continue  # the module samples it
-            try:
-                s = procsampler.sample(pid, start)
-            except procsampler.ProcessGone:
-                if start is None:
-                    log.warning("pid %d does not exist: not sampled", pid)
-                else:
-                    log.info("pid %d exited", pid)
-                    self.pending_exits.append((pid, start, now_ns))
-                    self.procs.pop((pid, start), None)
-                del self.targets[pid]
-                continue
-            except PermissionError as e:
-                log.warning("pid %d: %s: not sampled", pid, e)
-                del self.targets[pid]
-                continue
-            if start is None:
-                self.targets[pid] = s.start_time
-            self.add_sample(s)
-
-    # -- writing ------------------------------------------------------------
-
-    def pending(self) -> int:
-        return (len(self.pending_samples) + len(self.pending_procs) + len(self.pending_exits)
-                + len(self.pending_snaps))
-
-    def flush_now(self) -> None:
-        """Writes everything pending in one transaction; StoreError leaves it
-        pending. Rows the database refuses (BadRowError) are logged and
-        dropped, the others written."""
-        if not self.pending():
-            return
-        samples = list(self.pending_samples)
-        try:
-            self.store.write(samples, self.pending_procs, self.pending_exits,
-                             self.pending_snaps)
-            self.written += len(samples)
-        except BadRowError:
-            self._write_isolating(samples)
-        self.pending_samples.clear()
-        self.pending_procs = []
-        self.pending_exits = []
-        self.pending_snaps = []
-
-    def _write_isolating(self, samples: list[SampleRow]) -> None:
-        """Writes each kind of row apart, halving a refused batch down to the
-        rows refused alone, which are logged and left out. Rows written again
-        are harmless (Store.write ignores duplicates), so a StoreError about
-        the database midway leaves everything pending for the next try."""
-        bad: list[tuple[str, object, BadRowError]] = []
-
-        def split(kind: str, rows: list[Any], write: Callable[[list[Any]], None]) -> None:
-            try:
-                write(rows)
-            except BadRowError as e:
-                if len(rows) == 1:
-                    bad.append((kind, rows[0], e))
-                    return
-                half = len(rows) // 2
-                split(kind, rows[:half], write)
-                split(kind, rows[half:], write)
-
-        st = self.store
-        if self.pending_procs:
-            split("process", self.pending_procs, lambda r: st.write(processes=r))
-        if self.pending_exits:
-            split("exit", self.pending_exits, lambda r: st.write(exits=r))
-        if samples:
-            split("sample", samples, lambda r: st.write(samples=r))
-        if self.pending_snaps:
-            split("site snapshot", self.pending_snaps, lambda r: st.write(snapshots=r))
-        self.bad_rows += len(bad)
-        self.written += len(samples) - sum(1 for kind, _, _ in bad if kind == "sample")
-        for kind, row, e in bad[:5]:
-            log.error("skipped a %s row: %s: %r", kind, e, row)
-        if len(bad) > 5:
-            log.error("skipped %d more rows the database refused", len(bad) - 5)
-
-    def flush(self) -> None:
-        now = time.monotonic()
-        try:
-            self.flush_now()
-        except StoreError as e:
-            self.write_failures += 1
-            delay = min(60.0, 5.0 * 2 ** (self.write_failures - 1))
-            self.next_flush = now + delay
-            self._bound_pending()
-            log.error("%s; %d rows kept in memory, retrying in %.0f s", e, self.pending(), delay)
-            return
-        if self.write_failures:
-            log.info("database writable again: wrote the rows kept in memory")
-            self.write_failures = 0
-        self.next_flush = now + self.opts.commit_interval
-
-    def _bound_pending(self, say: bool = True) -> None:
-        """At most opts.max_pending rows of each kind wait in memory; the
-        oldest go first, counted, and logged when `say` (at a failed retry,
-        not at every event in between)."""
-        cap = self.opts.max_pending
-        over = len(self.pending_samples) - cap
-        if over > 0:
-            for _ in range(over):
-                self.pending_samples.popleft()
-            self.unsaid_drops["samples"] += over
-        lists: list[tuple[str, list[Any]]] = [
-            ("processes", self.pending_procs), ("exits", self.pending_exits),
-            ("site snapshots", self.pending_snaps)]
-        for what, rows in lists:
-            over = len(rows) - cap
-            if over > 0:
-                del rows[:over]
-                self.unsaid_drops[what] += over
-        if not say:
-            return
-        for what, n in self.unsaid_drops.items():
-            if n:
-                self.dropped_rows += n
-                log.error("dropped the %d oldest %s (%d rows so far): the database is not "
-                          "writable", n, what, self.dropped_rows)
-        self.unsaid_drops.clear()
-
-    # -- the loop -----------------------------------------------------------
-
-    def run(self) -> int:
-        sel = selectors.DefaultSelector()
-        rsock, wsock = socket.socketpair()
-        rsock.setblocking(False)
-        wsock.setblocking(False)
-        old_fd = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
-
-        def on_signal(signum: int, _frame: object) -> None:
-            self.stop_signal = signum
-
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        sel.register(rsock, selectors.EVENT_READ, "signal")
-        threading.Thread(target=self._warm_up, name="pmd-warm-up", daemon=True).start()
-        listener = None
-        registered: set[int] = set()
-        if self.opts.genl:
-            listener = Listener()
-            self.listener = listener
-            if listener.connect():
-                for pev in listener.dump_pids():
-                    self.handle_event_safely(pev)
-            else:
-                log.info("the pmm module is not loaded: waiting for it%s",
-                         "; sampling /proc meanwhile" if self.targets else "")
-        log.info("pmd running: db %s, %d pid(s) from /proc every %g s", self.store.path,
-                 len(self.targets), self.opts.interval)
-        try:
-            while not self.stop_signal:
-                if listener is not None:
-                    fds = set(listener.fds())
-                    for fd in registered - fds:
-                        sel.unregister(fd)
-                    for fd in fds - registered:
-                        sel.register(fd, selectors.EVENT_READ, "genl")
-                    registered = fds
-                now = time.monotonic()
-                deadlines = [self.next_flush]
-                if self.targets:
-                    deadlines.append(self.next_sample)
-                if listener is not None:
-                    t = listener.timeout()
-                    if t is not None:
-                        deadlines.append(now + t)
-                timeout = max(0.0, min(deadlines) - now)
-                ready = sel.select(timeout)
-                for sk, _ in ready:
-                    if sk.data == "signal":
-                        try:
-                            rsock.recv(512)
-                        except BlockingIOError:
-                            pass
-                if listener is not None:
-                    for ev in listener.poll():
-                        self.handle_event_safely(ev)
-                now = time.monotonic()
-                self.maybe_prune(now)
-                if self.targets and now >= self.next_sample:
-                    try:
-                        self.sample_targets()
-                    except Exception as e:  # noqa: BLE001 - pmd keeps running
-                        log.error("sampling /proc failed: %s: %s", type(e).__name__, e)
-                    self.next_sample += self.opts.interval
-                    if self.next_sample < now:  # we were late: do not catch up in a burst
-                        self.next_sample = now + self.opts.interval
-                if now >= self.next_flush or len(self.pending_samples) >= 10_000 and \
-                        not self.write_failures:
-                    self.flush()
-                elif self.write_failures:
-                    self._bound_pending(say=False)  # between retries too
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-            signal.set_wakeup_fd(old_fd)
-            sel.close()
-            rsock.close()
-            wsock.close()
-            if listener is not None:
-                listener.close()
-        name = signal.Signals(self.stop_signal).name
-        try:
-            self.flush_now()
-        except StoreError as e:
-            log.error("%s: %d rows could not be written", e, self.pending())
-            return 1
-        log.info("%s: wrote %d samples in all, exiting", name, self.written)
-        return 0
+    return parse
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="pmd",
-        description="pmm monitoring daemon: records memory samples of monitored processes "
-        "(module events, or /proc for --pid) into SQLite and alerts on leaks.",
-    )
-    p.add_argument("--db", type=Path, default=None,
-                   help="database path (default: $PMM_DB, else /var/lib/pmm/pmm.db as root, "
-                   "else ~/.local/share/pmm/pmm.db)")
-    p.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID",
-                   help="also sample these processes from /proc (when the module does not)")
-    p.add_argument("--interval", type=float, default=1.0,
-                   help="seconds between /proc samples (default 1)")
-    p.add_argument("--commit-interval", type=float, default=1.0,
-                   help="seconds between database commits (default 1)")
-    p.add_argument("--detect-every", type=int, default=20,
-                   help="run the leak detector every N samples of a process (default 20)")
-    p.add_argument("--window", type=int, default=3600,
-                   help="the detector looks at the last N samples (default 3600)")
-    p.add_argument("--max-pending", type=int, default=200_000,
-                   help="samples kept in memory while the database is not writable")
-    p.add_argument("--no-genl", action="store_true",
-                   help="do not listen to the module's events")
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    a = p.parse_args(argv)
-    if a.interval < 0.01 or a.interval > 3600:
-        p.error("--interval must be between 0.01 and 3600 seconds")
-    if a.commit_interval < 0.01 or a.commit_interval > 3600:
-        p.error("--commit-interval must be between 0.01 and 3600 seconds")
-    if a.detect_every < 1:
-        p.error("--detect-every must be >= 1")
-    if a.window < Params().min_samples:
-        p.error(f"--window must be >= {Params().min_samples}")
-    if a.max_pending < 1:
-        p.error("--max-pending must be >= 1")
-    if any(pid <= 0 for pid in a.pid):
-        p.error("--pid takes positive process ids")
-    return a
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pmd {pmm.__version__}")
+        raise typer.Exit(0)
 
 
 class PrintableFormatter(logging.Formatter):
@@ -593,29 +75,127 @@ class PrintableFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    a = parse_args(argv)
+def setup_logging(verbose: bool) -> logging.Handler:
+    """pmd's log (the library's "pmd" logger) on stderr, one line a record."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(PrintableFormatter("pmd: %(levelname)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
-                        handlers=[handler])
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("pyroute2").setLevel(logging.CRITICAL)
-    db = a.db or default_db_path()
+    return handler
+
+
+@app.command(
+    help="Record the memory of monitored processes into SQLite and log a line when one "
+    "leaks. Samples come from the pmm module's events (processes started with "
+    "`pmctl start` or the hook) and, for each --pid, from /proc when the module does not "
+    "sample that process. Runs in the foreground; SIGTERM or SIGINT writes what is pending "
+    "and exits.",
+    epilog="Durations take a unit: 100ms, 2s, 5m, 1h; a bare number is seconds. "
+    "Exit status: 0 stopped by SIGTERM/SIGINT with everything written, 1 the database "
+    "cannot be opened or the last rows could not be written, 2 bad arguments.",
+)
+def pmd(
+    db: Annotated[Path | None, typer.Option(
+        # readable=False: the store's message says why it cannot be read
+        "--db", metavar="FILE", show_default=False, readable=False,
+        help="Database file (default: $PMM_DB, else /var/lib/pmm/pmm.db as root, else "
+        "~/.local/share/pmm/pmm.db).")] = None,
+    pid: Annotated[list[int] | None, typer.Option(
+        "--pid", metavar="PID", min=1, show_default=False,
+        help="Also sample this process from /proc when the module does not; repeat for "
+        "more (--pid 1 --pid 2).")] = None,
+    interval: Annotated[float, typer.Option(
+        "--interval", metavar="DURATION", parser=duration(),
+        help="Time between /proc samples.")] = "1s",  # type: ignore[assignment]
+    commit_interval: Annotated[float, typer.Option(
+        "--commit-interval", metavar="DURATION", parser=duration(),
+        help="Time between database commits.")] = "1s",  # type: ignore[assignment]
+    detect_every: Annotated[int, typer.Option(
+        "--detect-every", metavar="N", min=1,
+        help="Run the leak detector every N samples of a process.")] = 20,
+    window: Annotated[int, typer.Option(
+        "--window", metavar="N", min=Params().min_samples,
+        help="The detector looks at a process's last N samples.")] = 3600,
+    max_pending: Annotated[int, typer.Option(
+        "--max-pending", metavar="N", min=1,
+        help="Samples kept in memory while the database cannot be written (the oldest "
+        "go first).")] = 200_000,
+    no_genl: Annotated[bool, typer.Option(
+        "--no-genl", help="Do not listen to the module's events (generic netlink); "
+        "sample only the --pid processes.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="Log debug messages too.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=show_version, is_eager=True,
+        help="Print pmd's version and exit.")] = False,
+) -> None:
+    handler = setup_logging(verbose)
+    explicit = db is not None or bool(os.environ.get("PMM_DB"))
+    path = db or default_db_path(writer=True)
+    opts = Options(db=path, pids=list(dict.fromkeys(pid or [])), interval=interval,
+                   commit_interval=commit_interval, detect_every=detect_every,
+                   window=window, genl=not no_genl, max_pending=max_pending)
     try:
-        store = Store.open(db)
+        rc = serve(opts, create_parents=not explicit)
     except StoreError as e:
         log.error("%s", e)
-        sys.exit(1)
-    opts = Options(db=db, pids=list(dict.fromkeys(a.pid)), interval=a.interval,
-                   commit_interval=a.commit_interval, detect_every=a.detect_every,
-                   window=a.window, genl=not a.no_genl, max_pending=a.max_pending)
-    d = Daemon(store, opts)
-    try:
-        rc = d.run()
+        raise typer.Exit(1) from None
     finally:
-        store.close()
-    sys.stdout.flush()
-    sys.exit(rc)
+        log.removeHandler(handler)
+    raise typer.Exit(rc)
+
+
+def _spread_pid_lists(argv: Sequence[str]) -> list[str]:
+    """`--pid 1 2 3` (the form before pmd took --pid once per process) as
+    `--pid 1 --pid 2 --pid 3`: pmd takes no arguments, so a bare number
+    after a --pid's value can only be another pid."""
+    out: list[str] = []
+    state = ""  # "value": the next word is --pid's; "more": numbers are more pids
+    for arg in argv:
+        if state == "value":
+            out.append(arg)
+            state = "more"
+            continue
+        if state == "more" and re.fullmatch(r"[0-9]+", arg):
+            out += ["--pid", arg]
+            continue
+        out.append(arg)
+        state = "value" if arg == "--pid" else "more" if arg.startswith("--pid=") else ""
+    return out
+
+
+def err(msg: str) -> None:
+    sys.stderr.write(f"pmd: {printable(msg)}\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console script: usage errors as one line and exit 2; a failure the
+    daemon did not expect as one line and exit 1, never a traceback."""
+    args = _spread_pid_lists(sys.argv[1:] if argv is None else argv)
+    try:
+        rv = app(args=args, prog_name="pmd", standalone_mode=False)
+    except typer.Exit as e:
+        sys.stdout.flush()
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as e:  # typer's click: UsageError, BadParameter, ...
+        code = int(getattr(e, "exit_code", 1))
+        fmt = getattr(e, "format_message", None)
+        msg = fmt() if callable(fmt) else str(e)
+        err(f"error: {msg} (see `pmd --help`)" if code == USAGE else f"error: {msg}")
+        sys.exit(code)
+    except PmmError as e:
+        err(f"ERROR: {e}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the daemon's last resort
+        err(f"ERROR: internal error: {type(e).__name__}: {e} (please report this)")
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

@@ -36,21 +36,23 @@ readonly=True)`), also from a directory they cannot write (see
 
 from __future__ import annotations
 
+import errno
 import grp
 import logging
 import os
+import pwd
 import sqlite3
 import stat
 import urllib.parse
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import sqlite_utils
 
-from pmm.errors import PmmError
+from pmm.errors import PermissionDenied, PmmError
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
@@ -59,6 +61,18 @@ log = logging.getLogger("pmd")
 
 class StoreError(PmmError):
     """The database cannot be opened, read or written."""
+
+
+class DatabaseNotFound(StoreError):
+    """No database file at the path, or no directory to create it in."""
+
+
+class DatabasePermissionDenied(StoreError, PermissionDenied):
+    """The file, or a directory on its path, is closed to this user."""
+
+
+class NotADatabase(StoreError):
+    """The path is a directory, or a file that is not a pmm database."""
 
 
 class BadRowError(StoreError):
@@ -81,16 +95,32 @@ def _state_dirs() -> set[Path]:
     return {Path(p) for p in os.environ.get("STATE_DIRECTORY", "").split(":") if p}
 
 
-def _prepare_dir(d: Path, gid: int | None) -> None:
-    """Creates the database's directory 0750 (group gid) or 0700. An existing
+def _prepare_dir(path: Path, gid: int | None, create_parents: bool) -> None:
+    """Creates the database's directory 0750 (group gid) or 0700 when it is
+    missing and its parent exists (as /var/lib/pmm); with create_parents,
+    the missing directories above it too (as ~/.local/share). An existing
     one keeps its mode, except that the unit's StateDirectory gets group gid
     (systemd creates it owned by root:root)."""
+    d = path.parent
     if not d.exists():
-        d.parent.mkdir(parents=True, exist_ok=True)
+        if create_parents:
+            d.parent.mkdir(parents=True, exist_ok=True)
+        elif not d.parent.is_dir():
+            missing = d
+            while not missing.parent.exists():
+                missing = missing.parent
+            raise DatabaseNotFound(
+                f"cannot open the database {path}: {os.strerror(errno.ENOENT)} (no directory "
+                f"{missing}: create it, or choose another path with --db)", errno.ENOENT)
         try:
             os.mkdir(d, 0o700)
         except FileExistsError:
             return
+        except OSError as e:
+            cls = DatabasePermissionDenied if e.errno in (errno.EACCES, errno.EPERM) \
+                else StoreError
+            raise cls(f"cannot open the database {path}: cannot create its directory {d}: "
+                      f"{e.strerror or e}", e.errno) from None
         if gid is not None:
             try:
                 os.chown(d, -1, gid)
@@ -237,14 +267,32 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def default_db_path() -> Path:
-    """$PMM_DB, else /var/lib/pmm/pmm.db as root, else ~/.local/share/pmm/pmm.db."""
+SYSTEM_DB_PATH = Path("/var/lib/pmm/pmm.db")  # where pmd.service writes
+
+
+def user_db_path() -> Path:
+    """A user's own database, for a pmd run without root."""
+    return Path.home() / ".local" / "share" / "pmm" / "pmm.db"
+
+
+def _readable(path: Path) -> bool:
+    return os.access(path, os.R_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def default_db_path(writer: bool = False) -> Path:
+    """Where pmd writes and pmctl reads without --db: $PMM_DB; else, as root,
+    the system database (/var/lib/pmm/pmm.db); else, for a reader, the
+    system database when this user may read it (a member of the group it is
+    given to, $PMM_GROUP or pmm); else the user's own
+    (~/.local/share/pmm/pmm.db), where a pmd run by this user writes."""
     env = os.environ.get("PMM_DB")
     if env:
         return Path(env)
     if os.geteuid() == 0:
-        return Path("/var/lib/pmm/pmm.db")
-    return Path.home() / ".local" / "share" / "pmm" / "pmm.db"
+        return SYSTEM_DB_PATH
+    if not writer and _readable(SYSTEM_DB_PATH):
+        return SYSTEM_DB_PATH
+    return user_db_path()
 
 
 def start_key(start_time_ns: int) -> int:
@@ -300,29 +348,146 @@ class AlertRow:
 class Series:
     """One process's samples as arrays, oldest first."""
 
-    time_ns: np.ndarray[Any, np.dtype[np.int64]]
-    vm: np.ndarray[Any, np.dtype[np.int64]]
-    rss: np.ndarray[Any, np.dtype[np.int64]]
+    time_ns: array[int]  # 64-bit ints ("q"), compact for long histories
+    vm: array[int]
+    rss: array[int]
 
     def __len__(self) -> int:
-        return int(self.time_ns.size)
+        return len(self.time_ns)
 
 
 def _describe(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     msg = str(e)
     hint = ""
     low = msg.lower()
+    if "not a database" in low or "malformed" in low:
+        return NotADatabase(f"{doing} {path}: not a pmm database (another kind of file, or "
+                            f"a damaged database: {msg})")
     if "readonly" in low or "read-only" in low:
         hint = " (the file or its file system is read-only; choose another with --db or PMM_DB)"
-    elif "full" in low or "disk" in low:
+    elif "full" in low:
         hint = " (the disk is full; free space or choose another --db)"
+    elif "i/o error" in low:
+        hint = " (the file system failed to read or write the file)"
     elif "unable to open" in low:
         hint = " (check that the directory exists and is writable, or pass --db)"
     elif "locked" in low or "busy" in low:
         hint = " (another process holds a write lock)"
-    elif "not a database" in low or "malformed" in low:
-        hint = " (the file is not a pmm database)"
     return StoreError(f"{doing} {path}: {msg}{hint}")
+
+
+def _who(st: os.stat_result) -> str:
+    """A file's mode and owners as ls shows them: '0640 root:pmm'."""
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    return f"{stat.S_IMODE(st.st_mode):04o} {user}:{_group_name(st.st_gid)}"
+
+
+def _group_hint(st: os.stat_result, bits: int, verb: str) -> str:
+    """Names the file's group when its members have the access `bits` (0o040
+    read, 0o010 search) that this user lacks: the usual remedy is joining it."""
+    if st.st_gid != 0 and stat.S_IMODE(st.st_mode) & bits:
+        return f"; members of group {_group_name(st.st_gid)} can {verb} it"
+    return ""
+
+
+def _access(path: Path, mode: int) -> bool:
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _why_not(path: Path, writer: bool) -> StoreError | None:
+    """Why `path` cannot be opened as a database (for writing when `writer`),
+    found before SQLite tries (its own message is "unable to open database
+    file" for most of these), in the system's words ("No such file or
+    directory", "Is a directory", "Permission denied") and what to do; None
+    when nothing is in the way. Only stat and access: no descriptor of the
+    file is opened, so no lock SQLite holds on it in this process is dropped."""
+    doing = f"cannot open the database {path}"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        d = path.parent
+        if not writer:
+            return DatabaseNotFound(
+                f"no database at {path}: {os.strerror(errno.ENOENT)} (pmd writes it: is pmd "
+                f"running? Pass --db or set PMM_DB){_system_db_hint(path)}", errno.ENOENT)
+        if not d.is_dir():
+            return None  # Store.open makes the directory, or says why it cannot
+        if _read_only_fs(d):
+            return StoreError(f"{doing}: {os.strerror(errno.EROFS)} ({d} is read-only: choose "
+                              "another path with --db or PMM_DB)", errno.EROFS)
+        if not _access(d, os.W_OK | os.X_OK):
+            return DatabasePermissionDenied(
+                f"{doing}: {os.strerror(errno.EACCES)} (this user cannot create files in {d}: "
+                f"{_who(os.stat(d))})", errno.EACCES)
+        return None
+    except PermissionError:
+        blocked = next((a for a in reversed(path.parents) if not _access(a, os.X_OK)),
+                       path.parent)
+        try:
+            dst = os.stat(blocked)
+            who = f": {_who(dst)}{_group_hint(dst, 0o010, 'enter')}"
+        except OSError:
+            who = ""
+        return DatabasePermissionDenied(
+            f"{doing}: {os.strerror(errno.EACCES)} (this user cannot enter {blocked}{who})",
+            errno.EACCES)
+    except NotADirectoryError:
+        return NotADatabase(f"{doing}: {os.strerror(errno.ENOTDIR)} (a part of the path is a "
+                            "file)", errno.ENOTDIR)
+    except OSError as e:
+        return StoreError(f"{doing}: {e.strerror or e}", e.errno)
+    if stat.S_ISDIR(st.st_mode):
+        return NotADatabase(f"{doing}: {os.strerror(errno.EISDIR)} (give the database file, "
+                            f"e.g. {path / 'pmm.db'})", errno.EISDIR)
+    if not stat.S_ISREG(st.st_mode):
+        return NotADatabase(f"{doing}: not a regular file", errno.EINVAL)
+    if not _access(path, os.R_OK):
+        return DatabasePermissionDenied(
+            f"{doing}: {os.strerror(errno.EACCES)} (this user cannot read it: "
+            f"{_who(st)}{_group_hint(st, 0o040, 'read')})", errno.EACCES)
+    if writer and not _access(path, os.W_OK):
+        if _read_only_fs(path):
+            return StoreError(f"{doing}: {os.strerror(errno.EROFS)} (the file is on a read-only "
+                              "mount: choose another path with --db or PMM_DB)", errno.EROFS)
+        return DatabasePermissionDenied(
+            f"{doing}: {os.strerror(errno.EACCES)} (this user cannot write it: {_who(st)})",
+            errno.EACCES)
+    d = path.parent
+    if writer and not os.path.lexists(f"{path}-wal") and not _access(d, os.W_OK | os.X_OK) \
+            and not _read_only_fs(d):
+        # the write-ahead log is a file beside the database
+        return DatabasePermissionDenied(
+            f"{doing}: {os.strerror(errno.EACCES)} (this user cannot create its -wal file in "
+            f"{d}: {_who(os.stat(d))})", errno.EACCES)
+    return None
+
+
+def _system_db_hint(path: Path) -> str:
+    """For a reader that found no database at `path`: pmd's system database
+    is there but closed to this user (the default lookup passed it over)."""
+    if path == SYSTEM_DB_PATH or _readable(SYSTEM_DB_PATH):
+        return ""
+    try:
+        os.stat(SYSTEM_DB_PATH)
+    except PermissionError:
+        pass  # its directory is closed to this user: it may well be there
+    except OSError:
+        return ""
+    try:
+        group = f" (members of group {_group_name(os.stat(SYSTEM_DB_PATH.parent).st_gid)} can)"
+    except OSError:
+        group = ""
+    return f"; this user cannot read pmd's system database {SYSTEM_DB_PATH}{group}"
 
 
 # errors about the values written (sqlite3 binding a value it cannot store,
@@ -341,16 +506,29 @@ class Store:
         self.readonly = readonly
 
     @classmethod
-    def open(cls, path: Path | str, readonly: bool = False) -> Store:
+    def open(cls, path: Path | str, readonly: bool = False,
+             create_parents: bool = False) -> Store:
+        """The database at `path`. For writing, the file is created (and its
+        directory, when that directory's parent exists; every missing
+        directory with `create_parents`). StoreError says what is in the way:
+        DatabaseNotFound (no such file, or directory),
+        DatabasePermissionDenied, NotADatabase (a directory, another kind of
+        file), or else SQLite's own reason."""
         path = Path(path)
         try:
             if readonly:
-                if not path.exists():
-                    raise StoreError(f"no database at {path} (is pmd running? use --db)")
+                why = _why_not(path, writer=False)
+                if why is not None:
+                    raise why
                 db = sqlite_utils.Database(_open_readonly(path), execute_plugins=False)
-                return cls(db, path, readonly=True)
+                store = cls(db, path, readonly=True)
+                store._check_tables()
+                return store
             gid = db_group()
-            _prepare_dir(path.parent, gid)
+            _prepare_dir(path, gid, create_parents)
+            why = _why_not(path, writer=True)
+            if why is not None:
+                raise why
             changed = _secure_files(path, gid)
             db = sqlite_utils.Database(path, execute_plugins=False)
             db.conn.execute("PRAGMA busy_timeout=5000")
@@ -365,9 +543,22 @@ class Store:
             store._create()
             return store
         except sqlite3.Error as e:
-            raise _describe(e, path, "cannot open the database") from None
+            # SQLite says "unable to open database file" for most causes: a
+            # reason found now (a race, the -wal's directory) is clearer
+            raise _why_not(path, writer=not readonly) or \
+                _describe(e, path, "cannot open the database") from None
         except OSError as e:
-            raise StoreError(f"cannot open the database {path}: {e.strerror or e}") from None
+            raise StoreError(f"cannot open the database {path}: {e.strerror or e}",
+                             e.errno) from None
+
+    def _check_tables(self) -> None:
+        have = {r[0] for r in self._query(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"processes", "samples"} <= have:
+            self.close()
+            what = "an empty file" if not have else "an SQLite database without pmd's tables"
+            raise NotADatabase(f"cannot open the database {self.path}: not a pmm database "
+                               f"({what})")
 
     def _create(self) -> None:
         db = self.db
@@ -529,10 +720,11 @@ class Store:
             args.append(since_ns)
         try:
             cur = self.db.conn.execute(sql + " ORDER BY time", args)
-            a = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 3)
+            rows = cur.fetchall()
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot read the database") from None
-        return Series(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy())
+        return Series(array("q", [r[0] for r in rows]), array("q", [r[1] for r in rows]),
+                      array("q", [r[2] for r in rows]))
 
     def site_snapshots(self, pid: int, start_time: int,
                        since_ns: int | None = None) -> list[tuple[int, int, int, int]]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
 def as_user(uid: int, gid: int, fn: Callable[[], Any],
-            env: dict[str, str | None] | None = None) -> Any:
-    """fn() run by a forked child with only that uid and gid (no groups, no
-    capabilities) and env applied (None removes a variable); its JSON-able
-    result, or ["error", message] if it raised."""
+            env: dict[str, str | None] | None = None, groups: Sequence[int] = ()) -> Any:
+    """fn() run by a forked child with only that uid and gid (and the
+    supplementary `groups`; no capabilities) and env applied (None removes a
+    variable); its JSON-able result, or ["error", message] if it raised."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -23,7 +23,7 @@ def as_user(uid: int, gid: int, fn: Callable[[], Any],
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
             try:

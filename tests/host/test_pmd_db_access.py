@@ -179,3 +179,130 @@ def test_names_that_mean_something_in_a_uri(shared: Path, name: str) -> None:
     # directory leaves the database's own -wal and -shm)
     assert set(os.listdir(shared)) <= {name, f"{name}-wal", f"{name}-shm"}
 
+
+
+@pytest.fixture()
+def system_db(shared: Path, group: int, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pmd's system database (/var/lib/pmm/pmm.db) as pmd.service leaves it:
+    0640 in a 0750 directory, both given to the group."""
+    import pmm.store
+
+    db = shared / "lib" / "pmm" / "pmm.db"
+    db.parent.parent.mkdir()
+    fill(db).close()
+    monkeypatch.setattr(pmm.store, "SYSTEM_DB_PATH", db)
+    return db
+
+
+def trend_without_db() -> Any:
+    from typer.testing import CliRunner
+
+    from pmctl.cli import app
+
+    r = CliRunner().invoke(app, ["trend", str(PID), "--source", "db", "--json"])
+    return [r.exit_code, r.stdout, r.stderr]
+
+
+@pytest.fixture()
+def trend_imported(system_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One `pmctl trend` as root first: the modules it imports on the way (the
+    interpreter's own, under /root) are then loaded when a child that may not
+    read /root runs it."""
+    monkeypatch.setenv("PMM_DB", str(system_db))
+    assert trend_without_db()[0] == 0
+    monkeypatch.delenv("PMM_DB")
+
+
+@pytest.mark.usefixtures("trend_imported")
+def test_group_member_finds_the_system_database_without_db(system_db: Path, group: int,
+                                                           shared: Path) -> None:
+    """A user in the database's group (a supplementary group, as `adduser me
+    pmm` makes it) reads it without --db; pmd run by that user still writes
+    its own."""
+    from pmm.store import default_db_path
+
+    env: dict[str, str | None] = {"PMM_DB": None, "HOME": str(shared / "home")}
+    assert as_user(NOBODY, OTHER_GID, lambda: str(default_db_path()), env, [group]) == \
+        str(system_db)
+    assert as_user(NOBODY, OTHER_GID, lambda: str(default_db_path(writer=True)), env,
+                   [group]) == f"{shared}/home/.local/share/pmm/pmm.db"
+    code, out, err = as_user(NOBODY, OTHER_GID, trend_without_db, env, [group])
+    assert code == 0, err  # STABLE
+    doc = json.loads(out)
+    assert (doc["db"], doc["samples"], doc["comm"]) == (str(system_db), 40, "daemon")
+
+
+def test_outsider_is_told_why_there_is_no_database(system_db: Path, shared: Path) -> None:
+    """Not in the group: the lookup falls back to the user's own path, and the
+    message says the system database is there but closed to this user."""
+    from pmm.store import Store, default_db_path
+
+    env: dict[str, str | None] = {"PMM_DB": None, "HOME": str(shared / "home")}
+    own = f"{shared}/home/.local/share/pmm/pmm.db"
+    assert as_user(NOBODY, OTHER_GID, lambda: str(default_db_path()), env) == own
+    out = as_user(NOBODY, OTHER_GID, lambda: Store.open(default_db_path(), readonly=True), env)
+    assert out == ["error", f"DatabaseNotFound: no database at {own}: No such file or "
+                   "directory (pmd writes it: is pmd running? Pass --db or set PMM_DB); this "
+                   f"user cannot read pmd's system database {system_db} (members of group "
+                   "nogroup can)"]
+
+
+@pytest.mark.usefixtures("trend_imported")
+def test_permission_denied_says_where_and_who_may(system_db: Path, shared: Path,
+                                                  group: int) -> None:
+    from pmm.store import Store
+
+    def read(db: Path) -> Callable[[], Any]:
+        return lambda: Store.open(db, readonly=True)
+
+    out = as_user(NOBODY, OTHER_GID, read(system_db))
+    enter = (f"cannot open the database {system_db}: Permission denied (this user cannot enter "
+             f"{system_db.parent}: 0750 root:nogroup; members of group nogroup can enter it)")
+    assert out == ["error", f"DatabasePermissionDenied: {enter}"]
+    # through pmctl: the same line, and pmctl's exit status for permission denied
+    code, out, err = as_user(NOBODY, OTHER_GID, trend_without_db, {"PMM_DB": str(system_db)})
+    assert (code, out, err) == (4, "", f"pmctl: {enter}\n")
+    os.chmod(system_db.parent, 0o755)
+    out = as_user(NOBODY, OTHER_GID, read(system_db))
+    assert out == ["error", f"DatabasePermissionDenied: cannot open the database {system_db}: "
+                   "Permission denied (this user cannot read it: 0640 root:nogroup; members of "
+                   "group nogroup can read it)"]
+
+
+def test_pmd_as_a_user_that_may_not_write(shared: Path) -> None:
+    """pmd's own errors for a non-root user: a directory it cannot create
+    files in, a database it cannot write; one line each, exit 1."""
+    from typer.testing import CliRunner
+
+    from pmd.main import app
+
+    def pmd(db: Path) -> Callable[[], Any]:
+        def go() -> Any:
+            r = CliRunner().invoke(app, ["--no-genl", "--db", str(db)])
+            return [r.exit_code, r.stderr]
+        return go
+
+    secret = shared / "secret.db"
+    fill(secret).close()
+    os.chmod(secret, 0o600)
+    assert as_user(NOBODY, NOBODY, pmd(secret)) == [
+        1, f"pmd: ERROR: cannot open the database {secret}: Permission denied (this user "
+        "cannot read it: 0600 root:root)\n"]
+    locked = shared / "locked"
+    locked.mkdir(0o755)
+    assert as_user(NOBODY, NOBODY, pmd(locked / "pmm.db")) == [
+        1, f"pmd: ERROR: cannot open the database {locked}/pmm.db: Permission denied (this "
+        f"user cannot create files in {locked}: 0755 root:root)\n"]
+    fill(locked / "pmm.db").close()
+    os.chmod(locked / "pmm.db", 0o644)
+    assert as_user(NOBODY, NOBODY, pmd(locked / "pmm.db")) == [
+        1, f"pmd: ERROR: cannot open the database {locked}/pmm.db: Permission denied (this "
+        "user cannot write it: 0644 root:root)\n"]
+    open_dir = shared / "open"
+    open_dir.mkdir()
+    fill(open_dir / "pmm.db").close()
+    os.chmod(open_dir / "pmm.db", 0o666)
+    os.chmod(open_dir, 0o755)
+    assert as_user(NOBODY, NOBODY, pmd(open_dir / "pmm.db")) == [
+        1, f"pmd: ERROR: cannot open the database {open_dir}/pmm.db: Permission denied (this "
+        f"user cannot create its -wal file in {open_dir}: 0755 root:root)\n"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmd.main import Daemon, Options
 from pmm import uapi
+from pmm.daemon import Daemon, Options
 from pmm.genl import (
     Event,
     MalformedEvent,

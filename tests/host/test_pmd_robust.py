@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from test_pmd_genl import FAM, A, msg, u32, u64
 
-from pmd import main
-from pmd.main import Daemon, Options
-from pmm import procsampler, uapi
+from pmm import daemon, procsampler, uapi
+from pmm.daemon import Daemon, Options
 from pmm.genl import Event, MalformedEvent, SiteLive, decode_datagram
 from pmm.store import TICK_NS, SampleRow, Store, start_key
 
@@ -78,7 +77,7 @@ class FakeListener:
 
 @pytest.fixture()
 def fake_listener(monkeypatch: pytest.MonkeyPatch) -> type[FakeListener]:
-    monkeypatch.setattr(main, "Listener", FakeListener)
+    monkeypatch.setattr(daemon, "Listener", FakeListener)
     FakeListener.batches = []
     FakeListener.lost_at = {}
     FakeListener.connects_at = {}

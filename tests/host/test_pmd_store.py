@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pmm import procsampler
+from pmm import errors, procsampler, store
 from pmm.store import (
     TICK_NS,
     AlertRow,
+    DatabaseNotFound,
+    DatabasePermissionDenied,
+    NotADatabase,
     ProcessRow,
     SampleRow,
     Store,
@@ -100,8 +103,63 @@ def test_default_db_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert default_db_path() == Path("/var/lib/pmm/pmm.db")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(store, "_readable", lambda path: False)  # not in group pmm
     monkeypatch.setenv("HOME", "/home/u")
     assert default_db_path() == Path("/home/u/.local/share/pmm/pmm.db")
+    # a member of the group reads the system database; its own pmd writes its own
+    monkeypatch.setattr(store, "_readable", lambda path: path == Path("/var/lib/pmm/pmm.db"))
+    assert default_db_path() == Path("/var/lib/pmm/pmm.db")
+    assert default_db_path(writer=True) == Path("/home/u/.local/share/pmm/pmm.db")
+    monkeypatch.setenv("PMM_DB", "/tmp/x.db")
+    assert default_db_path() == default_db_path(writer=True) == Path("/tmp/x.db")
+
+
+def test_open_errors_say_what_is_in_the_way(tmp_path: Path) -> None:
+    """Each cause in the system's words, the path named, and a class the
+    front ends map to an exit status (permission: tests/host/test_pmd_db_access.py)."""
+    (tmp_path / "empty.db").touch()
+    sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (a)").connection.close()
+    (tmp_path / "garbage.db").write_bytes(b"SQLite format 2\0" + b"x" * 4096)
+    (tmp_path / "file").touch()
+    cases: list[tuple[Path, bool, type[StoreError], str]] = [
+        (tmp_path / "missing.db", True, DatabaseNotFound,
+         f"no database at {tmp_path}/missing.db: No such file or directory (pmd writes it: "
+         "is pmd running? Pass --db or set PMM_DB)"),
+        (tmp_path, True, NotADatabase, f"cannot open the database {tmp_path}: Is a directory "
+         f"(give the database file, e.g. {tmp_path}/pmm.db)"),
+        (tmp_path, False, NotADatabase, f"cannot open the database {tmp_path}: Is a directory"),
+        (tmp_path / "empty.db", True, NotADatabase,
+         f"cannot open the database {tmp_path}/empty.db: not a pmm database (an empty file)"),
+        (tmp_path / "other.db", True, NotADatabase,
+         f"cannot open the database {tmp_path}/other.db: not a pmm database (an SQLite "
+         "database without pmd's tables)"),
+        (tmp_path / "garbage.db", True, NotADatabase,
+         f"cannot open the database {tmp_path}/garbage.db: not a pmm database (another kind "
+         "of file, or a damaged database: file is not a database)"),
+        (tmp_path / "garbage.db", False, NotADatabase,
+         f"cannot open the database {tmp_path}/garbage.db: not a pmm database"),
+        (tmp_path / "file" / "x.db", False, NotADatabase,
+         f"cannot open the database {tmp_path}/file/x.db: Not a directory"),
+        (tmp_path / "a" / "b" / "pmm.db", False, DatabaseNotFound,
+         f"cannot open the database {tmp_path}/a/b/pmm.db: No such file or directory (no "
+         f"directory {tmp_path}/a: create it, or choose another path with --db)"),
+    ]
+    for path, readonly, cls, says in cases:
+        with pytest.raises(StoreError) as e:
+            Store.open(path, readonly=readonly)
+        assert type(e.value) is cls and str(e.value).startswith(says), (path, readonly)
+    assert not (tmp_path / "a").exists()
+    assert issubclass(DatabasePermissionDenied, errors.PermissionDenied)  # pmctl's exit 4
+
+
+def test_the_database_directory_is_made(tmp_path: Path) -> None:
+    """Its own directory when the parent exists (as /var/lib/pmm); every
+    missing one with create_parents (as ~/.local/share/pmm for pmd's default)."""
+    Store.open(tmp_path / "pmm" / "pmm.db").close()
+    Store.open(tmp_path / "home" / ".local" / "share" / "pmm" / "pmm.db",
+               create_parents=True).close()
+    assert (tmp_path / "pmm" / "pmm.db").is_file()
+    assert (tmp_path / "home" / ".local" / "share" / "pmm" / "pmm.db").is_file()
 
 
 def test_start_key_matches_proc_stat() -> None:

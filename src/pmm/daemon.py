@@ -1,0 +1,557 @@
+"""pmd's engine: it records memory samples of processes into SQLite
+(pmm.store) and raises an alert when the trend detector (pmm.trend) says LEAK.
+
+Samples come:
+
+- with the module loaded, from its generic-netlink events (pmm.genl):
+  samples, exits, monitoring start/stop, per-site live bytes;
+- for the processes in `Options.pids`, from /proc, read every
+  `Options.interval` seconds (pmm.procsampler), unless the module already
+  samples that process.
+
+Writes are batched: one transaction every `Options.commit_interval` seconds.
+The detector runs every `Options.detect_every` samples of a process over its
+last `Options.window` samples; a new LEAK verdict is written once to
+`alerts` and logged as one line.
+
+Robustness: SIGTERM/SIGINT flush and end the loop. A write that fails at run
+time (disk full, file made read-only) is logged and retried with a growing
+delay (5 s up to 60 s, one log line per retry) while rows wait in memory (at
+most `Options.max_pending` samples, and as many processes, exits and site
+snapshots; the oldest go first, counted). Rows the database refuses
+themselves (a value it cannot store) are found by splitting the batch,
+logged and skipped; the rest is written. When the module is unloaded the
+loop keeps running and reconnects when it is back. A malformed event is
+logged and skipped, and so is an event whose handling fails: nothing that
+arrives stops the loop. Processes whose exit event was lost (receive buffer
+overrun, module reloaded) are found every 30 s, and at once after an overrun
+or a reconnect, by checking /proc for the pid with the same start time; they
+are marked exited.
+
+`serve(options)` is the whole daemon: it opens the database (StoreError if it
+cannot), runs the loop until SIGTERM or SIGINT and returns the exit status.
+Log records go to the "pmd" logger; they quote what monitored processes
+named themselves, so a handler should escape control characters
+(pmm.text.printable).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import selectors
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pmm import procsampler, uapi
+from pmm.genl import Event, Listener, MalformedEvent
+from pmm.store import (
+    AlertRow,
+    BadRowError,
+    ProcessRow,
+    SampleRow,
+    Store,
+    StoreError,
+    start_key,
+)
+from pmm.trend import Params, Verdict, detect, site_growth
+from pmm.units import format_duration
+
+log = logging.getLogger("pmd")
+
+Key = tuple[int, int]  # (pid, start_time)
+
+
+@dataclass
+class ProcState:
+    """What pmd keeps in memory per process: the detector's window."""
+
+    key: Key
+    comm: str
+    source: str
+    window: int
+    t: collections.deque[float] = field(init=False)
+    rss: collections.deque[float] = field(init=False)
+    snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
+    since_detect: int = 0
+    alerted: bool = False
+    last_kmod_ns: int = 0
+    verdict: str = ""
+
+    def __post_init__(self) -> None:
+        self.t = collections.deque(maxlen=self.window)
+        self.rss = collections.deque(maxlen=self.window)
+        self.snaps = collections.deque(maxlen=4096)
+
+
+@dataclass
+class Options:
+    """What pmd's command line sets; times in seconds."""
+
+    db: Path
+    pids: list[int]  # processes sampled from /proc when the module does not
+    interval: float = 1.0  # between /proc samples
+    commit_interval: float = 1.0
+    detect_every: int = 20  # run the detector every N samples of a process
+    window: int = 3600  # over its last N samples
+    genl: bool = True
+    max_pending: int = 200_000
+    prune_interval: float = 30.0  # seconds between checks for lost exits
+    params: Params = field(default_factory=Params)
+
+
+class Daemon:
+    """The loop and its state; `run()` returns the exit status."""
+
+    def __init__(self, store: Store, opts: Options) -> None:
+        self.store = store
+        self.opts = opts
+        self.procs: dict[Key, ProcState] = {}
+        # --pid targets: pid -> start_time once seen (None before)
+        self.targets: dict[int, int | None] = dict.fromkeys(opts.pids)
+        self.pending_samples: collections.deque[SampleRow] = collections.deque()
+        self.pending_procs: list[ProcessRow] = []
+        self.pending_exits: list[tuple[int, int, int]] = []
+        self.pending_snaps: list[tuple[int, int, int, int, int, int]] = []
+        self.dropped_rows = 0
+        self.unsaid_drops: collections.Counter[str] = collections.Counter()
+        self.malformed = 0
+        self.failed_events = 0
+        self.bad_rows = 0
+        self.write_failures = 0
+        self.stop_signal = 0
+        self.listener: Listener | None = None
+        # the detector's first run loads what it needs (numpy's linear
+        # algebra; slow on a slow file system): a thread runs it while the
+        # loop records samples
+        self.detector_ready = threading.Event()
+        now = time.monotonic()
+        self.next_sample = now
+        self.next_flush = now + opts.commit_interval
+        self.next_prune = now + opts.prune_interval
+        self.seen_lost = 0  # Listener.lost and .connects at the last prune
+        self.seen_connects = 0
+        self.written = 0
+
+    # -- events and samples -------------------------------------------------
+
+    def _proc(self, key: Key, source: str, comm: str | None = None) -> ProcState:
+        st = self.procs.get(key)
+        if st is not None:
+            if comm and not st.comm:
+                st.comm = comm
+            return st
+        pid, start = key
+        row = ProcessRow(pid, start, comm or "", "", "", procsampler.boottime_ns(), None, source)
+        try:
+            d = procsampler.describe(pid, start, source=source)
+            row = ProcessRow(pid, start, comm or d.comm, d.exe, d.cmdline, d.started, None,
+                             source)
+        except procsampler.ProcessGone:
+            pass
+        st = ProcState(key, row.comm, source, self.opts.window)
+        self.procs[key] = st
+        self.pending_procs.append(row)
+        # a restarted pmd must not alert twice for the same process
+        try:
+            st.alerted = any(a.verdict == str(Verdict.LEAK)
+                             for a in self.store.alerts(pid) if a.start_time == start)
+        except StoreError as e:
+            log.warning("%s (pid %d: alerts so far unknown)", e, pid)
+        return st
+
+    def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
+        st = self._proc((s.pid, s.start_time), s.source, comm)
+        if s.source == "kmod":
+            st.last_kmod_ns = s.time
+        self.pending_samples.append(s)
+        st.t.append(s.time / 1e9)
+        st.rss.append(float(s.rss))
+        st.since_detect += 1
+        if st.since_detect >= self.opts.detect_every and len(st.t) >= self.opts.params.min_samples:
+            st.since_detect = 0
+            self.run_detector(st, s.time)
+
+    def run_detector(self, st: ProcState, now_ns: int) -> None:
+        if not self.detector_ready.is_set():
+            st.since_detect = self.opts.detect_every  # try again at the next sample
+            return
+        r = detect(st.t, st.rss, self.opts.params)
+        if str(r.verdict) != st.verdict:
+            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min): %s", st.key[0],
+                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0], r.reason)
+        st.verdict = str(r.verdict)
+        if r.verdict is not Verdict.LEAK or st.alerted:
+            return
+        st.alerted = True
+        pid, start = st.key
+        kib = r.rate_kib_min
+        pct = round(r.confidence * 100)
+        msg = (f"LEAK pid {pid} ({st.comm or '?'}): rss +{kib[0]:.1f} KiB/min "
+               f"[{pct}% CI {kib[1]:.1f} .. {kib[2]:.1f}], +{r.growth / 1024:.0f} KiB "
+               f"over {r.span_s:.0f} s")
+        site: int | None = None
+        g = site_growth(st.snaps, limit=1)
+        if g:
+            site = g[0].site
+            where = self._site_where(pid, start, site)
+            msg += f"; fastest site {site}{' ' + where if where else ''} "
+            msg += f"+{g[0].rate_kib_min:.1f} KiB/min"
+        elif st.snaps:
+            # one snapshot so far: no growth rate yet, name the largest site
+            last_t = st.snaps[-1][1]
+            big = max((x for x in st.snaps if x[1] == last_t), key=lambda x: (x[2], -x[0]))
+            site = big[0]
+            where = self._site_where(pid, start, site)
+            msg += f"; largest site {site}{' ' + where if where else ''} "
+            msg += f"{big[2] / 1024:.0f} KiB live"
+        a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
+                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
+        try:
+            self.flush_now()
+            added = self.store.add_alert(a)
+        except StoreError as e:
+            log.error("%s (alert not stored)", e)
+            added = True
+        if added:
+            log.warning("%s", msg)
+
+    def _site_where(self, pid: int, start: int, site: int) -> str:
+        known = self.store.sites(pid, start).get(site)
+        if known:
+            return known
+        try:
+            from pmm.device import Device
+            from pmm.symbolize import describe_sites, maps_for
+
+            with Device.open() as dev:
+                info = dev.pid_info(pid)
+                sites = [s for s in dev.sites(pid) if s.site == site]
+            maps = maps_for(pid, info.start_time_ns) if info is not None else None
+            where = describe_sites(sites, maps).get(site, "")
+            if where:
+                self.store.set_site(pid, start, site, where)
+            return where
+        except Exception as e:  # noqa: BLE001 - the description is a nicety
+            log.debug("no description for site %d of pid %d: %s", site, pid, e)
+        return ""
+
+    def _warm_up(self) -> None:
+        t = time.monotonic()
+        detect(range(30), [float(i) for i in range(30)], self.opts.params)
+        self.detector_ready.set()
+        log.info("detector ready (%.1f s to warm up)", time.monotonic() - t)
+
+    def handle_event(self, ev: Event | MalformedEvent) -> None:
+        if isinstance(ev, MalformedEvent):
+            self.malformed += 1
+            log.warning("malformed event skipped: %s", ev)
+            return
+        if ev.start_time is None:
+            return
+        key = (ev.pid, start_key(ev.start_time))
+        if ev.cmd == uapi.Cmd.SAMPLE:
+            assert ev.time is not None and ev.vm is not None and ev.rss is not None
+            self.add_sample(SampleRow(ev.pid, key[1], ev.time, ev.vm, ev.rss, ev.rss_anon,
+                                      ev.rss_file, ev.rss_shmem, ev.live_bytes, ev.live_blocks,
+                                      "kmod"))
+        elif ev.cmd in (uapi.Cmd.STARTED, uapi.Cmd.GET_PIDS):
+            self._proc(key, "kmod", ev.comm)
+        elif ev.cmd == uapi.Cmd.EXITED:
+            self._proc(key, "kmod", ev.comm)
+            self.pending_exits.append((key[0], key[1], ev.time or procsampler.boottime_ns()))
+            log.info("pid %d (%s) exited", ev.pid, ev.comm or "?")
+            self.procs.pop(key, None)
+        elif ev.cmd == uapi.Cmd.STOPPED:
+            self.procs.pop(key, None)
+        elif ev.cmd == uapi.Cmd.SITES:
+            st = self._proc(key, "kmod")
+            t = ev.time or 0
+            for s in ev.sites:
+                self.pending_snaps.append((key[0], key[1], t, s.site, s.live_bytes,
+                                           s.live_blocks))
+                st.snaps.append((s.site, t / 1e9, s.live_bytes, s.live_blocks))
+        elif ev.cmd == uapi.Cmd.DROPPED:
+            log.info("pid %d: the module dropped %d records so far", ev.pid, ev.dropped or 0)
+
+    def handle_event_safely(self, ev: Event | MalformedEvent) -> None:
+        """handle_event, except that a failure is logged and the event skipped:
+        one event pmd cannot handle must not stop the loop."""
+        try:
+            self.handle_event(ev)
+        except Exception as e:  # noqa: BLE001 - whatever arrives, pmd keeps running
+            self.failed_events += 1
+            log.error("event skipped (%d so far): %s: %s: %r", self.failed_events,
+                      type(e).__name__, e, ev)
+
+    def prune_gone(self) -> int:
+        """Marks exited the module's processes that are gone from /proc (or are
+        another process under the same pid now) and forgets them: their exit
+        event was lost. The number forgotten."""
+        now_ns = procsampler.boottime_ns()
+        gone = []
+        for key, st in self.procs.items():
+            if st.source != "kmod":
+                continue  # --pid targets: sample_targets notices their exit
+            try:
+                ps = procsampler.read_stat(key[0])
+                alive = ps.start_time == key[1] and ps.state not in ("Z", "X")
+            except procsampler.ProcessGone:
+                alive = False
+            except OSError:
+                alive = True  # cannot tell: keep it
+            if not alive:
+                gone.append(key)
+        for key in gone:
+            st = self.procs.pop(key)
+            self.pending_exits.append((key[0], key[1], now_ns))
+            log.info("pid %d (%s) is gone; its exit event was lost: marked exited", key[0],
+                     st.comm or "?")
+        return len(gone)
+
+    def maybe_prune(self, now: float) -> None:
+        """prune_gone every opts.prune_interval, and at once when the listener
+        lost events (overrun) or connected again (the module was reloaded)."""
+        lost = self.listener.lost if self.listener is not None else 0
+        connects = self.listener.connects if self.listener is not None else 0
+        if now < self.next_prune and lost == self.seen_lost and \
+                connects == self.seen_connects:
+            return
+        self.seen_lost, self.seen_connects = lost, connects
+        self.next_prune = now + self.opts.prune_interval
+        self.prune_gone()
+
+    def sample_targets(self) -> None:
+        now_ns = procsampler.boottime_ns()
+        stale_ns = int(2.5 * self.opts.interval * 1e9)
+        for pid, start in list(self.targets.items()):
+            if start is not None:
+                st = self.procs.get((pid, start))
+                if st is not None and st.last_kmod_ns and now_ns - st.last_kmod_ns < stale_ns:
+                    continue  # the module samples it
+            try:
+                s = procsampler.sample(pid, start)
+            except procsampler.ProcessGone:
+                if start is None:
+                    log.warning("pid %d does not exist: not sampled", pid)
+                else:
+                    log.info("pid %d exited", pid)
+                    self.pending_exits.append((pid, start, now_ns))
+                    self.procs.pop((pid, start), None)
+                del self.targets[pid]
+                continue
+            except PermissionError as e:
+                log.warning("pid %d: %s: not sampled", pid, e)
+                del self.targets[pid]
+                continue
+            if start is None:
+                self.targets[pid] = s.start_time
+            self.add_sample(s)
+
+    # -- writing ------------------------------------------------------------
+
+    def pending(self) -> int:
+        return (len(self.pending_samples) + len(self.pending_procs) + len(self.pending_exits)
+                + len(self.pending_snaps))
+
+    def flush_now(self) -> None:
+        """Writes everything pending in one transaction; StoreError leaves it
+        pending. Rows the database refuses (BadRowError) are logged and
+        dropped, the others written."""
+        if not self.pending():
+            return
+        samples = list(self.pending_samples)
+        try:
+            self.store.write(samples, self.pending_procs, self.pending_exits,
+                             self.pending_snaps)
+            self.written += len(samples)
+        except BadRowError:
+            self._write_isolating(samples)
+        self.pending_samples.clear()
+        self.pending_procs = []
+        self.pending_exits = []
+        self.pending_snaps = []
+
+    def _write_isolating(self, samples: list[SampleRow]) -> None:
+        """Writes each kind of row apart, halving a refused batch down to the
+        rows refused alone, which are logged and left out. Rows written again
+        are harmless (Store.write ignores duplicates), so a StoreError about
+        the database midway leaves everything pending for the next try."""
+        bad: list[tuple[str, object, BadRowError]] = []
+
+        def split(kind: str, rows: list[Any], write: Callable[[list[Any]], None]) -> None:
+            try:
+                write(rows)
+            except BadRowError as e:
+                if len(rows) == 1:
+                    bad.append((kind, rows[0], e))
+                    return
+                half = len(rows) // 2
+                split(kind, rows[:half], write)
+                split(kind, rows[half:], write)
+
+        st = self.store
+        if self.pending_procs:
+            split("process", self.pending_procs, lambda r: st.write(processes=r))
+        if self.pending_exits:
+            split("exit", self.pending_exits, lambda r: st.write(exits=r))
+        if samples:
+            split("sample", samples, lambda r: st.write(samples=r))
+        if self.pending_snaps:
+            split("site snapshot", self.pending_snaps, lambda r: st.write(snapshots=r))
+        self.bad_rows += len(bad)
+        self.written += len(samples) - sum(1 for kind, _, _ in bad if kind == "sample")
+        for kind, row, e in bad[:5]:
+            log.error("skipped a %s row: %s: %r", kind, e, row)
+        if len(bad) > 5:
+            log.error("skipped %d more rows the database refused", len(bad) - 5)
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        try:
+            self.flush_now()
+        except StoreError as e:
+            self.write_failures += 1
+            delay = min(60.0, 5.0 * 2 ** (self.write_failures - 1))
+            self.next_flush = now + delay
+            self._bound_pending()
+            log.error("%s; %d rows kept in memory, retrying in %.0f s", e, self.pending(), delay)
+            return
+        if self.write_failures:
+            log.info("database writable again: wrote the rows kept in memory")
+            self.write_failures = 0
+        self.next_flush = now + self.opts.commit_interval
+
+    def _bound_pending(self, say: bool = True) -> None:
+        """At most opts.max_pending rows of each kind wait in memory; the
+        oldest go first, counted, and logged when `say` (at a failed retry,
+        not at every event in between)."""
+        cap = self.opts.max_pending
+        over = len(self.pending_samples) - cap
+        if over > 0:
+            for _ in range(over):
+                self.pending_samples.popleft()
+            self.unsaid_drops["samples"] += over
+        lists: list[tuple[str, list[Any]]] = [
+            ("processes", self.pending_procs), ("exits", self.pending_exits),
+            ("site snapshots", self.pending_snaps)]
+        for what, rows in lists:
+            over = len(rows) - cap
+            if over > 0:
+                del rows[:over]
+                self.unsaid_drops[what] += over
+        if not say:
+            return
+        for what, n in self.unsaid_drops.items():
+            if n:
+                self.dropped_rows += n
+                log.error("dropped the %d oldest %s (%d rows so far): the database is not "
+                          "writable", n, what, self.dropped_rows)
+        self.unsaid_drops.clear()
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> int:
+        sel = selectors.DefaultSelector()
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+        old_fd = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+
+        def on_signal(signum: int, _frame: object) -> None:
+            self.stop_signal = signum
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        sel.register(rsock, selectors.EVENT_READ, "signal")
+        threading.Thread(target=self._warm_up, name="pmd-warm-up", daemon=True).start()
+        listener = None
+        registered: set[int] = set()
+        if self.opts.genl:
+            listener = Listener()
+            self.listener = listener
+            if listener.connect():
+                for pev in listener.dump_pids():
+                    self.handle_event_safely(pev)
+            else:
+                log.info("the pmm module is not loaded: waiting for it%s",
+                         "; sampling /proc meanwhile" if self.targets else "")
+        log.info("pmd running: db %s, %d pid(s) from /proc every %s", self.store.path,
+                 len(self.targets), format_duration(self.opts.interval))
+        try:
+            while not self.stop_signal:
+                if listener is not None:
+                    fds = set(listener.fds())
+                    for fd in registered - fds:
+                        sel.unregister(fd)
+                    for fd in fds - registered:
+                        sel.register(fd, selectors.EVENT_READ, "genl")
+                    registered = fds
+                now = time.monotonic()
+                deadlines = [self.next_flush]
+                if self.targets:
+                    deadlines.append(self.next_sample)
+                if listener is not None:
+                    t = listener.timeout()
+                    if t is not None:
+                        deadlines.append(now + t)
+                timeout = max(0.0, min(deadlines) - now)
+                ready = sel.select(timeout)
+                for sk, _ in ready:
+                    if sk.data == "signal":
+                        try:
+                            rsock.recv(512)
+                        except BlockingIOError:
+                            pass
+                if listener is not None:
+                    for ev in listener.poll():
+                        self.handle_event_safely(ev)
+                now = time.monotonic()
+                self.maybe_prune(now)
+                if self.targets and now >= self.next_sample:
+                    try:
+                        self.sample_targets()
+                    except Exception as e:  # noqa: BLE001 - pmd keeps running
+                        log.error("sampling /proc failed: %s: %s", type(e).__name__, e)
+                    self.next_sample += self.opts.interval
+                    if self.next_sample < now:  # we were late: do not catch up in a burst
+                        self.next_sample = now + self.opts.interval
+                if now >= self.next_flush or len(self.pending_samples) >= 10_000 and \
+                        not self.write_failures:
+                    self.flush()
+                elif self.write_failures:
+                    self._bound_pending(say=False)  # between retries too
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            signal.set_wakeup_fd(old_fd)
+            sel.close()
+            rsock.close()
+            wsock.close()
+            if listener is not None:
+                listener.close()
+        name = signal.Signals(self.stop_signal).name
+        try:
+            self.flush_now()
+        except StoreError as e:
+            log.error("%s: %d rows could not be written", e, self.pending())
+            return 1
+        log.info("%s: wrote %d samples in all, exiting", name, self.written)
+        return 0
+
+
+def serve(opts: Options, create_parents: bool = False) -> int:
+    """Runs pmd on opts.db until SIGTERM or SIGINT. The exit status: 0 when
+    everything was written, 1 when the last rows could not be. Raises
+    StoreError when the database cannot be opened; create_parents makes its
+    missing directories first (for the default path, not for one given)."""
+    store = Store.open(opts.db, create_parents=create_parents)
+    try:
+        return Daemon(store, opts).run()
+    finally:
+        store.close()

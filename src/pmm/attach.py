@@ -56,11 +56,12 @@ def inject_error(returncode: int, msg: str) -> PmmError:
 def find_inject(hooklib: Path) -> Path:
     """pmm-inject beside the hook library (the source tree's hooklib/), or in
     libexec/pmm/ beside its lib/ (make install)."""
-    here = hooklib.parent / INJECT_NAME
-    for p in (here, hooklib.parent.parent / "libexec" / "pmm" / INJECT_NAME):
+    cands = (hooklib.parent / INJECT_NAME, hooklib.parent.parent / "libexec" / "pmm" / INJECT_NAME)
+    for p in cands:
         if p.is_file():
             return p
-    raise PmmError(f"{here} is not found: build it with `make` (hooklib/)")
+    raise PmmError(f"{INJECT_NAME} is not found (tried {', '.join(map(str, cands))}): build it "
+                   "with `make`, or install it with `make install` (beside the hook library)")
 
 
 def settings(sample: int | None, depth: int | None, buffer: int | None) -> list[str]:

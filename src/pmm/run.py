@@ -41,13 +41,24 @@ HOOKLIB_NAME = "libpmmhook.so"
 
 
 def hooklib_candidates() -> list[Path]:
-    """Where the hook library is looked for, in order."""
+    """Where the hook library is looked for, in order: $PMM_HOOKLIB; the
+    source tree's hooklib/ (this package is its src/pmm); PREFIX/lib of the
+    `make install` this package came with (it puts the package in
+    PREFIX/lib/pmm/python, DESTDIR's staging included); /usr/local/lib and
+    /usr/lib, `make install`'s default PREFIX and PREFIX=/usr, for a pmctl
+    installed with pip or pipx."""
     out: list[Path] = []
     env = os.environ.get("PMM_HOOKLIB")
     if env:
         out.append(Path(env))
-    out.append(Path(__file__).resolve().parents[1] / "hooklib" / HOOKLIB_NAME)
-    out.append(Path("/usr/local/lib") / HOOKLIB_NAME)
+    package = Path(__file__).resolve().parent
+    out.append(package.parents[1] / "hooklib" / HOOKLIB_NAME)
+    python_dir = package.parent
+    if python_dir.name == "python" and python_dir.parent.name == "pmm":
+        out.append(python_dir.parent.parent / HOOKLIB_NAME)
+    for lib in (Path("/usr/local/lib"), Path("/usr/lib")):
+        if lib / HOOKLIB_NAME not in out:
+            out.append(lib / HOOKLIB_NAME)
     return out
 
 
@@ -60,7 +71,7 @@ def find_hooklib() -> Path:
     tried = ", ".join(str(p) for p in cands)
     raise PmmError(
         f"the hook library {HOOKLIB_NAME} is not found (tried {tried}): "
-        "build it with `make`, or set PMM_HOOKLIB"
+        "build it with `make`, install it with `make install`, or set PMM_HOOKLIB to its path"
     )
 
 

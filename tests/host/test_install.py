@@ -5,7 +5,10 @@ installed Python package imports and runs, and make uninstall removes it all.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,94 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
                    check=True, capture_output=True)
     left = [p for p in stage.rglob("*") if p.is_file() and not p.name.startswith("modules.")]
     assert left == []
+
+
+@pytest.fixture(scope="module")
+def staged_usr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`make install PREFIX=/usr DESTDIR=stage`'s result (the script make runs)."""
+    if not all(p.exists() for p in BUILT):
+        pytest.skip("run `make` first")
+    stage = tmp_path_factory.mktemp("usr") / "stage"
+    env = dict(os.environ, DESTDIR=str(stage), PREFIX="/usr")
+    subprocess.run([str(TOP / "scripts" / "install.sh"), "install"], cwd=TOP, env=env,
+                   check=True, capture_output=True)
+    yield stage
+    subprocess.run([str(TOP / "scripts" / "install.sh"), "uninstall"], cwd=TOP, env=env,
+                   check=True, capture_output=True)
+
+
+def staged_tool(stage: Path, tool: str, *args: str, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """The installed wrapper's command, with the staged tree for its final path."""
+    wrapper = (stage / "usr/bin" / tool).read_text()
+    assert "PYTHONPATH=/usr/lib/pmm/python " in wrapper
+    staged = wrapper.replace("/usr/lib/pmm/python", str(stage / "usr/lib/pmm/python"))
+    return subprocess.run(["sh", "-c", staged.split("\n", 1)[1], tool, *args],
+                          capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=60)
+
+
+def test_installed_pmctl_run_finds_the_installed_hook(staged_usr: Path, tmp_path: Path) -> None:
+    # PREFIX=/usr: the hook in /usr/lib, pmm-inject in /usr/libexec/pmm, found
+    # from where the package is (PREFIX/lib/pmm/python), not from /usr/local
+    dev = tmp_path / "pmm"
+    dev.write_bytes(b"")  # opens, so `run` starts the command
+    env = {"PMM_DEVICE": str(dev), "PMM_QUIET": "1", "PMM_CACHE_DIR": str(tmp_path / "cache")}
+    r = staged_tool(staged_usr, "pmctl", "run", "--", "sh", "-c", 'printf "%s\n" "$LD_PRELOAD"',
+                    env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{staged_usr}/usr/lib/libpmmhook.so\n"
+    code = ("from pmm.attach import find_inject; from pmm.run import find_hooklib; "
+            "print(find_inject(find_hooklib()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(staged_usr / "usr/lib/pmm/python")}, check=True)
+    assert out.stdout == f"{staged_usr}/usr/libexec/pmm/pmm-inject\n"
+
+
+def test_hook_found_beside_an_installed_package(tmp_path: Path) -> None:
+    # make install's layout without a build: PREFIX/lib/pmm/python/pmm and
+    # PREFIX/lib/libpmmhook.so (any PREFIX), then PREFIX/libexec/pmm/pmm-inject
+    prefix = tmp_path / "opt"
+    shutil.copytree(TOP / "src" / "pmm", prefix / "lib/pmm/python/pmm")
+    (prefix / "lib/libpmmhook.so").write_bytes(b"")
+    (prefix / "libexec/pmm").mkdir(parents=True)
+    (prefix / "libexec/pmm/pmm-inject").write_bytes(b"")
+    code = ("from pmm.attach import find_inject; from pmm.run import find_hooklib; "
+            "h = find_hooklib(); print(h); print(find_inject(h))")
+    env = {"PYTHONPATH": str(prefix / "lib/pmm/python"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{prefix}/lib/libpmmhook.so\n{prefix}/libexec/pmm/pmm-inject\n"
+
+
+def test_hook_found_in_the_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    # src/pmm's source tree: hooklib/ at its top, before any installed copy
+    from pmm import run
+
+    monkeypatch.delenv("PMM_HOOKLIB", raising=False)
+    assert run.hooklib_candidates()[0] == TOP / "hooklib" / "libpmmhook.so"
+    assert run.hooklib_candidates()[-2:] == [Path("/usr/local/lib/libpmmhook.so"),
+                                             Path("/usr/lib/libpmmhook.so")]
+
+
+def test_missing_hook_and_injector_say_where_they_were_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pmm import run
+    from pmm.attach import find_inject
+    from pmm.errors import PmmError
+
+    monkeypatch.setattr(run, "hooklib_candidates", lambda: [tmp_path / "a.so", tmp_path / "b.so"])
+    with pytest.raises(PmmError) as e:
+        run.find_hooklib()
+    assert str(e.value) == (
+        f"the hook library libpmmhook.so is not found (tried {tmp_path}/a.so, {tmp_path}/b.so): "
+        "build it with `make`, install it with `make install`, or set PMM_HOOKLIB to its path")
+    with pytest.raises(PmmError) as e:
+        find_inject(tmp_path / "lib" / "libpmmhook.so")
+    assert str(e.value) == (
+        f"pmm-inject is not found (tried {tmp_path}/lib/pmm-inject, "
+        f"{tmp_path}/libexec/pmm/pmm-inject): build it with `make`, or install it with "
+        "`make install` (beside the hook library)")
 
 
 def test_uninstall_without_install_says_so(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """pmctl: the command line of pmm, the process memory monitor.
 
-Commands: start, attach, stop, status, config, run, logs, leaks, stats (and trend,
-from pmctl/trend_cli.py). Each prints a readable table by default and, with
---json, one JSON document with these stable keys:
+Commands: start, attach, stop, status, config, run, logs, leaks, stats, alerts
+(and trend, from pmctl/trend_cli.py). Each is one call into the pmm library
+(src/pmm) and prints a readable table by default and, with --json, one JSON
+document with these stable keys (the models' `to_dict()`, pmm.model):
 
 start   {"pid", "monitored": true, "interval_ms"}
 attach  {"pid", "monitored": true, "mode": "exact"|"sampled", "sample", "injector"}
@@ -28,39 +29,58 @@ leaks   {"pid", "comm", "state", "live_blocks", "live_bytes", "age_buckets",
 stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
          "realloc", "free", "alloc_bytes", "freed_bytes", "inuse_bytes"}],
          "totals": {same keys}, "failed_allocs", "unmatched_frees", "older_frees"}
+alerts  {"db", "alerts": [{"pid", "start_time", "time", "wall_time", "comm",
+         "verdict", "slope", "slope_low", "slope_high", "confidence", "growth",
+         "site", "where", "message"}]}  (pmd's alerts table: slope* in bytes/s,
+         growth in bytes, time CLOCK_BOOTTIME ns, wall_time Unix seconds,
+         start_time the process start in ns, to the clock tick; where: the
+         site's description, or null)
 
 Times: *_ns as the module gives them (blocks: CLOCK_MONOTONIC; pids:
 CLOCK_BOOTTIME), *_s in seconds. Sizes in bytes. Addresses as integers.
-Exit codes: see src/pmm/errors.py (0 ok, 1 generic, 2 usage, 3 module not
+Tables print sizes in binary units (1.5 KiB, pmm.units.human_bytes) but for
+`stats`, an account in exact bytes, and `logs`, in /proc/pmm/pid's format.
+Durations given to options take units (100ms, 5s, 2m; a bare number is
+seconds) and print with them.
+Exit codes: see pmctl/exitcodes.py (0 ok, 1 generic, 2 usage, 3 module not
 loaded, 4 permission denied, 5 no such pid, 6 not monitored, 7 invalid
 value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any, ParamSpec, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
+import pmm
 from pmctl.exitcodes import ExitCode, exit_code_for
 from pmm import leaks as leaks_mod
 from pmm import stats as stats_mod
+from pmm import uapi
 from pmm.device import Device
 from pmm.errors import PmmError
-from pmm.model import SITE_F_SOURCE, Block, ConfigInfo, PidInfo, Site, op_name
-from pmm.output import dump_json, format_table, human_age, human_bytes
+from pmm.model import Block, ConfigInfo, PidInfo
+from pmm.output import dump_json, format_table, human_age
 from pmm.text import printable
+from pmm.units import format_duration, human_bytes, human_rate, parse_duration
+
+if TYPE_CHECKING:
+    from pmm.store import Store  # numpy and sqlite-utils: loaded by `alerts` only
 
 app = typer.Typer(
     name="pmctl",
     help="Control pmm, the process memory monitor: start and stop monitoring, "
-    "show live blocks, leaks by site and allocation statistics. "
+    "show live blocks, leaks by site, allocation statistics and pmd's alerts. "
     "Device: $PMM_DEVICE or /dev/pmm.",
     epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 module not loaded, 4 permission denied, "
     "5 no such pid, 6 pid not monitored, 7 value refused by the module, 8 not a pmm "
@@ -72,14 +92,63 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+class Command(TyperCommand):
+    """A pmctl command: its usage line names arguments as people write them,
+    `pmctl start [OPTIONS] PID`, `pmctl run [OPTIONS] CMD...` (typer's own
+    shows a required argument as `{pid}`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if p.param_type_name == "argument" and p.metavar is None and p.name:
+                p.metavar = p.name.upper()  # also in the help's list and in errors
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if p.param_type_name != "argument":
+                continue
+            name = p.metavar or (p.name or "ARG").upper()
+            name = name if p.required else f"[{name}]"
+            pieces.append(f"{name}..." if p.nargs != 1 else name)
+        return pieces
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def command(name: str | None = None, **kwargs: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """app.command with pmctl's Command class."""
+    return app.command(name, cls=Command, **kwargs)
+
+
+def print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pmctl {pmm.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print pmctl's version and exit.", is_eager=True,
+                     callback=print_version),
+    ] = False,
+) -> None:
+    # the group's own options; the help is app's
+    pass
+
 
 JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON document with stable keys instead of a table."),
 ]
-PidArg = Annotated[int, typer.Argument(help="Process id (the tgid).", min=1, show_default=False)]
+PidArg = Annotated[
+    int, typer.Argument(help="Process id (the tgid).", min=1, metavar="PID", show_default=False)
+]
 # the hook's settings, for `run` and `attach`
 DepthOpt = Annotated[
     int | None,
@@ -89,7 +158,7 @@ DepthOpt = Annotated[
 SampleOpt = Annotated[
     int | None,
     typer.Option("--sample", help="Sampled tracking: on average one record per BYTES "
-                 "allocated (PMM_SAMPLE).", min=1, show_default=False),
+                 "allocated (PMM_SAMPLE).", min=1, metavar="BYTES", show_default=False),
 ]
 BufferOpt = Annotated[
     int | None,
@@ -98,6 +167,54 @@ BufferOpt = Annotated[
                  "and more cpu).", min=512, max=32768, show_default=False),
 ]
 
+
+# -- durations ---------------------------------------------------------------
+
+def duration_seconds(value: str) -> float:
+    """An option's duration (pmm.units.parse_duration) as a usage error when
+    it is not one."""
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def duration_in(per_second: int, lo: int, hi: int | None) -> Callable[[str | int], int]:
+    """A typer parser for a duration option whose value the library takes as
+    a whole number of 1/per_second seconds (1000: milliseconds) between lo and
+    hi (None: no bound; else the module's range); out of range is a usage
+    error that says the range in units. A default (an int) is taken as it is."""
+
+    def parse(value: str | int) -> int:
+        if isinstance(value, int):
+            return value
+        n = round(duration_seconds(value) * per_second)
+        if n < lo or (hi is not None and n > hi):
+            accepted = (f"the module accepts {format_duration(lo / per_second)} to "
+                        f"{format_duration(hi / per_second)}" if hi is not None
+                        else f"at least {format_duration(lo / per_second)}")
+            raise typer.BadParameter(f"{value} is out of range: {accepted}")
+        return n
+
+    return parse
+
+
+INTERVAL_MS = duration_in(1000, uapi.INTERVAL_MIN_MS, uapi.INTERVAL_MAX_MS)
+EXITED_TTL_S = duration_in(1, uapi.EXITED_TTL_MIN_S, uapi.EXITED_TTL_MAX_S)
+ATTACH_TIMEOUT_MS = duration_in(1000, 1, None)
+DURATION_FORMS = "100ms, 5s, 2m, 1h; a bare number is seconds"
+
+
+def interval_option(help_: str) -> Any:
+    return typer.Option(
+        "--interval", parser=INTERVAL_MS, metavar="DURATION", show_default=False,
+        help=f"{help_} ({DURATION_FORMS}; "
+        f"{format_duration(uapi.INTERVAL_MIN_MS / 1000)} to "
+        f"{format_duration(uapi.INTERVAL_MAX_MS / 1000)}).",
+    )
+
+
+# -- errors and output -------------------------------------------------------
 
 def err(msg: str) -> None:
     # messages can quote what a process supplied (an object path, a name)
@@ -129,6 +246,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def refuse(option: str, why: str) -> typer.BadParameter:
+    """A usage error for an option that does not apply."""
+    return typer.BadParameter(why, param_hint=f"'{option}'")
+
+
 def echo_json(obj: Any) -> None:
     typer.echo(dump_json(obj))
 
@@ -144,23 +266,14 @@ def now_monotonic_ns() -> int:
 # -- start / stop ----------------------------------------------------------
 
 
-@app.command()
+@command()
 @handle_errors
 def start(
     pid: PidArg,
-    interval: Annotated[
-        int | None,
-        typer.Option(
-            "--interval",
-            help="Also set the sampling interval in milliseconds (the module accepts "
-            "10..3600000).",
-            min=0,
-            show_default=False,
-        ),
-    ] = None,
+    interval: Annotated[int | None, interval_option("Also set the sampling interval")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Start monitoring PID (START_PID): the module accepts its records and samples it."""
+    """Start monitoring PID: the module accepts its records and samples its memory."""
     with Device.open() as dev:
         dev.start(pid, interval_ms=interval)
         info = dev.pid_info(pid)
@@ -171,7 +284,7 @@ def start(
     typer.echo(f"monitoring pid {pid}{comm}")
 
 
-@app.command()
+@command()
 @handle_errors
 def attach(
     pid: PidArg,
@@ -181,7 +294,9 @@ def attach(
     timeout: Annotated[
         int,
         typer.Option(
-            "--timeout", help="Milliseconds to wait for a thread at a safe point.", min=1,
+            "--timeout", parser=ATTACH_TIMEOUT_MS, metavar="DURATION", show_default=False,
+            help=f"How long to wait for a thread at a safe point (default 2s; "
+            f"{DURATION_FORMS}).",
         ),
     ] = 2000,
     allow_seccomp: Annotated[
@@ -191,12 +306,13 @@ def attach(
     ] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Track PID's call sites without a restart: load the hook into the running
-    process (ptrace, one thread stopped for milliseconds) and monitor it.
+    """Track PID's call sites without a restart: load the hook into the running process.
 
-    Any dynamically linked glibc program; exact, or sampled with --sample.
-    `pmctl stop PID` ends it (the hook stays, passing calls to libc); attach
-    again to restart. Blocks allocated before the attach are not tracked.
+    The hook is loaded with ptrace, one thread stopped for milliseconds, and
+    the process is monitored. Any dynamically linked glibc program; exact, or
+    sampled with --sample. `pmctl stop PID` ends it (the hook stays, passing
+    calls to libc); attach again to restart. Blocks allocated before the
+    attach are not tracked.
     """
     from pmm import attach as attach_mod
     from pmm.run import find_hooklib
@@ -218,14 +334,14 @@ def attach(
         return
     memfd = " (the hook loaded from a memfd: not at its path in the process's mount " \
         "namespace)" if "memfd" in line else ""
-    typer.echo(f"attached to pid {pid} ({printable(info.comm)}): "
-               f"{'sampled, 1 per ' + str(sample) + ' bytes' if sample else 'exact'}{memfd}")
+    mode = f"sampled, 1 record per {human_bytes(sample)} allocated" if sample else "exact"
+    typer.echo(f"attached to pid {pid} ({printable(info.comm)}): {mode}{memfd}")
 
 
-@app.command()
+@command()
 @handle_errors
 def stop(pid: PidArg, json_: JsonOpt = False) -> None:
-    """Stop monitoring PID (STOP_PID); the module drops its blocks, sites and samples."""
+    """Stop monitoring PID; the module drops its blocks, sites and samples."""
     with Device.open() as dev:
         dev.stop(pid)
     if json_:
@@ -237,56 +353,9 @@ def stop(pid: PidArg, json_: JsonOpt = False) -> None:
 # -- status / config -------------------------------------------------------
 
 
-def config_dict(c: ConfigInfo) -> dict[str, int]:
-    return {
-        "interval_ms": c.interval_ms,
-        "scan": c.scan,
-        "start_pid": c.start_pid,
-        "stop_pid": c.stop_pid,
-        "max_pids": c.max_pids,
-        "max_blocks_per_pid": c.max_blocks_per_pid,
-        "max_sites_per_pid": c.max_sites_per_pid,
-        "max_samples_per_pid": c.max_samples_per_pid,
-        "max_pids_per_uid": c.max_pids_per_uid,
-        "exited_ttl_s": c.exited_ttl_s,
-        "abi_version": c.abi_version,
-        "monitored_pids": c.monitored_pids,
-        "records_accepted": c.records_accepted,
-        "records_dropped": c.records_dropped,
-        "unmatched_frees": c.unmatched_frees,
-        "kmem_bytes": c.kmem_bytes,
-        "records_queued": c.records_queued,
-        "older_frees": c.older_frees,
-    }
-
-
-def pid_dict(p: PidInfo, now_boot_ns: int) -> dict[str, Any]:
-    end = p.exit_time_ns or now_boot_ns
-    return {
-        "pid": p.pid,
-        "ppid": p.ppid,
-        "comm": p.comm,
-        "state": p.state_name,
-        "uptime_s": round(p.uptime_s(now_boot_ns), 3),
-        "monitored_s": round(max(0, end - p.monitor_start_ns) / 1e9, 3),
-        "live_blocks": p.live_blocks,
-        "live_bytes": p.live_bytes,
-        "rss_bytes": p.rss_bytes,
-        "vm_bytes": p.vm_bytes,
-        "records": p.records,
-        "dropped_records": p.dropped_records,
-        "unmatched_frees": p.unmatched_frees,
-        "older_frees": p.older_frees,
-        "pending_frees": p.pending_frees,
-        "samples": p.samples,
-        "start_time_ns": p.start_time_ns,
-        "exit_time_ns": p.exit_time_ns,
-    }
-
-
 def render_config(c: ConfigInfo) -> str:
     rows = [
-        ["interval", f"{c.interval_ms} ms"],
+        ["interval", format_duration(c.interval_ms / 1000)],
         ["scan", "on" if c.scan else "off"],
         ["last started pid", str(c.start_pid)],
         ["last stopped pid", str(c.stop_pid)],
@@ -295,20 +364,20 @@ def render_config(c: ConfigInfo) -> str:
         ["max sites per pid", str(c.max_sites_per_pid)],
         ["max samples per pid", str(c.max_samples_per_pid)],
         ["max pids per user", str(c.max_pids_per_uid)],
-        ["exited pids kept", f"{c.exited_ttl_s} s"],
+        ["exited pids kept", format_duration(c.exited_ttl_s)],
         ["abi version", str(c.abi_version)],
         ["monitored pids", str(c.monitored_pids)],
         ["records accepted", str(c.records_accepted)],
         ["records dropped", str(c.records_dropped)],
         ["unmatched frees", str(c.unmatched_frees)],
-        ["kernel memory", f"{c.kmem_bytes} ({human_bytes(c.kmem_bytes)})"],
+        ["kernel memory", human_bytes(c.kmem_bytes)],
         ["records queued", str(c.records_queued)],
         ["frees of older blocks", str(c.older_frees)],
     ]
     return format_table(["setting", "value"], rows)
 
 
-@app.command()
+@command()
 @handle_errors
 def status(json_: JsonOpt = False) -> None:
     """Show the monitored pids and the global counters.
@@ -322,7 +391,7 @@ def status(json_: JsonOpt = False) -> None:
         pids = dev.monitored_pids()
     now = now_boottime_ns()
     if json_:
-        echo_json({"config": config_dict(cfg), "pids": [pid_dict(p, now) for p in pids]})
+        echo_json({"config": cfg.to_dict(), "pids": [p.to_dict(now) for p in pids]})
         return
     headers = ["PID", "COMM", "STATE", "UPTIME", "BLOCKS", "LIVE", "RSS", "VM", "DROPPED",
                "UNMATCHED", "OLDER"]
@@ -333,7 +402,7 @@ def status(json_: JsonOpt = False) -> None:
             p.state_name,
             human_age(p.uptime_s(now)),
             str(p.live_blocks),
-            str(p.live_bytes),
+            human_bytes(p.live_bytes),
             human_bytes(p.rss_bytes),
             human_bytes(p.vm_bytes),
             str(p.dropped_records),
@@ -347,7 +416,8 @@ def status(json_: JsonOpt = False) -> None:
     else:
         typer.echo("no monitored pids (start one with `pmctl start PID` or `pmctl run`)")
     typer.echo(
-        f"\ninterval {cfg.interval_ms} ms, scan {'on' if cfg.scan else 'off'}, "
+        f"\ninterval {format_duration(cfg.interval_ms / 1000)}, "
+        f"scan {'on' if cfg.scan else 'off'}, "
         f"monitored {cfg.monitored_pids}/{cfg.max_pids}, "
         f"records accepted {cfg.records_accepted}, dropped {cfg.records_dropped}, "
         f"unmatched frees {cfg.unmatched_frees}, frees of older blocks {cfg.older_frees}, "
@@ -367,18 +437,10 @@ def _limit_opt(name: str, what: str, bound: int) -> Any:
     )
 
 
-@app.command()
+@command()
 @handle_errors
 def config(
-    interval: Annotated[
-        int | None,
-        typer.Option(
-            "--interval",
-            help="Set the sampling interval in milliseconds (the module accepts 10..3600000).",
-            min=0,
-            show_default=False,
-        ),
-    ] = None,
+    interval: Annotated[int | None, interval_option("Set the sampling interval")] = None,
     scan: Annotated[
         Switch | None,
         typer.Option("--scan", help="Turn the sampler thread on or off.", show_default=False),
@@ -400,19 +462,19 @@ def config(
     exited_ttl: Annotated[
         int | None,
         typer.Option(
-            "--exited-ttl",
-            help="Set how many seconds an exited process's entry is kept after its exit or "
-            "its last read (the module accepts 1..604800).",
-            min=0,
-            show_default=False,
+            "--exited-ttl", parser=EXITED_TTL_S, metavar="DURATION", show_default=False,
+            help="Set how long an exited process's entry is kept after its exit or its last "
+            f"read ({DURATION_FORMS}; "
+            f"{format_duration(uapi.EXITED_TTL_MIN_S)} to "
+            f"{format_duration(uapi.EXITED_TTL_MAX_S)}).",
         ),
     ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show the configuration and global counters, or change settings.
 
-    Changing needs CAP_SYS_ADMIN. All changes go in one PMM_SET_CONFIG, so a
-    refused value changes nothing.
+    Changing needs CAP_SYS_ADMIN. The changes are applied together: a value
+    the module refuses changes nothing.
     """
     with Device.open() as dev:
         dev.set_config(
@@ -427,7 +489,7 @@ def config(
         )
         cfg = dev.get_config()
     if json_:
-        echo_json(config_dict(cfg))
+        echo_json(cfg.to_dict())
     else:
         typer.echo(render_config(cfg))
 
@@ -435,9 +497,32 @@ def config(
 # -- run -------------------------------------------------------------------
 
 
-@app.command(
-    context_settings={"allow_interspersed_args": False},
-)
+def next_steps(info: PidInfo, exited_ttl_s: int, follow_fork: bool) -> list[str]:
+    """What `pmctl run` says once the command ended: how long the module keeps
+    its records and the commands that read them (each works on an exited
+    process's entry)."""
+    pid = info.pid
+    cmds = [
+        (f"pmctl leaks {pid}", "live blocks by allocation site, largest first"),
+        (f"pmctl logs {pid}", "live blocks, oldest first"),
+        (f"pmctl stats {pid}", "allocations by size"),
+    ]
+    if info.samples:  # the module's sampler took some: a verdict on them
+        cmds.append((f"pmctl trend {pid} --source kmod",
+                     f"whether its memory grew ({info.samples} "
+                     f"sample{'s' if info.samples != 1 else ''})"))
+    if follow_fork:
+        cmds.append(("pmctl status", "its children monitored with it"))
+    width = max(len(c) for c, _ in cmds)
+    return [
+        f"pmctl: pid {pid} was monitored; the module keeps its records for "
+        f"{format_duration(exited_ttl_s)} after its exit or their last read, "
+        f"or until `pmctl stop {pid}`. To see them:",
+        *(f"  {c.ljust(width)}  {what}" for c, what in cmds),
+    ]
+
+
+@command(context_settings={"allow_interspersed_args": False})
 @handle_errors
 def run(
     cmd: Annotated[
@@ -458,17 +543,32 @@ def run(
                      "--exec). Its environment is unchanged and the programs it runs are "
                      "not monitored; a static program is refused."),
     ] = False,
-    json_: JsonOpt = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q",
+                     help="Print nothing of pmctl's own on stderr but errors and warnings "
+                     "(no pid line, no closing hint)."),
+    ] = False,
+    json_: Annotated[
+        bool,
+        typer.Option("--json", help="Print the pid as one JSON document on stderr (stdout is "
+                     "the command's); no closing hint."),
+    ] = False,
 ) -> None:
     """Run a command with the hook preloaded, monitored from its first allocation.
 
     Use `pmctl run [OPTIONS] -- CMD ARGS...`. Prints the pid on stderr and exits
     with CMD's exit status; CMD's memory map is captured while it runs, so
-    `pmctl leaks PID` symbolizes its sites after it exited. With --no-preload
-    the hook is attached as `pmctl attach` does, before CMD's own code runs.
+    `pmctl leaks PID` symbolizes its sites after it exited. When CMD has ended
+    it prints how long its records are kept and the commands that show them.
+    With --no-preload the hook is attached as `pmctl attach` does, before
+    CMD's own code runs.
     """
     from pmm.run import child_env, find_hooklib, injector_argv, run_command
 
+    if quiet and json_:
+        raise refuse("--quiet", "not with --json (--json prints the pid on stderr, --quiet "
+                     "nothing): choose one")
     hooklib = find_hooklib()
     injector = None
     if no_preload:
@@ -480,60 +580,43 @@ def run(
     env = dict(os.environ) if no_preload else \
         child_env(dict(os.environ), hooklib, follow_fork, depth, sample, buffer)
 
+    started: list[int] = []
+
     def on_start(pid: int) -> None:
+        started.append(pid)
         if json_:
             sys.stderr.write(dump_json({"pid": pid, "argv": cmd, "hooklib": str(hooklib)}))
             sys.stderr.write("\n")
-        else:
+        elif not quiet:
             sys.stderr.write(f"pmctl: pid {pid}\n")
         sys.stderr.flush()
 
-    started: list[int] = []
-
-    def on_start_and_note(pid: int) -> None:
-        started.append(pid)
-        on_start(pid)
-
-    rc = run_command(cmd, env, on_start_and_note, follow_fork=follow_fork, injector=injector)
+    rc = run_command(cmd, env, on_start, follow_fork=follow_fork, injector=injector)
     if started:
         try:
             with Device.open() as dev:
-                monitored = dev.pid_info(started[0]) is not None
+                info = dev.pid_info(started[0])
+                exited_ttl_s = dev.get_config().exited_ttl_s
         except PmmError:
-            monitored = True  # cannot tell; say nothing
-        if not monitored:
-            err(f"warning: pid {started[0]} was not monitored (the hook could not start it: "
-                "run with PMM_QUIET unset to see why)")
+            pass  # cannot tell; say nothing
+        else:
+            if info is None:
+                err(f"warning: pid {started[0]} was not monitored (the hook could not start "
+                    "it: run with PMM_QUIET unset to see why)")
+            elif not (quiet or json_):
+                sys.stderr.write("".join(f"{ln}\n" for ln in
+                                         next_steps(info, exited_ttl_s, follow_fork)))
+                sys.stderr.flush()
     raise typer.Exit(rc)
 
 
 # -- logs / leaks / stats --------------------------------------------------
 
 
-def _read_pid(dev: Device, pid: int) -> PidInfo:
-    return dev.require_monitored(pid)
-
-
-def block_dict(b: Block, site: Site | None, now_mono: int) -> dict[str, Any]:
-    return {
-        "op": op_name(b.op),
-        "time_ns": b.time_ns,
-        "age_s": round(max(0, now_mono - b.time_ns) / 1e9, 3),
-        "size": b.size,
-        "weight": b.weight,
-        "ptr": b.ptr,
-        "prev_ptr": b.prev_ptr,
-        "site": b.site,
-        "caller": site.frames[0] if site and site.frames else None,
-        "func": site.func if site and site.flags & SITE_F_SOURCE else None,
-        "file": site.file if site and site.flags & SITE_F_SOURCE else None,
-        "line": site.line if site and site.flags & SITE_F_SOURCE else None,
-    }
-
-
 def proc_line(d: dict[str, Any], now_mono: int, now_real: int | None = None) -> str:
-    """A block in /proc/pmm/pid's format (the time is UTC, as the module prints it);
-    the function and file names the program registered are escaped."""
+    """A block (Block.to_dict's form) in /proc/pmm/pid's format (the time is
+    UTC, as the module prints it); the function and file names the program
+    registered are escaped."""
     real = time.time_ns() if now_real is None else now_real
     wall_s = (d["time_ns"] + (real - now_mono)) // 1_000_000_000
     t = time.strftime("%H:%M:%S", time.gmtime(wall_s))
@@ -559,22 +642,22 @@ def select_blocks(
     return out
 
 
-@app.command()
+@command()
 @handle_errors
 def logs(
     pid: PidArg,
     since: Annotated[
         float | None,
         typer.Option(
-            "--since", help="Only records of the last SECONDS seconds.", min=0,
-            show_default=False,
+            "--since", parser=duration_seconds, metavar="DURATION", show_default=False,
+            help=f"Only records of the last DURATION ({DURATION_FORMS}).",
         ),
     ] = None,
     limit: Annotated[
         int | None,
         typer.Option(
             "--limit", help="At most N records (the oldest N of those selected).", min=1,
-            show_default=False,
+            metavar="N", show_default=False,
         ),
     ] = None,
     json_: JsonOpt = False,
@@ -586,13 +669,13 @@ def logs(
     from pmm.symbolize import capture_maps
 
     with Device.open() as dev:
-        info = _read_pid(dev, pid)
+        info = dev.require_monitored(pid)
         blocks = dev.blocks(pid)
         sites = {s.site: s for s in dev.sites(pid)}
     capture_maps(pid)
     now = now_monotonic_ns()
     sel = select_blocks(blocks, now, since, limit)
-    dicts = [block_dict(b, sites.get(b.site), now) for b in sel]
+    dicts = [b.to_dict(sites.get(b.site), now) for b in sel]
     if json_:
         echo_json(
             {
@@ -619,41 +702,7 @@ def logs(
         typer.echo(proc_line(d, now, real))
 
 
-def site_dict(
-    g: leaks_mod.LeakGroup, frames: list[Any], depth: int
-) -> dict[str, Any]:
-    """A leak group as JSON; frames are pmm.symbolize.Frame objects."""
-    d: dict[str, Any] = {
-        "site": g.site,
-        "blocks": g.blocks,
-        "bytes": g.bytes,
-        "oldest_age_s": round(g.oldest_age_s, 3),
-        "newest_age_s": round(g.newest_age_s, 3),
-        "histogram": dict(zip(leaks_mod.AGE_LABELS, g.histogram, strict=True)),
-    }
-    desc = g.desc
-    top = frames[0] if frames else None
-    if desc is not None and desc.has_source:
-        d.update(source="shim", func=desc.func or None, file=desc.file or None,
-                 line=desc.line or None, object=top.object if top else None,
-                 offset=top.offset if top else None)
-        d["where"] = f"{desc.func}() {desc.file}:{desc.line}"
-    elif top is not None:
-        source = (
-            "debuginfo" if top.line else "symbol" if top.func else
-            "object" if top.object else "address"
-        )
-        d.update(source=source, func=top.func, file=top.file, line=top.line,
-                 object=top.object, offset=top.offset, where=top.describe())
-    else:
-        d.update(source="unknown", func=None, file=None, line=None, object=None,
-                 offset=None,
-                 where="unknown site" if g.site == 0 else f"site {g.site} (not registered)")
-    d["frames"] = [f.as_dict() for f in frames[:depth]]
-    return d
-
-
-@app.command()
+@command()
 @handle_errors
 def leaks(
     pid: PidArg,
@@ -664,7 +713,8 @@ def leaks(
     ] = 1,
     limit: Annotated[
         int,
-        typer.Option("--limit", help="Show the N sites with most live bytes (0: all).", min=0),
+        typer.Option("--limit", help="Show the N sites with most live bytes (0: all).", min=0,
+                     metavar="N"),
     ] = 20,
     json_: JsonOpt = False,
 ) -> None:
@@ -677,7 +727,7 @@ def leaks(
     from pmm.symbolize import Symbolizer, maps_for
 
     with Device.open() as dev:
-        info = _read_pid(dev, pid)
+        info = dev.require_monitored(pid)
         blocks = dev.blocks(pid)
         sites = {s.site: s for s in dev.sites(pid)}
     now = now_monotonic_ns()
@@ -695,25 +745,26 @@ def leaks(
     site_frames = []
     for g in shown:
         fr = [frames_by_addr[a] for a in (g.desc.frames[:depth] if g.desc else ())]
-        entries.append(site_dict(g, fr, depth))
+        entries.append(g.to_dict(fr, depth))
         site_frames.append(fr)
+    live_blocks = sum(g.blocks for g in groups)
+    live_bytes = leaks_mod.total_bytes(groups)
     if json_:
         echo_json(
             {
                 "pid": pid,
                 "comm": info.comm,
                 "state": info.state_name,
-                "live_blocks": sum(g.blocks for g in groups),
-                "live_bytes": leaks_mod.total_bytes(groups),
+                "live_blocks": live_blocks,
+                "live_bytes": live_bytes,
                 "age_buckets": list(leaks_mod.AGE_LABELS),
                 "sites": entries,
             }
         )
         return
     typer.echo(
-        f"pid {pid} ({printable(info.comm)}, {info.state_name}): "
-        f"{sum(g.blocks for g in groups)} live "
-        f"blocks, {leaks_mod.total_bytes(groups)} bytes in {len(groups)} sites"
+        f"pid {pid} ({printable(info.comm)}, {info.state_name}): {live_blocks} live "
+        f"blocks, {human_bytes(live_bytes)} in {len(groups)} sites"
     )
     if not entries:
         return
@@ -722,7 +773,7 @@ def leaks(
     for e, fr in zip(entries, site_frames, strict=True):
         rows.append(
             [
-                str(e["bytes"]),
+                human_bytes(e["bytes"]),
                 str(e["blocks"]),
                 human_age(e["oldest_age_s"]),
                 *(str(v) for v in e["histogram"].values()),
@@ -735,22 +786,104 @@ def leaks(
     typer.echo(format_table(headers, rows, right=set(range(8))))
 
 
-@app.command()
+@command()
 @handle_errors
 def stats(pid: PidArg, json_: JsonOpt = False) -> None:
-    """Show PMMM's allocation statistics table for PID.
+    """Show PID's allocation statistics by allocation size.
 
-    Per size bucket (<=16 ... larger): malloc, calloc, realloc and free counts and
-    the allocated, freed and in-use bytes, then totals and failed allocations.
+    Per size range (<=16 ... larger bytes): malloc, calloc, realloc and free
+    calls and the allocated, freed and in-use bytes (exact), then totals and
+    failed allocations.
     """
     with Device.open() as dev:
-        _read_pid(dev, pid)
+        dev.require_monitored(pid)
         st = dev.stats(pid)
-    table = stats_mod.build_table(st)
     if json_:
-        echo_json(table.as_dict())
+        echo_json(st.to_dict())
     else:
-        typer.echo(stats_mod.render(table))
+        typer.echo(stats_mod.render(stats_mod.build_table(st)))
+
+
+# -- alerts ----------------------------------------------------------------
+
+
+def alert_rows(store: Store, pid: int | None) -> list[dict[str, Any]]:
+    """pmd's alerts (of pid, if given) as `alerts --json` gives them: the
+    store's fields and the site's description ("where", None when pmd has
+    none)."""
+    out = []
+    described: dict[tuple[int, int], dict[int, str]] = {}
+    for a in store.alerts(pid):
+        where = None
+        if a.site is not None:
+            key = (a.pid, a.start_time)
+            if key not in described:
+                described[key] = store.sites(a.pid, a.start_time)
+            where = described[key].get(a.site)
+        d = dataclasses.asdict(a)
+        message = d.pop("message")
+        out.append({**d, "where": where, "message": message})
+    return out
+
+
+@command()
+@handle_errors
+def alerts(
+    pid: Annotated[
+        int | None,
+        typer.Argument(help="Only the alerts of this process id.", min=1, metavar="PID",
+                       show_default=False),
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", metavar="PATH", show_default=False,
+                     help="pmd's database (default: $PMM_DB, else where pmd writes it: "
+                     "/var/lib/pmm/pmm.db as root, else ~/.local/share/pmm/pmm.db)."),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Show the leak alerts pmd raised, oldest first.
+
+    Per alert: when, the process, the verdict, the rate rss grew at, the site
+    whose live bytes grew fastest (when the module tracked the process's sites)
+    and pmd's message. Reads pmd's database; it does not need the module.
+    """
+    from pmm.store import Store, default_db_path
+
+    path = db if db is not None else default_db_path()
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise PmmError(f"no database at {path}: pmd writes it (is pmd running? with another "
+                       "database, pass its path with --db)") from None
+    except OSError:
+        pass  # the store says what is wrong with it
+    store = Store.open(path, readonly=True)
+    try:
+        rows = alert_rows(store, pid)
+    finally:
+        store.close()
+    if json_:
+        echo_json({"db": str(path), "alerts": rows})
+        return
+    if not rows:
+        whose = f" for pid {pid}" if pid is not None else ""
+        typer.echo(f"no alerts{whose} in {path}")
+        return
+    headers = ["TIME", "PID", "COMM", "VERDICT", "RATE", "SITE", "MESSAGE"]
+    table = [
+        [
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["wall_time"])),
+            str(r["pid"]),
+            r["comm"] or "?",
+            r["verdict"],
+            human_rate(r["slope"] * 60),
+            r["where"] or (f"site {r['site']}" if r["site"] is not None else "-"),
+            r["message"],
+        ]
+        for r in rows
+    ]
+    typer.echo(format_table(headers, table, right={1}))
 
 
 # -- trend (another module; optional) --------------------------------------
@@ -761,7 +894,7 @@ def _register_trend() -> None:
         from pmctl.trend_cli import trend_command
     except ImportError:  # pragma: no cover - trend not installed
         return
-    app.command("trend")(trend_command)
+    command("trend")(trend_command)
 
 
 _register_trend()
@@ -772,7 +905,7 @@ _register_trend()
 
 def main(argv: list[str] | None = None) -> None:
     """Console script: usage errors as one line and exit 2, other errors per
-    pmm.errors."""
+    pmctl/exitcodes.py."""
     try:
         rv = app(args=argv, prog_name="pmctl", standalone_mode=False)
     except typer.Exit as e:

@@ -26,7 +26,7 @@ step "1. Load the kernel module"
 show insmod "$ko"
 say "/dev/pmm is the device the hook and pmctl talk to; /proc/pmm holds the readable views."
 show ls -l /dev/pmm
-show pmctl config --interval 100
+show pmctl config --interval 100ms
 show cat /proc/pmm/cfg
 
 step "2. Start pmd, the monitoring daemon: module events and samples into SQLite"

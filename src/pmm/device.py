@@ -242,13 +242,13 @@ class Device:
             self.ioctl(uapi.SET_CONFIG, c, what, pid=pid)
 
     def start(self, pid: int, interval_ms: int | None = None) -> None:
-        """Starts monitoring pid (START_PID), optionally setting INTERVAL too."""
+        """Starts monitoring pid, optionally setting the sampling interval too."""
         # one PMM_SET_CONFIG: the module starts the pid first and changes the
         # interval only if that worked, so a refusal changes nothing
         self.set_config(start_pid=pid, interval_ms=interval_ms, what=f"starting pid {pid}")
 
     def stop(self, pid: int) -> None:
-        """Stops monitoring pid (STOP_PID); its blocks, sites and samples go."""
+        """Stops monitoring pid; the module drops its blocks, sites and samples."""
         self.set_config(stop_pid=pid, what=f"stopping pid {pid}")
 
     def query_self(self) -> bool:

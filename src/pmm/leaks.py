@@ -13,10 +13,14 @@ The age histogram is dmalloc's: blocks younger than 1 s, 10 s, 100 s,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pmm.model import Block, Site
+
+if TYPE_CHECKING:
+    from pmm.symbolize import Frame
 
 # Upper bounds (seconds, exclusive) of the age buckets; the last is open.
 AGE_BOUNDS_S: tuple[float, ...] = (1.0, 10.0, 100.0, 1000.0)
@@ -52,6 +56,42 @@ class LeakGroup:
     newest_age_s: float
     histogram: tuple[int, ...]  # per AGE_LABELS, weighted
     desc: Site | None  # None: the site was never registered
+
+    def to_dict(self, frames: Sequence[Frame], depth: int) -> dict[str, Any]:
+        """The JSON form of `pmctl leaks`'s site: its figures, where it is
+        (`source` says from what: "shim" the function, file and line the
+        program registered; "debuginfo", "symbol", "object" or "address"
+        the symbolized first frame; "unknown" nothing) and its first `depth`
+        frames, symbolized (`frames`, in the site's order)."""
+        d: dict[str, Any] = {
+            "site": self.site,
+            "blocks": self.blocks,
+            "bytes": self.bytes,
+            "oldest_age_s": round(self.oldest_age_s, 3),
+            "newest_age_s": round(self.newest_age_s, 3),
+            "histogram": dict(zip(AGE_LABELS, self.histogram, strict=True)),
+        }
+        desc = self.desc
+        top = frames[0] if frames else None
+        if desc is not None and desc.has_source:
+            d.update(source="shim", func=desc.func or None, file=desc.file or None,
+                     line=desc.line or None, object=top.object if top else None,
+                     offset=top.offset if top else None)
+            d["where"] = f"{desc.func}() {desc.file}:{desc.line}"
+        elif top is not None:
+            source = (
+                "debuginfo" if top.line else "symbol" if top.func else
+                "object" if top.object else "address"
+            )
+            d.update(source=source, func=top.func, file=top.file, line=top.line,
+                     object=top.object, offset=top.offset, where=top.describe())
+        else:
+            d.update(source="unknown", func=None, file=None, line=None, object=None,
+                     offset=None,
+                     where="unknown site" if self.site == 0
+                     else f"site {self.site} (not registered)")
+        d["frames"] = [f.as_dict() for f in frames[:depth]]
+        return d
 
 
 def block_age_s(block: Block, now_ns: int) -> float:

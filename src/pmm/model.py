@@ -3,11 +3,16 @@
 src/pmm/device.py converts the uapi ctypes structures into these frozen
 dataclasses so that the pure logic (leaks, stats, formatting) and its tests
 never need the module or ctypes. Field names follow kmod/uapi/pmm.h.
+
+Each model has its JSON form, `to_dict()`: what `pmctl ... --json` prints
+for it (keys in a stable order; sizes in bytes, times as the module gives
+them, *_s in seconds, addresses as integers).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 # enum pmm_op, names as /proc/pmm/pid prints them ("{MALLOC @...}")
 OP_NAMES: dict[int, str] = {
@@ -39,6 +44,11 @@ def op_name(op: int) -> str:
     return OP_NAMES.get(op, f"OP{op}")
 
 
+def _fields_dict(obj: Any) -> dict[str, Any]:
+    """A flat dataclass's fields in declaration order."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
 @dataclass(frozen=True)
 class ConfigInfo:
     """struct pmm_config as PMM_GET_CONFIG fills it."""
@@ -61,6 +71,10 @@ class ConfigInfo:
     kmem_bytes: int
     records_queued: int
     older_frees: int = 0  # frees of blocks allocated before monitoring began
+
+    def to_dict(self) -> dict[str, int]:
+        """Every field, as struct pmm_config names it."""
+        return _fields_dict(self)
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,34 @@ class PidInfo:
         end = self.exit_time_ns if self.exit_time_ns else now_boottime_ns
         return max(0, end - self.start_time_ns) / 1e9
 
+    def monitored_s(self, now_boottime_ns: int) -> float:
+        """Seconds it has been monitored (until its exit when it exited)."""
+        end = self.exit_time_ns if self.exit_time_ns else now_boottime_ns
+        return max(0, end - self.monitor_start_ns) / 1e9
+
+    def to_dict(self, now_boottime_ns: int) -> dict[str, Any]:
+        """The JSON form; uptime_s and monitored_s are as of now_boottime_ns."""
+        return {
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "comm": self.comm,
+            "state": self.state_name,
+            "uptime_s": round(self.uptime_s(now_boottime_ns), 3),
+            "monitored_s": round(self.monitored_s(now_boottime_ns), 3),
+            "live_blocks": self.live_blocks,
+            "live_bytes": self.live_bytes,
+            "rss_bytes": self.rss_bytes,
+            "vm_bytes": self.vm_bytes,
+            "records": self.records,
+            "dropped_records": self.dropped_records,
+            "unmatched_frees": self.unmatched_frees,
+            "older_frees": self.older_frees,
+            "pending_frees": self.pending_frees,
+            "samples": self.samples,
+            "start_time_ns": self.start_time_ns,
+            "exit_time_ns": self.exit_time_ns,
+        }
+
 
 @dataclass(frozen=True)
 class Block:
@@ -106,6 +148,29 @@ class Block:
     site: int
     weight: int
     op: int
+
+    def age_s(self, now_monotonic_ns: int) -> float:
+        """Seconds since it was allocated (0 for a time after now)."""
+        return max(0, now_monotonic_ns - self.time_ns) / 1e9
+
+    def to_dict(self, site: Site | None, now_monotonic_ns: int) -> dict[str, Any]:
+        """The JSON form, with its site's first frame (caller) and, when the
+        program registered them, its function, file and line."""
+        source = site is not None and bool(site.flags & SITE_F_SOURCE)
+        return {
+            "op": op_name(self.op),
+            "time_ns": self.time_ns,
+            "age_s": round(self.age_s(now_monotonic_ns), 3),
+            "size": self.size,
+            "weight": self.weight,
+            "ptr": self.ptr,
+            "prev_ptr": self.prev_ptr,
+            "site": self.site,
+            "caller": site.frames[0] if site is not None and site.frames else None,
+            "func": site.func if site is not None and source else None,
+            "file": site.file if site is not None and source else None,
+            "line": site.line if site is not None and source else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -128,10 +193,28 @@ class Site:
     def has_source(self) -> bool:
         return bool(self.flags & SITE_F_SOURCE) and bool(self.file or self.func)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the call chain's addresses, the function, file and
+        line the program registered (None when it did not), the live and
+        total figures, and the allocation calls per operation."""
+        source = self.has_source
+        return {
+            "site": self.site,
+            "frames": list(self.frames),
+            "func": self.func if source else None,
+            "file": self.file if source else None,
+            "line": self.line if source else None,
+            "live_bytes": self.live_bytes,
+            "live_blocks": self.live_blocks,
+            "alloc_bytes": self.alloc_bytes,
+            "free_bytes": self.free_bytes,
+            "alloc_count": {op_name(op): n for op, n in enumerate(self.alloc_count) if n},
+        }
+
 
 @dataclass(frozen=True)
 class Bucket:
-    """struct pmm_bucket_stats: one size bucket of PMMM's table."""
+    """struct pmm_bucket_stats: the calls and bytes of one allocation size range."""
 
     malloc_count: int = 0
     calloc_count: int = 0
@@ -139,6 +222,9 @@ class Bucket:
     free_count: int = 0
     alloc_bytes: int = 0
     free_bytes: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return _fields_dict(self)
 
 
 @dataclass(frozen=True)
@@ -151,6 +237,13 @@ class StatsInfo:
     unmatched_frees: int
     older_frees: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of `pmctl stats`: a row per size bucket, with its
+        bounds and in-use bytes, and the totals (pmm.stats.StatsTable)."""
+        from pmm.stats import build_table  # pmm.stats builds on this module
+
+        return build_table(self).to_dict()
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -162,3 +255,6 @@ class Sample:
     rss_anon: int
     rss_file: int
     rss_shmem: int
+
+    def to_dict(self) -> dict[str, int]:
+        return _fields_dict(self)

@@ -5,8 +5,9 @@
   named itself or its sites), so callers pass raw strings.
 - `dump_json`: the machine form: UTF-8 JSON, 2-space indent, keys in the
   documented order, one document per command run.
-- `human_bytes`, `human_age`: short human renderings (tables only; JSON
-  always carries exact integers, bytes and seconds).
+- `human_bytes` (pmm.units's, the one rendering of sizes: '1.5 KiB'),
+  `human_age`: short human renderings (tables only; JSON always carries
+  exact integers, bytes and seconds).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from pmm.text import printable
+from pmm.units import human_bytes
+
+__all__ = ["dump_json", "format_table", "human_age", "human_bytes"]
 
 
 def format_table(
@@ -45,18 +49,6 @@ def format_table(
 
 def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> '1.5K'; exact below 1024."""
-    if n < 1024:
-        return f"{n}B"
-    value = float(n)
-    for unit in ("K", "M", "G", "T"):
-        value /= 1024.0
-        if value < 1024.0 or unit == "T":
-            return f"{value:.1f}{unit}"
-    return f"{n}B"  # not reached
 
 
 def human_age(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""Parsers for /proc/pmm/cfg and /proc/pmm/pid (the article's formats).
+"""Parsers for /proc/pmm/cfg and /proc/pmm/pid, the module's text files.
 
 /proc/pmm/cfg, one setting per line:
     ["INTERVAL" (Scan Interval) :=10000]

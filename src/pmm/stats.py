@@ -1,9 +1,12 @@
-"""Pure logic of `pmctl stats`: PMMM's allocation statistics table.
+"""Pure logic of `pmctl stats`: the allocation statistics table.
 
-PMMM (seeds/000) prints, per size bucket, the malloc, calloc, realloc and
-free counts and the allocated, freed and in-use bytes, then totals and the
-failed allocations. The kernel keeps the same buckets in struct pmm_stats
+Per allocation size range (bucket), the malloc, calloc, realloc and free
+calls and the allocated, freed and in-use bytes, then the totals and the
+failed allocations. The module keeps the buckets in struct pmm_stats
 (PMM_GET_STATS); this module turns them into rows and text. No I/O.
+
+The table keeps exact byte counts (not human units): it is an account whose
+columns add up (allocated - freed = in use, the buckets to the totals).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class StatsRow:
     def inuse_bytes(self) -> int:
         return self.alloc_bytes - self.freed_bytes
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "bucket": self.label,
             "max_size": self.max_size,
@@ -73,11 +76,11 @@ class StatsTable:
     unmatched_frees: int
     older_frees: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "pid": self.pid,
-            "buckets": [r.as_dict() for r in self.rows],
-            "totals": self.totals.as_dict(),
+            "buckets": [r.to_dict() for r in self.rows],
+            "totals": self.totals.to_dict(),
             "failed_allocs": self.failed_allocs,
             "unmatched_frees": self.unmatched_frees,
             "older_frees": self.older_frees,
@@ -138,7 +141,7 @@ HEADERS: tuple[str, ...] = (
 
 
 def render(table: StatsTable) -> str:
-    """PMMM's table as aligned text."""
+    """The table as aligned text."""
     body = [
         [
             r.label if r.label == "Totals" else f"{r.label} bytes" if r.max_size else r.label,

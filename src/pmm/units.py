@@ -28,9 +28,13 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """A duration as parse_duration reads it back: 0.1 -> '100ms', 90 -> '90s'."""
+    """A duration as parse_duration reads it back: 0.1 -> '100ms', 90 -> '90s',
+    120 -> '2m', 3600 -> '1h' (the largest unit that divides it)."""
     if seconds < 1 and seconds * 1000 == int(seconds * 1000):
         return f"{int(seconds * 1000)}ms"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
     if seconds == int(seconds):
         return f"{int(seconds)}s"
     return f"{seconds:g}s"

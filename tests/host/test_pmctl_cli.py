@@ -184,8 +184,8 @@ def test_unexpected_exception_is_one_line(fake_dev: list[Any],
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["start", "abc"], "Invalid value for 'pid'"),
-        (["start", "0"], "Invalid value for 'pid'"),
+        (["start", "abc"], "Invalid value for 'PID'"),
+        (["start", "0"], "Invalid value for 'PID'"),
         (["start", "1", "--bogus"], "No such option: --bogus"),
         (["config", "--scan", "maybe"], "Invalid value for '--scan'"),
         (["config", "--interval", "-1"], "Invalid value for '--interval'"),
@@ -320,7 +320,7 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
     assert json.loads(r.stdout) == dict.fromkeys(cfg_keys, 0)
     r = invoke(["status", "--json"])
     assert json.loads(r.stdout) == {"config": dict.fromkeys(cfg_keys, 0), "pids": []}
-    r = invoke(["start", "1", "--interval", "100", "--json"])
+    r = invoke(["start", "1", "--interval", "100ms", "--json"])
     assert json.loads(r.stdout) == {"pid": 1, "monitored": True, "interval_ms": 100}
     r = invoke(["stop", "1", "--json"])
     assert json.loads(r.stdout) == {"pid": 1, "monitored": False}
@@ -331,7 +331,7 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
                 monitor_start_ns=2_000_000_000, exit_time_ns=5_000_000_000, live_blocks=3,
                 live_bytes=300, records=9, dropped_records=1, unmatched_frees=2,
                 pending_frees=0, samples=4, vm_bytes=8192, rss_bytes=4096, older_frees=7)
-    assert cli.pid_dict(p, 9_000_000_000) == {
+    assert p.to_dict(9_000_000_000) == {
         "pid": 5, "ppid": 1, "comm": "x", "state": "exited", "uptime_s": 4.0,
         "monitored_s": 3.0, "live_blocks": 3, "live_bytes": 300, "rss_bytes": 4096,
         "vm_bytes": 8192, "records": 9, "dropped_records": 1, "unmatched_frees": 2,

@@ -1,4 +1,4 @@
-"""pmctl's pure logic: grouping and ages, PMMM's table, /proc parsing, formats."""
+"""pmctl's pure logic: grouping and ages, the statistics table, /proc parsing, formats."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from pmctl import cli
 from pmctl.exitcodes import exit_code_for
-from pmm import errors, leaks, procfs, stats
+from pmm import errors, leaks, procfs, stats, units
 from pmm.model import Block, Bucket, Site, StatsInfo
 from pmm.output import format_table, human_age, human_bytes
 
@@ -69,20 +69,20 @@ def test_site_dict_sources() -> None:
 
     g = leaks.group_blocks([blk(1, 24, 0, site=5)], {5: Site(
         site=5, flags=1, frames=(0x401136,), file="demo.c", func="main", line=42)}, S)[0]
-    d = cli.site_dict(g, [Frame(0x401136, "/bin/demo", 0x1136)], 1)
+    d = g.to_dict([Frame(0x401136, "/bin/demo", 0x1136)], 1)
     assert (d["source"], d["func"], d["file"], d["line"], d["where"]) == \
         ("shim", "main", "demo.c", 42, "main() demo.c:42")
     assert d["histogram"] == {"<1s": 0, "<10s": 1, "<100s": 0, "<1000s": 0, "older": 0}
     g2 = leaks.group_blocks([blk(1, 24, 0, site=6)], {6: Site(site=6, frames=(0x7f00,))}, S)[0]
-    d2 = cli.site_dict(g2, [Frame(0x7f00, "/lib/libc.so.6", 0x2a1ca, "malloc")], 1)
+    d2 = g2.to_dict([Frame(0x7f00, "/lib/libc.so.6", 0x2a1ca, "malloc")], 1)
     assert (d2["source"], d2["where"]) == ("symbol", "malloc() (libc.so.6+0x2a1ca)")
-    d3 = cli.site_dict(g2, [Frame(0x7f00, "/lib/x.so", 0x10)], 1)
+    d3 = g2.to_dict([Frame(0x7f00, "/lib/x.so", 0x10)], 1)
     assert (d3["source"], d3["where"]) == ("object", "x.so+0x10")
-    d4 = cli.site_dict(g2, [Frame(0x7f00)], 1)
+    d4 = g2.to_dict([Frame(0x7f00)], 1)
     assert (d4["source"], d4["where"]) == ("address", "0x7f00")
     g0 = leaks.group_blocks([blk(1, 24, 0, site=0)], {}, S)[0]
-    assert cli.site_dict(g0, [], 1)["where"] == "unknown site"
-    assert cli.site_dict(g0, [], 1)["frames"] == []
+    assert g0.to_dict([], 1)["where"] == "unknown site"
+    assert g0.to_dict([], 1)["frames"] == []
 
 
 # -- stats -----------------------------------------------------------------
@@ -102,7 +102,7 @@ def test_stats_table_and_totals() -> None:
     bs[6] = Bucket(malloc_count=1, alloc_bytes=1 << 20)
     t = stats.build_table(StatsInfo(pid=42, buckets=tuple(bs), failed_allocs=2,
                                     unmatched_frees=3))
-    d = t.as_dict()
+    d = t.to_dict()
     assert d["pid"] == 42 and d["failed_allocs"] == 2 and d["unmatched_frees"] == 3
     assert [b["bucket"] for b in d["buckets"]] == list(stats.BUCKET_LABELS)
     assert d["buckets"][0] == {"bucket": "<= 16", "max_size": 16, "malloc": 5, "calloc": 1,
@@ -144,7 +144,7 @@ def test_parse_cfg() -> None:
         "INTERVAL": 10000, "SCAN": 1, "START_PID": 21113, "STOP_PID": 0,
         "MAX_PIDS": 64, "MAX_BLOCKS": 1048576}
     assert c["SCAN"].desc == "Scan on:1/off:0"
-    # the article's typographic quotes too
+    # typographic quotes too
     assert procfs.parse_cfg("[\u201cINTERVAL\u201d (Scan Interval) :=5000]")["INTERVAL"].value \
         == 5000
 
@@ -182,12 +182,12 @@ def test_logs_line_is_proc_format() -> None:
     now_mono, now_real = 1000 * S, (86400 * 10 + 6 * 3600 + 57 * 60 + 11) * S
     site = Site(site=1, flags=1, frames=(0x10000E60,), file="pmd.c", func="main", line=207)
     b = Block(ptr=0x10012008, prev_ptr=0, size=100, time_ns=1000 * S, site=1, weight=1, op=1)
-    d = cli.block_dict(b, site, now_mono)
+    d = b.to_dict(site, now_mono)
     assert cli.proc_line(d, now_mono, now_real) == (
         "{MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 pmd.c")
     r = Block(ptr=0x10012010, prev_ptr=0x10012008, size=200, time_ns=1010 * S, site=9,
               weight=1, op=3)
-    d = cli.block_dict(r, None, now_mono)
+    d = r.to_dict(None, now_mono)
     line = cli.proc_line(d, now_mono, now_real)
     assert line == ("{REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 "
                     "Pointer: 0x10012010 Caller: 0x0")
@@ -228,7 +228,70 @@ def test_from_errno_table() -> None:
 def test_format_table_and_humans() -> None:
     assert format_table(["A", "BB"], [["x", "1"], ["yyy", "22"]], right={1}) == \
         "A    BB\nx     1\nyyy  22"
+    # one rendering of sizes: pmm.units's
+    assert human_bytes is units.human_bytes
     assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 5 << 20, 3 << 40)] == \
-        ["0B", "1023B", "1.0K", "1.5K", "5.0M", "3.0T"]
+        ["0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 TiB"]
     assert [human_age(s) for s in (0.44, 12, 185, 7380, 3 * 86400 + 4 * 3600)] == \
         ["0.4s", "12s", "3m05s", "2h03m", "3d04h"]
+
+
+# -- the models' JSON forms ----------------------------------------------------
+
+def test_models_to_dict() -> None:
+    """Each model's to_dict is what --json prints for it (keys in order)."""
+    from pmm.model import ConfigInfo, PidInfo, Sample
+
+    c = ConfigInfo(*range(1, 19))
+    assert c.to_dict() == {
+        "interval_ms": 1, "scan": 2, "start_pid": 3, "stop_pid": 4, "max_pids": 5,
+        "max_blocks_per_pid": 6, "max_sites_per_pid": 7, "max_samples_per_pid": 8,
+        "max_pids_per_uid": 9, "exited_ttl_s": 10, "abi_version": 11, "monitored_pids": 12,
+        "records_accepted": 13, "records_dropped": 14, "unmatched_frees": 15,
+        "kmem_bytes": 16, "records_queued": 17, "older_frees": 18}
+    assert list(c.to_dict()) == cli.__doc__.split("config  {")[1].split("}")[0] \
+        .replace('"', "").replace(",", " ").split()
+    running = PidInfo(pid=5, ppid=1, state=1, comm="x", start_time_ns=1 * S,
+                      monitor_start_ns=3 * S, exit_time_ns=0, live_blocks=0, live_bytes=0,
+                      records=0, dropped_records=0, unmatched_frees=0, pending_frees=0,
+                      samples=0, vm_bytes=0, rss_bytes=0)
+    d = running.to_dict(10 * S + 123_456_789)
+    assert (d["state"], d["uptime_s"], d["monitored_s"]) == ("running", 9.123, 7.123)
+    site = Site(site=3, flags=1, frames=(0x401000, 0x402000), file="a.c", func="f", line=9,
+                live_bytes=100, live_blocks=2, alloc_bytes=300, free_bytes=200,
+                alloc_count=(0, 4, 1) + (0,) * 10)
+    assert site.to_dict() == {
+        "site": 3, "frames": [0x401000, 0x402000], "func": "f", "file": "a.c", "line": 9,
+        "live_bytes": 100, "live_blocks": 2, "alloc_bytes": 300, "free_bytes": 200,
+        "alloc_count": {"MALLOC": 4, "CALLOC": 1}}
+    bare = Site(site=4, flags=0, frames=(0x401000,), file="stale", func="stale", line=1)
+    assert (bare.to_dict()["func"], bare.to_dict()["file"], bare.to_dict()["line"]) == \
+        (None, None, None)
+    assert Bucket(1, 2, 3, 4, 5, 6).to_dict() == {
+        "malloc_count": 1, "calloc_count": 2, "realloc_count": 3, "free_count": 4,
+        "alloc_bytes": 5, "free_bytes": 6}
+    assert Sample(1, 2, 3, 4, 5, 6).to_dict() == {
+        "time_ns": 1, "vm": 2, "rss": 3, "rss_anon": 4, "rss_file": 5, "rss_shmem": 6}
+    st = StatsInfo(pid=9, buckets=(Bucket(malloc_count=2, alloc_bytes=20),) + (Bucket(),) * 6,
+                   failed_allocs=1, unmatched_frees=2, older_frees=3)
+    assert st.to_dict() == stats.build_table(st).to_dict()
+    assert st.to_dict()["totals"]["inuse_bytes"] == 20
+    assert (st.to_dict()["failed_allocs"], st.to_dict()["older_frees"]) == (1, 3)
+    b = blk(0x10, 24, 5, site=3)
+    assert b.to_dict(site, 7 * S) == {
+        "op": "MALLOC", "time_ns": 5 * S, "age_s": 2.0, "size": 24, "weight": 1, "ptr": 0x10,
+        "prev_ptr": 0, "site": 3, "caller": 0x401000, "func": "f", "file": "a.c", "line": 9}
+    assert b.to_dict(bare, 7 * S)["func"] is None and b.to_dict(None, 0)["caller"] is None
+
+
+def test_commands_print_the_models_json() -> None:
+    """cli.py builds no JSON of its own for the models: it calls to_dict."""
+    import ast
+    from pathlib import Path
+
+    src = Path(cli.__file__).read_text()
+    names = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
+    assert not names & {"config_dict", "pid_dict", "block_dict", "site_dict"}
+    for call in ("cfg.to_dict()", "p.to_dict(now)", "b.to_dict(sites.get(b.site), now)",
+                 "g.to_dict(fr, depth)", "st.to_dict()"):
+        assert call in src, call

@@ -473,7 +473,7 @@ class Listener:
             except OSError as e:
                 if e.errno == errno.ENOBUFS:
                     self.lost += 1
-                    log.warning("genl receive buffer overrun: events were lost")
+                    log.warning("receive buffer overrun: the module's events were lost")
                     continue
                 self.disconnect(str(e))
                 break
@@ -498,7 +498,8 @@ class Listener:
         return chunks
 
     def dump_pids(self) -> list[Event]:
-        """PMM_CMD_GET_PIDS on a separate socket (needs CAP_NET_ADMIN)."""
+        """The processes the module monitors now (PMM_CMD_GET_PIDS on a separate
+        socket; needs CAP_NET_ADMIN)."""
         sock = GenericNetlinkSocket()
         _quiet(sock)
         try:
@@ -512,10 +513,10 @@ class Listener:
                 try:
                     out.append(decode(m))
                 except MalformedEvent as e:
-                    log.warning("malformed GET_PIDS reply skipped: %s", e)
+                    log.warning("malformed entry of the list of monitored processes skipped: %s", e)
             return out
         except Exception as e:  # noqa: BLE001
-            log.info("cannot dump monitored pids: %s", e)
+            log.info("cannot ask the module which processes it monitors (needs root): %s", e)
             return []
         finally:
             sock.close()

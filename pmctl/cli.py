@@ -837,8 +837,9 @@ def alerts(
     db: Annotated[
         Path | None,
         typer.Option("--db", metavar="PATH", show_default=False,
-                     help="pmd's database (default: $PMM_DB, else where pmd writes it: "
-                     "/var/lib/pmm/pmm.db as root, else ~/.local/share/pmm/pmm.db)."),
+                     help="pmd's database (default: $PMM_DB, else the system database "
+                     "/var/lib/pmm/pmm.db when this user may read it, else "
+                     "~/.local/share/pmm/pmm.db, where a pmd of this user writes)."),
     ] = None,
     json_: JsonOpt = False,
 ) -> None:
@@ -851,14 +852,7 @@ def alerts(
     from pmm.store import Store, default_db_path
 
     path = db if db is not None else default_db_path()
-    try:
-        path.stat()
-    except FileNotFoundError:
-        raise PmmError(f"no database at {path}: pmd writes it (is pmd running? with another "
-                       "database, pass its path with --db)") from None
-    except OSError:
-        pass  # the store says what is wrong with it
-    store = Store.open(path, readonly=True)
+    store = Store.open(path, readonly=True)  # no database: says where and that pmd writes it
     try:
         rows = alert_rows(store, pid)
     finally:

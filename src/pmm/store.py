@@ -32,6 +32,15 @@ StateDirectory (0750 root:root) is given to that group. A database, -wal or
 it (one log line). Readers open it read-only (`Store.open(path,
 readonly=True)`), also from a directory they cannot write (see
 `_open_readonly`).
+
+Where: `default_db_path()` is where readers look and `default_db_path(writer=
+True)` where pmd writes without --db; they differ for a non-root member of
+the database's group, who reads the system database (/var/lib/pmm/pmm.db)
+but whose own pmd writes ~/.local/share/pmm/pmm.db.
+
+Errors: `Store.open` says what is in the way before SQLite would say
+"unable to open database file": DatabaseNotFound, DatabasePermissionDenied
+(who may read it) and NotADatabase, each one line naming the path.
 """
 
 from __future__ import annotations

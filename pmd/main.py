@@ -11,20 +11,21 @@ arguments.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
 import pmm
 from pmm.daemon import Options, serve
 from pmm.errors import PmmError
-from pmm.store import StoreError, default_db_path
+from pmm.store import default_db_path
 from pmm.text import printable
 from pmm.trend import Params
 from pmm.units import format_duration, parse_duration
@@ -32,6 +33,8 @@ from pmm.units import format_duration, parse_duration
 log = logging.getLogger("pmd")
 
 USAGE = 2
+P = ParamSpec("P")
+R = TypeVar("R")
 MIN_INTERVAL, MAX_INTERVAL = 0.01, 3600.0
 
 app = typer.Typer(
@@ -42,22 +45,44 @@ app = typer.Typer(
 )
 
 
-def duration() -> Callable[[str], float]:
-    """A parser for a duration option: '100ms', '2s', '1m'; a bare number is
+def duration(text: str) -> float:
+    """A duration option's value: '100ms', '2s', '1m'; a bare number is
     seconds; between MIN_INTERVAL and MAX_INTERVAL."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise typer.BadParameter(f"must be between {format_duration(MIN_INTERVAL)} and "
+                                 f"{format_duration(MAX_INTERVAL)}, not {text}")
+    return seconds
 
-    def parse(text: str) -> float:
+
+def err(msg: str) -> None:
+    sys.stderr.write(f"pmd: {printable(msg)}\n")
+    sys.stderr.flush()
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turns a PmmError (a database that cannot be opened) and anything
+    unexpected into one line on stderr and exit 1; never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            seconds = parse_duration(text)
-        except ValueError as e:
-            raise typer.BadParameter(str(e)) from None
-        if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
-            raise typer.BadParameter(
-                f"must be between {format_duration(MIN_INTERVAL)} and "
-                f"{format_duration(MAX_INTERVAL)}, not {text}")
-        return seconds
+            return fn(*args, **kwargs)
+        except PmmError as e:
+            err(f"ERROR: {e}")
+            raise typer.Exit(1) from None
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as e:  # noqa: BLE001 - the daemon's last resort
+            err(f"ERROR: internal error: {type(e).__name__}: {e} (please report this)")
+            raise typer.Exit(1) from None
 
-    return parse
+    return wrapper
 
 
 def show_version(value: bool) -> None:
@@ -95,6 +120,7 @@ def setup_logging(verbose: bool) -> logging.Handler:
     "Exit status: 0 stopped by SIGTERM/SIGINT with everything written, 1 the database "
     "cannot be opened or the last rows could not be written, 2 bad arguments.",
 )
+@handle_errors
 def pmd(
     db: Annotated[Path | None, typer.Option(
         # readable=False: the store's message says why it cannot be read
@@ -106,10 +132,10 @@ def pmd(
         help="Also sample this process from /proc when the module does not; repeat for "
         "more (--pid 1 --pid 2).")] = None,
     interval: Annotated[float, typer.Option(
-        "--interval", metavar="DURATION", parser=duration(),
+        "--interval", metavar="DURATION", parser=duration,
         help="Time between /proc samples.")] = "1s",  # type: ignore[assignment]
     commit_interval: Annotated[float, typer.Option(
-        "--commit-interval", metavar="DURATION", parser=duration(),
+        "--commit-interval", metavar="DURATION", parser=duration,
         help="Time between database commits.")] = "1s",  # type: ignore[assignment]
     detect_every: Annotated[int, typer.Option(
         "--detect-every", metavar="N", min=1,
@@ -138,9 +164,6 @@ def pmd(
                    window=window, genl=not no_genl, max_pending=max_pending)
     try:
         rc = serve(opts, create_parents=not explicit)
-    except StoreError as e:
-        log.error("%s", e)
-        raise typer.Exit(1) from None
     finally:
         log.removeHandler(handler)
     raise typer.Exit(rc)
@@ -165,14 +188,9 @@ def _spread_pid_lists(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def err(msg: str) -> None:
-    sys.stderr.write(f"pmd: {printable(msg)}\n")
-    sys.stderr.flush()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console script: usage errors as one line and exit 2; a failure the
-    daemon did not expect as one line and exit 1, never a traceback."""
+    """Console script: a usage error as one line and exit 2 (the command's
+    own errors: handle_errors)."""
     args = _spread_pid_lists(sys.argv[1:] if argv is None else argv)
     try:
         rv = app(args=args, prog_name="pmd", standalone_mode=False)
@@ -187,14 +205,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         msg = fmt() if callable(fmt) else str(e)
         err(f"error: {msg} (see `pmd --help`)" if code == USAGE else f"error: {msg}")
         sys.exit(code)
-    except PmmError as e:
-        err(f"ERROR: {e}")
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - the daemon's last resort
-        err(f"ERROR: internal error: {type(e).__name__}: {e} (please report this)")
-        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

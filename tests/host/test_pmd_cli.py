@@ -188,3 +188,14 @@ def test_database_errors_say_what_happened(tmp_path: Path) -> None:
         assert r.stderr.startswith(f"pmd: ERROR: {says}"), r.stderr
         assert len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "no").exists()  # a mistyped --db makes no directories
+
+
+def test_an_unexpected_failure_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    def serve(opts: Options, create_parents: bool = False) -> int:
+        raise RuntimeError("the loop broke")
+
+    monkeypatch.setattr(pmd_main, "serve", serve)
+    r = invoke("--db", "x.db")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == ("pmd: ERROR: internal error: RuntimeError: the loop broke (please "
+                        "report this)\n")

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import sys
 import time
@@ -96,10 +97,14 @@ app = typer.Typer(
 class Command(TyperCommand):
     """A pmctl command: its usage line names arguments as people write them,
     `pmctl start [OPTIONS] PID`, `pmctl run [OPTIONS] CMD...` (typer's own
-    shows a required argument as `{pid}`)."""
+    shows a required argument as `{pid}`), and `pmctl --help` lists it with
+    its help's first paragraph as one line (typer keeps a docstring's line
+    breaks there)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.short_help and self.help:
+            self.short_help = " ".join(inspect.cleandoc(self.help).split("\n\n")[0].split())
         for p in self.params:
             if p.param_type_name == "argument" and p.metavar is None and p.name:
                 p.metavar = p.name.upper()  # also in the help's list and in errors

@@ -299,6 +299,17 @@ def test_usage_lines_name_arguments_plainly() -> None:
         assert first == usage
 
 
+def test_command_list_is_one_line_each() -> None:
+    """`pmctl --help` lists each command by its help's first paragraph, on
+    one line however the docstring wraps it."""
+    for name, cmd in all_commands().items():
+        assert cmd.short_help and "\n" not in cmd.short_help, name
+        first = " ".join((cmd.help or "").split("\n\n")[0].split())
+        assert cmd.short_help == first
+    assert all_commands()["attach"].short_help == (
+        "Track PID's call sites without a restart: load the hook into the running process.")
+
+
 def test_help_has_no_private_words() -> None:
     texts = [invoke("--help").stdout]
     for name in all_commands():

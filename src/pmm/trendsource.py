@@ -197,9 +197,8 @@ def from_watch(pid: int, seconds: float, interval: float,
     d = Data(pid, start, comm, "proc", watch=Watch(interval, seconds))
     assert d.watch is not None
     began = time.monotonic()
-    end = began + seconds
-    due = began
     ended = WatchEnd.TIME
+    taken = 0
     while True:
         if stop is not None and stop():
             ended = WatchEnd.STOPPED
@@ -212,11 +211,14 @@ def from_watch(pid: int, seconds: float, interval: float,
         d.time_ns.append(s.time)
         d.vm.append(s.vm)
         d.rss.append(s.rss)
+        taken += 1
         if on_sample is not None:
             on_sample(d)
-        due += interval
-        if due > end:
+        # the k-th sample is due at k x interval, the last one at `seconds`
+        # itself (a tolerance, so that 0.1 x 35 counts as 3.5)
+        if taken * interval > seconds * (1 + 1e-9):
             break
+        due = began + taken * interval
         # short naps, so that a stop request ends a long interval promptly
         while (left := due - time.monotonic()) > 0:
             if stop is not None and stop():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -197,3 +198,80 @@ def test_watch_proc_source_needs_watch() -> None:
     code, out = _run("1", "--source", "proc")
     assert code == 2
     assert "--watch" in out
+
+
+# -- the module, the database, units ---------------------------------------------------
+
+NO_DEVICE = {"PMM_DEVICE": "/nonexistent/pmm"}
+
+
+def test_source_kmod_without_the_module_exits_3() -> None:
+    """As every other command: the module is not loaded (3), not 'no samples'."""
+    r = runner.invoke(app, ["trend", str(os.getpid()), "--source", "kmod"], env=NO_DEVICE)
+    assert r.exit_code == 3, r.output
+    assert "pmctl: /nonexistent/pmm does not exist: the pmm module is not loaded" in r.output
+
+
+def test_auto_without_the_module_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "none.db"
+    r = runner.invoke(app, ["trend", str(os.getpid()), "--db", str(db)], env=NO_DEVICE)
+    assert r.exit_code == 6, r.output
+    assert f"no samples of pid {os.getpid()} in {db}, and the module is not loaded" in r.output
+
+
+def test_source_db_without_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "none.db"
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--source", "db")
+    assert code == 1, out
+    assert f"no database at {db}" in out
+
+
+def test_since_takes_units(tmp_path: Path) -> None:
+    """--since 2m keeps the last 120 of 600 samples a second apart that end now."""
+    from pmm.procsampler import boottime_ns
+
+    db = tmp_path / "pmm.db"
+    now = boottime_ns()
+    t, v = S.leak(0)
+    st = Store.open(db)
+    st.write([SampleRow(DEAD_PID, START, now - int((599 - ti) * 1e9), int(vi), int(vi))
+              for ti, vi in zip(t, v, strict=True)],
+             [ProcessRow(DEAD_PID, START, "synthetic", "/bin/x", "x", now)], (), [])
+    st.close()
+    for since in ("2m", "120", "120s", "120000ms"):
+        code, out = _run(str(DEAD_PID), "--db", str(db), "--since", since, "--json")
+        # the command starts a moment after `now`: 118-120 samples remain
+        assert 118 <= json.loads(out)["samples"] <= 120, (since, out)
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--since", "2 weeks")
+    assert code == 2 and "is not a duration" in out
+
+
+def test_rates_and_sizes_in_binary_units(tmp_path: Path) -> None:
+    """4 MiB/s reads +240.0 MiB/min, not +245760.0 KiB/min; JSON keeps the numbers."""
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(1, rate=4 << 20), sites=True)
+    code, out = _run(str(DEAD_PID), "--db", str(db))
+    assert code == 10, out
+    m = re.search(r"^rate:     \+(\d+\.\d) MiB/min \(95% CI \+(\d+\.\d) MiB/min \.\. "
+                  r"\+(\d+\.\d) MiB/min\), floor (\d+\.\d) GiB, \+(\d+\.\d) GiB over the "
+                  r"window$", out, re.M)
+    assert m, out
+    assert float(m.group(1)) == pytest.approx(240.0, abs=0.2)
+    assert float(m.group(2)) <= float(m.group(1)) <= float(m.group(3))
+    assert float(m.group(5)) == pytest.approx(4 * 599 / 1024, abs=0.1)  # GiB over 599 s
+    assert "KiB/min" in out  # the sites: 2 KiB/s and 100 B/s
+    site = re.search(r"^\s*7\s+\+120\.0 KiB/min\s+(\d+\.\d) MiB\s+\d+\s+leak_here\(\) leak\.c:27$",
+                     out, re.M)
+    assert site, out
+    assert "+5.9 KiB/min" in out  # site 9: 100 B/s
+    table = out.split("\n\n")[1].splitlines()
+    assert table[0].split() == ["time", "rss", "vm"]
+    assert re.fullmatch(r"\+0\.0s\s+50\.\d MiB\s+58\.\d MiB", table[1]), table[1]
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--json")
+    d = json.loads(out)
+    assert d["rate_bytes_min"] == pytest.approx(d["rate_kib_min"] * 1024)
+    assert d["rate_bytes_min_low"] == pytest.approx(d["rate_kib_min_low"] * 1024)
+    assert d["rate_bytes_min_high"] == pytest.approx(d["rate_kib_min_high"] * 1024)
+    assert d["rate_bytes_min"] == pytest.approx(d["slope_bytes_s"] * 60)
+    assert d["sites"][0]["rate_bytes_min"] == pytest.approx(2048 * 60)
+    assert d["watch"] is None

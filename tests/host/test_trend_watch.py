@@ -1,0 +1,334 @@
+"""`pmctl trend PID --watch`: a watch of /proc on the host (no module here):
+its running report, its end by Ctrl-C or SIGTERM with the verdict so far, by
+the process's exit, and the option checks made before it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pmctl.cli import app
+
+runner = CliRunner()
+PMCTL = Path(sys.executable).parent / "pmctl"  # the venv's console script
+NO_DEVICE = {"PMM_DEVICE": "/nonexistent/pmm"}
+
+LEAKER = """
+import time
+keep = []
+print("ready", flush=True)
+while True:
+    b = bytearray(64 * 1024)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    keep.append(b)
+    time.sleep(0.02)
+"""
+
+# a report line: wall clock, elapsed, rss, vm, rate ('-' or signed binary units), samples
+REPORT = re.compile(r"^(\d\d:\d\d:\d\d)\s+(\S+)\s+(\d+\.\d \w?i?B|\d+ B)\s+(\d+\.\d \w?i?B|\d+ B)"
+                    r"\s+(-|[+-]\d+(?:\.\d)? (?:B|KiB|MiB|GiB)/min)\s+(\d+)$")
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.fixture
+def leaker() -> Iterator[subprocess.Popen[str]]:
+    child = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+class Lines:
+    """A child's stdout read line by line, with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.fd = proc.stdout.fileno()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.fd, selectors.EVENT_READ)
+        self.buf = b""
+        self.seen: list[str] = []
+
+    def until(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                self.seen.append(line.decode())
+                m = pattern.search(self.seen[-1])
+                if m:
+                    return m
+            left = deadline - time.monotonic()
+            assert left > 0, f"no line matching {pattern.pattern!r} in {self.seen}"
+            if self.sel.select(left):
+                chunk = os.read(self.fd, 65536)
+                assert chunk, f"end of output before {pattern.pattern!r}: {self.seen}"
+                self.buf += chunk
+
+    def rest(self, timeout: float) -> tuple[int, str]:
+        """The exit status and all the output."""
+        code = self.proc.wait(timeout)
+        assert self.proc.stdout is not None
+        tail = self.buf + self.proc.stdout.read()
+        return code, "\n".join(self.seen) + "\n" + tail.decode()
+
+
+def watch(pid: int, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([str(PMCTL), "trend", str(pid), "--watch", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **NO_DEVICE})
+
+
+# -- the end of a watch ----------------------------------------------------------------
+
+
+def test_sigint_after_the_first_report_prints_the_verdict_so_far(
+        leaker: subprocess.Popen[str]) -> None:
+    """Ctrl-C: the verdict on the samples so far, and its exit status (LEAK: 10),
+    where pmctl used to die with 130 and no output."""
+    t = time.monotonic()
+    proc = watch(leaker.pid, "10m", "--interval", "50ms", "--report-every", "3s")
+    out = Lines(proc)
+    first = out.until(REPORT, 30)
+    assert first.group(2) == "3.0s"
+    assert 55 <= int(first.group(6)) <= 62
+    assert first.group(5).endswith("MiB/min")  # about 3 MiB/s: +150..190 MiB/min
+    proc.send_signal(signal.SIGINT)
+    code, text = out.rest(30)
+    assert code == 10, text
+    assert time.monotonic() - t < 60  # not the 10 minutes asked for
+    assert re.search(r"^watch stopped by SIGINT after \d+\.\ds$", text, re.M), text
+    m = re.search(r"^verdict:  LEAK \((\d+) samples over (\d+\.\d)s\): ", text, re.M)
+    assert m, text
+    assert int(m.group(1)) >= 55 and float(m.group(2)) >= 2.9
+    assert re.search(r"^rate:     \+\d+\.\d MiB/min \(95% CI \+", text, re.M), text
+    assert proc.stderr is not None
+    assert "Traceback" not in proc.stderr.read().decode()
+
+
+def test_sigterm_ends_the_watch_with_the_verdict(sleeper: subprocess.Popen[bytes]) -> None:
+    proc = watch(sleeper.pid, "10m", "--interval", "50ms", "--report-every", "2s")
+    out = Lines(proc)
+    first = out.until(REPORT, 30)
+    assert first.group(5) == "+0 B/min"  # 41 samples: enough for a rate
+    proc.send_signal(signal.SIGTERM)
+    code, text = out.rest(30)
+    assert code == 0, text
+    assert re.search(r"^watch stopped by SIGTERM after \d+\.\ds$", text, re.M), text
+    assert re.search(r"^verdict:  STABLE \(\d+ samples over \d+\.\ds\): ", text, re.M), text
+
+
+def test_sigterm_in_json_mode_prints_the_document(leaker: subprocess.Popen[str]) -> None:
+    proc = watch(leaker.pid, "10m", "--interval", "50ms", "--json")
+    time.sleep(4.5)  # pmctl's start-up, then 3 s or more of samples
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 10, stderr
+    d = json.loads(stdout)
+    assert d["verdict"] == "LEAK" and d["exit_code"] == 10
+    assert d["watch"]["ended"] == "stopped" and d["watch"]["duration_s"] == 600.0
+    assert 2.0 <= d["watch"]["elapsed_s"] < 30
+    assert d["samples"] == pytest.approx(d["watch"]["elapsed_s"] / 0.05, abs=2)
+    assert stderr == b""  # --json: the document alone
+
+
+def test_a_watched_process_that_exits_is_reported() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = watch(child.pid, "1m", "--interval", "50ms", "--report-every", "2s")
+        out = Lines(proc)
+        out.until(REPORT, 30)
+        t = time.monotonic()
+        child.kill()
+        child.wait()
+        m = out.until(re.compile(rf"^pid {child.pid} exited after (\d+\.\d)s of watching$"), 30)
+        assert time.monotonic() - t < 5  # noticed at the next sample
+        code, text = out.rest(30)
+    finally:
+        child.kill()
+        child.wait()
+    assert 2.0 <= float(m.group(1)) <= 10
+    assert code == 0, text  # 41 or more samples of a flat rss
+    v = re.search(r"^verdict:  STABLE \((\d+) samples over (\d+\.\d)s\)", text, re.M)
+    assert v, text
+    assert int(v.group(1)) >= 41 and float(v.group(2)) >= 2.0
+
+
+def test_json_says_the_process_exited() -> None:
+    child = subprocess.Popen(["sleep", "1"])
+    try:
+        r = runner.invoke(app, ["trend", str(child.pid), "--watch", "30s", "--interval",
+                                "100ms", "--json"], env=NO_DEVICE)
+    finally:
+        child.kill()
+        child.wait()
+    assert r.exit_code == 12, r.output
+    d = json.loads(r.output)
+    assert d["verdict"] == "NOT ENOUGH DATA" and d["exit_code"] == 12
+    assert d["watch"]["ended"] == "exited"
+    assert d["watch"]["interval_s"] == 0.1 and d["watch"]["duration_s"] == 30.0
+    assert 0.5 <= d["watch"]["elapsed_s"] <= 3
+    assert 5 <= d["samples"] <= 20
+    assert d["span_s"] == pytest.approx((d["samples"] - 1) * 0.1, abs=0.3)
+
+
+# -- the running report ---------------------------------------------------------------
+
+
+def test_interval_report_lines(sleeper: subprocess.Popen[bytes]) -> None:
+    """A heading, then one line a second: clock, elapsed, rss, vm, the rate so
+    far ('-' until the detector has its 30 samples), the number of samples."""
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "3.5s", "--interval",
+                            "50ms", "--report-every", "1s"], env=NO_DEVICE)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = lines.index(next(x for x in lines if x.startswith("time ")))
+    assert lines[head].split() == ["time", "elapsed", "rss", "vm", "rate", "samples"]
+    rows = [REPORT.match(x) for x in lines[head + 1: head + 4]]
+    assert all(rows), lines
+    # a sample every 50 ms from 0: the report is due at the 21st, 41st, 61st
+    # (a late sample may move it by one)
+    elapsed = [float(m.group(2).rstrip("s")) for m in rows if m]
+    assert elapsed == pytest.approx([1.0, 2.0, 3.0], abs=0.11)
+    assert [int(m.group(6)) for m in rows if m] == pytest.approx([21, 41, 61], abs=1)
+    assert [m.group(5) for m in rows if m] == ["-", "+0 B/min", "+0 B/min"]
+    assert all(m.group(3).endswith("iB") for m in rows if m)  # a sleep's rss: KiB or MiB
+    assert re.search(rf"^pid {sleeper.pid} \(sleep\): 71 samples over 3\.5s from "
+                     rf"/proc/{sleeper.pid}$", r.output, re.M), r.output
+    assert "watching pid" in r.output and "Ctrl-C ends it early" in r.output
+
+
+def test_report_every_zero_prints_no_lines(sleeper: subprocess.Popen[bytes]) -> None:
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "1s", "--report-every", "0"],
+                      env=NO_DEVICE)
+    assert r.exit_code == 12, r.output
+    assert not any(REPORT.match(x) for x in r.output.splitlines())
+    assert "verdict:  NOT ENOUGH DATA (11 samples over 1.0s)" in r.output
+
+
+def test_watch_needs_no_module(sleeper: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """pmd and the module absent (PMM_DEVICE names nothing, PMM_DB no file)."""
+    env = {**NO_DEVICE, "PMM_DB": str(tmp_path / "none.db")}
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "3.5s", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["source"] == "proc" and d["verdict"] == "STABLE" and d["samples"] == 36
+    assert d["rate_kib_min"] == 0.0 and d["rate_bytes_min"] == 0.0
+
+
+def test_watch_of_no_process() -> None:
+    r = runner.invoke(app, ["trend", "4000000", "--watch", "1s"], env=NO_DEVICE)
+    assert r.exit_code == 5
+    assert "pid 4000000 does not exist" in r.output
+
+
+# -- what is checked before a watch ----------------------------------------------------
+
+
+def test_plot_without_matplotlib_fails_before_sampling(
+        sleeper: subprocess.Popen[bytes], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    t = time.monotonic()
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "1m", "--plot",
+                            str(tmp_path / "t.png")], env=NO_DEVICE)
+    assert time.monotonic() - t < 10  # not after the minute's watch
+    assert r.exit_code == 1, r.output
+    assert "needs matplotlib, which is not installed: pip install 'pmm[plot]'" in r.output
+    assert "watching pid" not in r.output and "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_plot_without_matplotlib_subprocess(sleeper: subprocess.Popen[bytes],
+                                            tmp_path: Path) -> None:
+    """The installed command, with matplotlib made unimportable by a shim."""
+    shim = tmp_path / "shim"
+    (shim / "matplotlib").mkdir(parents=True)
+    (shim / "matplotlib" / "__init__.py").write_text(
+        "raise ImportError('No module named matplotlib')\n")
+    env = {**os.environ, **NO_DEVICE, "PYTHONPATH": str(shim)}
+    t = time.monotonic()
+    r = subprocess.run([str(PMCTL), "trend", str(sleeper.pid), "--watch", "1m", "--plot",
+                        str(tmp_path / "t.png")], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert time.monotonic() - t < 10
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == ("pmctl: drawing a plot needs matplotlib, which is not "
+                                "installed: pip install 'pmm[plot]' (or pip install matplotlib)")
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "option", "why"), [
+    (["--watch", "1s", "--since", "2m"], "'--since'", "does not apply to --watch"),
+    (["--interval", "100ms"], "'--interval'", "applies only to --watch"),
+    (["--report-every", "2s"], "'--report-every'", "applies only to --watch"),
+    (["--watch", "1s", "--source", "db"], "'--watch'", "does not apply with --source db"),
+    (["--watch", "1s", "--source", "kmod"], "'--watch'", "does not apply with --source kmod"),
+    (["--source", "proc"], "'--source'", "proc needs --watch"),
+    (["--watch", "1s", "--start-time", "5"], "'--start-time'", "does not apply to --watch"),
+    (["--watch", "1s", "--db", "x.db"], "'--db'", "does not apply to --watch"),
+    (["--source", "kmod", "--db", "x.db"], "'--db'", "does not apply with --source kmod"),
+    (["--watch", "1s", "--json", "--report-every", "2s"], "'--report-every'",
+     "does not apply to --json"),
+])
+def test_options_that_do_not_apply(args: list[str], option: str, why: str) -> None:
+    t = time.monotonic()
+    r = runner.invoke(app, ["trend", str(os.getpid()), *args], env=NO_DEVICE)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.replace("│", " ").split())  # the usage box wraps lines
+    assert f"Invalid value for {option}: {why}" in text, r.output
+    assert time.monotonic() - t < 0.9  # refused before any sampling
+
+
+def test_pmm_db_from_the_environment_is_not_a_conflict(sleeper: subprocess.Popen[bytes],
+                                                       tmp_path: Path) -> None:
+    env = {**NO_DEVICE, "PMM_DB": str(tmp_path / "x.db")}
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "300ms", "--json"], env=env)
+    assert r.exit_code == 12, r.output
+    assert json.loads(r.output)["samples"] == 4  # at 0, 100, 200 and 300 ms
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("2x", "'2x' is not a duration"),
+    ("5ms", "'5ms' is shorter than 10ms"),
+    ("0", "'0' is shorter than 10ms"),
+])
+def test_watch_durations_refused(value: str, message: str) -> None:
+    r = runner.invoke(app, ["trend", "1", "--watch", value])
+    assert r.exit_code == 2
+    assert message in " ".join(r.output.replace("│", " ").split())
+
+
+def test_usage_line_names_pid() -> None:
+    r = runner.invoke(app, ["trend", "--help"])
+    assert r.exit_code == 0
+    assert "Usage: pmctl trend [OPTIONS] PID" in r.output
+    assert "{pid}" not in r.output.lower()
+    assert "pip install 'pmm[plot]'" in " ".join(r.output.replace("│", " ").split())

@@ -305,7 +305,7 @@ def trend_command(
     ] = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE.png", show_default=False,
-        help="Also draw rss, vm, the bucket minima and the fitted floor into FILE.png "
+        help="Also draw rss, vm and the fitted floor of rss over time into FILE.png "
         "(needs matplotlib: pip install 'pmm\\[plot]').")] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="Print one JSON document with stable keys instead of a table.")

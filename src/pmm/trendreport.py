@@ -265,7 +265,9 @@ def _axis_unit(largest: float) -> tuple[str, float]:
 
 
 def plot_png(rep: Report, path: Path) -> None:
-    """rss, vm, the bucket minima and the fitted floor over time, into path (PNG).
+    """rss, vm, the lowest sample of each time slice (the detector's buckets)
+    and the floor fitted through them over time, into path (PNG); the size
+    axis in the binary unit of the largest value.
     Raises PlotUnavailable without matplotlib, OSError/ValueError when path
     cannot be written."""
     require_matplotlib()
@@ -280,9 +282,9 @@ def plot_png(rep: Report, path: Path) -> None:
         ax.plot(t, [v / scale for v in d.vm], lw=0.8, label="vm")
         if r.buckets and t:
             ax.plot([bt - r.t0 for bt in r.bucket_times], [m / scale for m in r.bucket_minima],
-                    "o", ms=3, label="bucket minima")
+                    "o", ms=3, label="lowest sample of each time slice")
             ax.plot([0, t[-1]], [r.fit(r.t0) / scale, r.fit(r.t0 + t[-1]) / scale], "--",
-                    label=f"Theil-Sen fit {human_rate(r.slope * 60)}")
+                    label=f"fitted floor {human_rate(r.slope * 60)}")
         ax.set_xlabel("seconds")
         ax.set_ylabel(unit)
         ax.set_title(f"pid {d.pid} ({d.comm}): {r.verdict}, {rests_on(d)}")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -138,6 +139,34 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert f"plot:     {png}" in out
     code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "no/dir/x.png"))
     assert code == 1 and "cannot write the plot" in out
+
+
+def test_plot_in_binary_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plot's sizes in the unit of its largest value, its rate as the text's."""
+    from matplotlib.figure import Figure
+
+    seen: dict[str, Any] = {}
+    save = Figure.savefig
+
+    def capture(fig: Any, *args: Any, **kwargs: Any) -> None:
+        ax = fig.axes[0]
+        seen["ylabel"] = ax.get_ylabel()
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        seen["top"] = max(max(line.get_ydata()) for line in ax.get_lines())
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(1, rate=4 << 20))  # 50 MiB growing to 2.4 GiB
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "t.png"))
+    assert code == 10, out
+    assert seen["ylabel"] == "GiB"
+    assert 2.3 < seen["top"] < 2.5
+    legend = seen["legend"]
+    assert legend[:3] == [
+        "rss", "vm", "lowest sample of each time slice"]
+    rate = re.search(r"^rate:     (\+\d+\.\d MiB/min) ", out, re.M)
+    assert rate and legend[3] == f"fitted floor {rate.group(1)}"
 
 
 def test_not_a_database(tmp_path: Path) -> None:

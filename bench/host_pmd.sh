@@ -43,9 +43,9 @@ for i in 1 2 3 4 5; do
 	if (( $(echo "$t < $best" | bc) )); then best=$t; fi
 done
 grep '^verdict' "$tmp/out.txt" | sed 's/^/  /'
-imp=$("$py" -c 'import time; t=time.perf_counter(); import numpy; print(round(time.perf_counter()-t, 3))')
+imp=$("$py" -c 'import time; t=time.perf_counter(); import pmm.trend; print(round(time.perf_counter()-t, 3))')
 nop=$( { /usr/bin/time -f %e "$py" -c pass; } 2>&1 )
-echo "  best: ${best} s (target < 1 s); of it: python start ${nop} s, import numpy ${imp} s"
+echo "  best: ${best} s (target < 1 s); of it: python start ${nop} s, import pmm.trend ${imp} s"
 
 echo "pmd: CPU while sampling 64 processes from /proc every 1 s, for ${secs} s"
 for i in $(seq 64); do

@@ -76,7 +76,7 @@ from pmm.text import printable
 from pmm.units import format_duration, human_bytes, human_rate, parse_duration
 
 if TYPE_CHECKING:
-    from pmm.store import Store  # numpy and sqlite-utils: loaded by `alerts` only
+    from pmm.store import Store  # sqlite-utils: loaded by `alerts` only
 
 app = typer.Typer(
     name="pmctl",
@@ -841,7 +841,7 @@ def alerts(
     ] = None,
     db: Annotated[
         Path | None,
-        typer.Option("--db", metavar="PATH", show_default=False,
+        typer.Option("--db", metavar="PATH", show_default=False, readable=False,
                      help="pmd's database (default: $PMM_DB, else the system database "
                      "/var/lib/pmm/pmm.db when this user may read it, else "
                      "~/.local/share/pmm/pmm.db, where a pmd of this user writes)."),

@@ -277,9 +277,10 @@ def trend_command(
     pid: Annotated[int, typer.Argument(
         metavar="PID", help="Process id (the tgid).", min=1, show_default=False)],
     db: Annotated[Path | None, typer.Option(
-        "--db", envvar="PMM_DB", show_default=False,
-        help="pmd's database (default: /var/lib/pmm/pmm.db as root, else "
-        "~/.local/share/pmm/pmm.db; env PMM_DB).")] = None,
+        "--db", envvar="PMM_DB", metavar="PATH", show_default=False, readable=False,
+        help="pmd's database (default: $PMM_DB, else the system database "
+        "/var/lib/pmm/pmm.db when this user may read it, else ~/.local/share/pmm/pmm.db).")
+    ] = None,
     source: Annotated[Source, typer.Option(
         "--source", help="Where the samples come from: auto (pmd's database, then the "
         "module), db, kmod, or proc (with --watch).")] = Source.auto,

@@ -75,6 +75,7 @@ fi
 put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
 put 0755 hooklib/pmm-inject "$prefix/libexec/pmm/pmm-inject"
 put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
+put 0644 README.md "$prefix/share/doc/pmm/README.md"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 
 if [ -n "${PMM_GROUP:-}" ] && [ -z "$destdir" ] && ! getent group "$PMM_GROUP" >/dev/null; then
@@ -105,7 +106,7 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 	done
 	if [ -f pmd/pmd.service ]; then
 		unit=$(mktemp)
-		sed "s|/usr/local/bin/pmd|$prefix/bin/pmd|g" pmd/pmd.service >"$unit"
+		sed "s|/usr/local/bin/pmd|$prefix/bin/pmd|g; s|/usr/local/share/doc/pmm|$prefix/share/doc/pmm|g" pmd/pmd.service >"$unit"
 		if [ -n "${PMM_GROUP:-}" ]; then # pmd gives its database to this group
 			sed -i "s|^StateDirectory=pmm$|&\nEnvironment=PMM_GROUP=$PMM_GROUP|" "$unit"
 		fi

@@ -61,7 +61,7 @@ from pmm.store import (
     start_key,
 )
 from pmm.trend import Params, Verdict, detect, site_growth
-from pmm.units import format_duration
+from pmm.units import format_duration, human_bytes, human_rate
 
 log = logging.getLogger("pmd")
 
@@ -127,9 +127,8 @@ class Daemon:
         self.write_failures = 0
         self.stop_signal = 0
         self.listener: Listener | None = None
-        # the detector's first run loads what it needs (numpy's linear
-        # algebra; slow on a slow file system): a thread runs it while the
-        # loop records samples
+        # the detector's first run imports and warms what it needs (slow on a
+        # slow file system): a thread runs it while the loop records samples
         self.detector_ready = threading.Event()
         now = time.monotonic()
         self.next_sample = now
@@ -184,8 +183,9 @@ class Daemon:
             return
         r = detect(st.t, st.rss, self.opts.params)
         if str(r.verdict) != st.verdict:
-            log.info("pid %d (%s): %s after %d samples (rss %+.1f KiB/min): %s", st.key[0],
-                     st.comm or "?", r.verdict, len(st.t), r.rate_kib_min[0], r.reason)
+            log.info("pid %d (%s): %s after %d samples (rss %s): %s", st.key[0],
+                     st.comm or "?", r.verdict, len(st.t),
+                     human_rate(r.rate_kib_min[0] * 1024), r.reason)
         st.verdict = str(r.verdict)
         if r.verdict is not Verdict.LEAK or st.alerted:
             return
@@ -193,16 +193,16 @@ class Daemon:
         pid, start = st.key
         kib = r.rate_kib_min
         pct = round(r.confidence * 100)
-        msg = (f"LEAK pid {pid} ({st.comm or '?'}): rss +{kib[0]:.1f} KiB/min "
-               f"[{pct}% CI {kib[1]:.1f} .. {kib[2]:.1f}], +{r.growth / 1024:.0f} KiB "
-               f"over {r.span_s:.0f} s")
+        msg = (f"LEAK pid {pid} ({st.comm or '?'}): rss {human_rate(kib[0] * 1024)} "
+               f"[{pct}% CI {human_rate(kib[1] * 1024)} .. {human_rate(kib[2] * 1024)}], "
+               f"+{human_bytes(r.growth)} over {format_duration(round(r.span_s))}")
         site: int | None = None
         g = site_growth(st.snaps, limit=1)
         if g:
             site = g[0].site
             where = self._site_where(pid, start, site)
             msg += f"; fastest site {site}{' ' + where if where else ''} "
-            msg += f"+{g[0].rate_kib_min:.1f} KiB/min"
+            msg += human_rate(g[0].rate_kib_min * 1024)
         elif st.snaps:
             # one snapshot so far: no growth rate yet, name the largest site
             last_t = st.snaps[-1][1]
@@ -210,7 +210,7 @@ class Daemon:
             site = big[0]
             where = self._site_where(pid, start, site)
             msg += f"; largest site {site}{' ' + where if where else ''} "
-            msg += f"{big[2] / 1024:.0f} KiB live"
+            msg += f"{human_bytes(big[2])} live"
         a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
                      r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
         try:

@@ -147,7 +147,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
             d.handle_event(sites[-1])
     d.flush_now()
     assert [ln for ln in caplog.messages if ln.startswith(f"pid {pid}")] == [
-        f"pid {pid} (?): LEAK after 30 samples (rss +2400.0 KiB/min): the floor grows "
+        f"pid {pid} (?): LEAK after 30 samples (rss +2.3 MiB/min): the floor grows "
         "steadily (95% CI above 0, in the whole window and in its later part)"]
     alerts = st.alerts(pid)
     assert len(alerts) == 1
@@ -156,8 +156,8 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert a.slope == pytest.approx(40960.0)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("LEAK")]
     assert lines == [a.message]
-    assert a.message.startswith(f"LEAK pid {pid} (?): rss +2400.0 KiB/min [95% CI ")
-    assert "fastest site 5 +2400.0 KiB/min" in a.message
+    assert a.message.startswith(f"LEAK pid {pid} (?): rss +2.3 MiB/min [95% CI +")
+    assert "fastest site 5 +2.3 MiB/min" in a.message
     # a restarted pmd does not alert again for the same process
     d2 = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
     d2.detector_ready.set()
@@ -184,7 +184,7 @@ def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> 
                              vm=1 << 30, rss=(2 << 20) + 65536 * i))
     (a,) = st.alerts(pid)
     assert a.site == 5
-    assert a.message.endswith("; largest site 5 40 KiB live")
+    assert a.message.endswith("; largest site 5 40.0 KiB live")
     st.close()
 
 

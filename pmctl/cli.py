@@ -73,7 +73,7 @@ from pmm.errors import PmmError
 from pmm.model import Block, ConfigInfo, PidInfo
 from pmm.output import dump_json, format_table, human_age
 from pmm.text import printable
-from pmm.units import format_duration, human_bytes, human_rate, parse_duration
+from pmm.units import format_duration, human_bytes, human_rate, parse_duration, parse_size
 
 if TYPE_CHECKING:
     from pmm.store import Store  # sqlite-utils: loaded by `alerts` only
@@ -160,10 +160,22 @@ DepthOpt = Annotated[
     typer.Option("--depth", help="Frames recorded per site, 1-32 (PMM_DEPTH).", min=1, max=32,
                  show_default=False),
 ]
+def sample_bytes(value: str | int) -> int:
+    """--sample's size (pmm.units.parse_size: 4096, 512K, 1M), at least 1 byte."""
+    try:
+        n = value if isinstance(value, int) else parse_size(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if n < 1:
+        raise typer.BadParameter(f"{value} is not a sampling size: give 1 byte or more")
+    return n
+
+
 SampleOpt = Annotated[
     int | None,
-    typer.Option("--sample", help="Sampled tracking: on average one record per BYTES "
-                 "allocated (PMM_SAMPLE).", min=1, metavar="BYTES", show_default=False),
+    typer.Option("--sample", parser=sample_bytes, metavar="SIZE", show_default=False,
+                 help="Sampled tracking: on average one record per SIZE allocated "
+                 "(4096, 512K, 1M; K = 1024; PMM_SAMPLE)."),
 ]
 BufferOpt = Annotated[
     int | None,

@@ -35,7 +35,7 @@ pids+=($!)
 say "pmd (pid $!) writes to $db"
 
 step "3. Start two long-lived programs with the hook preloaded (not yet monitored)"
-say "examples/bin/pmd: the article's demo daemon: malloc 100, realloc 200, free, in a loop."
+say "examples/bin/pmd: a demo daemon: malloc 100, realloc 200, free, in a loop."
 LD_PRELOAD=$hook PMM_QUIET=1 examples/bin/pmd -s 20 </dev/null >"$work/stable.out" &
 stable=$!
 pids+=($stable)
@@ -73,7 +73,7 @@ done
 step "8. pmctl leaks: where the leaked bytes were allocated (file:line from pmm_hooks.h)"
 show pmctl leaks "$leaky" --limit 5
 
-step "9. pmctl stats: PMMM's allocation table for the leaky process"
+step "9. pmctl stats: allocation counts and bytes by size class for the leaky process"
 show pmctl stats "$leaky"
 
 step "10. What pmd recorded and alerted"

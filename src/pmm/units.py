@@ -56,3 +56,19 @@ def human_rate(bytes_per_min: float) -> str:
     """A growth rate with its sign: 125337395 -> '+119.5 MiB/min'."""
     sign = "-" if bytes_per_min < 0 else "+"
     return f"{sign}{human_bytes(abs(bytes_per_min))}/min"
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*(?:([KMG])(?:i?B)?|B)?\s*", re.IGNORECASE)
+_BYTES_PER = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'524288' -> 524288, '512K' -> 524288, '1M' / '1MiB' -> 1048576: as the
+    hook reads PMM_SAMPLE (K, M, G are powers of 1024).
+
+    Raises ValueError with a message that says what is accepted."""
+    m = _SIZE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a size: write bytes, or with a unit, "
+                         "e.g. 4096, 512K, 1M (K = 1024)")
+    return int(m.group(1)) * _BYTES_PER[(m.group(2) or "").lower()]

@@ -180,9 +180,11 @@ def test_attach_timeout_takes_units(module: FakeModule, monkeypatch: pytest.Monk
     lib.write_bytes(b"")
     monkeypatch.setattr(run, "find_hooklib", lambda: lib)
     given: list[int] = []
+    samples: list[int | None] = []
 
     def fake_attach(pid: int, hooklib: Path, **kw: Any) -> str:
         given.append(kw["timeout_ms"])
+        samples.append(kw.get("sample"))
         return "pid attached"
 
     monkeypatch.setattr(attach, "attach", fake_attach)
@@ -195,6 +197,13 @@ def test_attach_timeout_takes_units(module: FakeModule, monkeypatch: pytest.Monk
     r = invoke("attach", "4242", "--sample", str(512 << 10))
     assert given[-1] == 2000  # the default, 2s
     assert r.stdout == "attached to pid 4242 (prog): sampled, 1 record per 512.0 KiB allocated\n"
+    for arg in ("512K", "512KiB", "524288"):  # sizes as PMM_SAMPLE takes them
+        assert invoke("attach", "4242", "--sample", arg).exit_code == 0
+        assert samples[-1] == 512 << 10
+    r = invoke("attach", "4242", "--sample", "1M")
+    assert samples[-1] == 1 << 20 and "1 record per 1.0 MiB allocated" in r.stdout
+    r = invoke("attach", "4242", "--sample", "12Q")
+    assert r.exit_code == 2 and "'12Q' is not a size" in r.stderr
     helptext = re.sub(r"[\s│]+", " ", invoke("attach", "--help").stdout)
     assert "safe point (default 2s; 100ms, 5s, 2m, 1h; a bare number is seconds)" in helptext
 

@@ -36,6 +36,8 @@ class AttachFailure(Enum):
 
 
 class AttachError(PmmError):
+    """pmm-inject refused to attach; `failure` says why."""
+
     def __init__(self, message: str, failure: AttachFailure) -> None:
         super().__init__(message)
         self.failure = failure

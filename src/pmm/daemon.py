@@ -166,6 +166,9 @@ class Daemon:
         return st
 
     def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
+        """Queues the sample for writing, adds it to its process's window, and
+        runs the detector every `opts.detect_every` samples once the window holds
+        enough. `comm` names a process seen for the first time."""
         st = self._proc((s.pid, s.start_time), s.source, comm)
         if s.source == "kmod":
             st.last_kmod_ns = s.time
@@ -178,6 +181,10 @@ class Daemon:
             self.run_detector(st, s.time)
 
     def run_detector(self, st: ProcState, now_ns: int) -> None:
+        """Runs the trend detector over the process's window. At its first LEAK
+        verdict for the process, stores an alert naming the fastest growing site
+        (or the largest) and logs it. Until the detector is ready, it is tried
+        again at the next sample."""
         if not self.detector_ready.is_set():
             st.since_detect = self.opts.detect_every  # try again at the next sample
             return
@@ -249,6 +256,9 @@ class Daemon:
         log.info("detector ready (%.1f s to warm up)", time.monotonic() - t)
 
     def handle_event(self, ev: Event | MalformedEvent) -> None:
+        """Acts on one event of the module: a sample, a process started, listed,
+        exited or stopped, per-site live figures, or dropped records. A malformed
+        event is counted and skipped; a failure raises (see handle_event_safely)."""
         if isinstance(ev, MalformedEvent):
             self.malformed += 1
             log.warning("malformed event skipped: %s", ev)
@@ -328,6 +338,9 @@ class Daemon:
         self.prune_gone()
 
     def sample_targets(self) -> None:
+        """Samples from /proc each process of `opts.pids` that the module does not
+        sample (none from it for 2.5 intervals). One that exits is marked exited;
+        one that does not exist or may not be read is no longer sampled."""
         now_ns = procsampler.boottime_ns()
         stale_ns = int(2.5 * self.opts.interval * 1e9)
         for pid, start in list(self.targets.items()):
@@ -357,6 +370,7 @@ class Daemon:
     # -- writing ------------------------------------------------------------
 
     def pending(self) -> int:
+        """The number of rows waiting to be written."""
         return (len(self.pending_samples) + len(self.pending_procs) + len(self.pending_exits)
                 + len(self.pending_snaps))
 
@@ -413,6 +427,9 @@ class Daemon:
             log.error("skipped %d more rows the database refused", len(bad) - 5)
 
     def flush(self) -> None:
+        """flush_now, except that a StoreError is logged and the write retried
+        after a growing delay (5 s, doubling up to 60 s), with at most
+        `opts.max_pending` rows of each kind kept meanwhile."""
         now = time.monotonic()
         try:
             self.flush_now()
@@ -458,6 +475,9 @@ class Daemon:
     # -- the loop -----------------------------------------------------------
 
     def run(self) -> int:
+        """The loop: handles the module's events, samples `opts.pids` from /proc and
+        writes in batches until SIGTERM or SIGINT, then writes what is pending.
+        Returns 0, or 1 when the last rows could not be written."""
         sel = selectors.DefaultSelector()
         rsock, wsock = socket.socketpair()
         rsock.setblocking(False)

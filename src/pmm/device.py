@@ -57,6 +57,7 @@ def device_path() -> str:
 
 
 def pid_exists(pid: int) -> bool:
+    """Whether a process with this pid exists (in /proc), monitored or not."""
     return pid > 0 and Path(f"/proc/{pid}").exists()
 
 
@@ -79,18 +80,22 @@ def _copy_fields(cls: type[T], c: ctypes.Structure) -> T:
 
 
 def config_from_c(c: uapi.Config) -> ConfigInfo:
+    """The model of a struct pmm_config."""
     return _copy_fields(ConfigInfo, c)
 
 
 def pid_info_from_c(p: uapi.PidInfo) -> PidInfo:
+    """The model of a struct pmm_pid_info."""
     return _copy_fields(PidInfo, p)
 
 
 def block_from_c(b: uapi.Block) -> Block:
+    """The model of a struct pmm_block."""
     return _copy_fields(Block, b)
 
 
 def site_from_c(s: uapi.SiteStats) -> Site:
+    """The model of a struct pmm_site_stats (its call chain cut at MAX_FRAMES)."""
     d = s.desc
     depth = min(int(d.depth), uapi.MAX_FRAMES)
     return Site(
@@ -109,10 +114,12 @@ def site_from_c(s: uapi.SiteStats) -> Site:
 
 
 def sample_from_c(s: uapi.Sample) -> Sample:
+    """The model of a struct pmm_sample."""
     return Sample(s.time_ns, s.vm, s.rss, s.rss_anon, s.rss_file, s.rss_shmem)
 
 
 def stats_from_c(s: uapi.Stats) -> StatsInfo:
+    """The model of a struct pmm_stats."""
     return StatsInfo(
         pid=s.pid,
         buckets=tuple(
@@ -167,6 +174,7 @@ class Device:
         return cls(fd, path)
 
     def close(self) -> None:
+        """Closes the device; closing it again does nothing."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -197,6 +205,7 @@ class Device:
     # -- configuration -----------------------------------------------------
 
     def get_config(self) -> ConfigInfo:
+        """The module's settings, limits and counters (PMM_GET_CONFIG)."""
         c = uapi.Config()
         c.size = ctypes.sizeof(uapi.Config)
         self.ioctl(uapi.GET_CONFIG, c, "reading the configuration")
@@ -252,6 +261,7 @@ class Device:
         self.set_config(stop_pid=pid, what=f"stopping pid {pid}")
 
     def query_self(self) -> bool:
+        """Whether the module monitors the calling process (PMM_QUERY_SELF)."""
         return self.ioctl(uapi.QUERY_SELF, None, "querying the caller") == 1
 
     # -- read-back ---------------------------------------------------------
@@ -285,11 +295,15 @@ class Device:
                 return out
 
     def monitored_pids(self) -> list[PidInfo]:
+        """The processes the module holds (running, or exited and kept) that the
+        caller may read, in the order monitoring started; pids as the caller's
+        pid namespace numbers them."""
         return self._read_all(
             uapi.MONITORED_PIDS, uapi.PidInfo, 0, pid_info_from_c, "listing monitored pids"
         )
 
     def pid_info(self, pid: int) -> PidInfo | None:
+        """pid's entry among monitored_pids(), or None."""
         for p in self.monitored_pids():
             if p.pid == pid:
                 return p
@@ -307,11 +321,16 @@ class Device:
         raise NotMonitored(f"pid {pid} is not monitored (start with `pmctl start {pid}`)")
 
     def blocks(self, pid: int) -> list[Block]:
+        """pid's live blocks (PMM_READ_BLOCKS), in no particular order; NotMonitored
+        or NoSuchPid when the module holds nothing for pid."""
         return self._read_all(
             uapi.READ_BLOCKS, uapi.Block, pid, block_from_c, f"reading the blocks of pid {pid}"
         )
 
     def sites(self, pid: int) -> list[Site]:
+        """pid's allocation sites with their counters (PMM_READ_SITES), in no
+        particular order; NotMonitored or NoSuchPid when the module holds nothing
+        for pid."""
         return self._read_all(
             uapi.READ_SITES, uapi.SiteStats, pid, site_from_c, f"reading the sites of pid {pid}"
         )
@@ -328,6 +347,8 @@ class Device:
         )
 
     def stats(self, pid: int) -> StatsInfo:
+        """pid's allocation statistics per size range (PMM_GET_STATS);
+        NotMonitored or NoSuchPid when the module holds nothing for pid."""
         s = uapi.Stats()
         s.pid = pid
         self.ioctl(uapi.GET_STATS, s, f"reading the statistics of pid {pid}", pid=pid)

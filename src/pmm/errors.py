@@ -52,6 +52,8 @@ class LimitReached(PmmError):
 
 
 def module_not_loaded(path: str) -> ModuleNotLoaded:
+    """The ModuleNotLoaded error for a device path that does not exist,
+    saying how to load the module."""
     return ModuleNotLoaded(
         f"{path} does not exist: the pmm module is not loaded "
         "(load it with `insmod kmod/pmm.ko`, or set PMM_DEVICE)",

@@ -83,6 +83,8 @@ class PmmMsg(genlmsg):  # type: ignore[misc]
     nla_map = _nla_map(False)
 
     class site(nla):  # type: ignore[misc]  # noqa: N801 - pyroute2 names the class by its type
+        """The nested attribute of one site in a PMM_CMD_SITES message."""
+
         nla_map = _nla_map(True)
 
 
@@ -92,6 +94,8 @@ class MalformedEvent(ValueError):
 
 @dataclass(frozen=True)
 class SiteLive:
+    """One site's live bytes and blocks, as a SITES event carries them."""
+
     site: int
     live_bytes: int
     live_blocks: int
@@ -397,9 +401,12 @@ class Listener:
 
     @property
     def connected(self) -> bool:
+        """Whether the listener has joined the module's event group."""
         return self.sock is not None
 
     def fds(self) -> list[int]:
+        """The sockets to wait on for reading: the one that watches generic-netlink
+        families and, when connected, the event socket."""
         out = []
         if self.ctrl is not None:
             out.append(self.ctrl.asyncore.socket.fileno())
@@ -434,6 +441,8 @@ class Listener:
         return True
 
     def disconnect(self, why: str) -> None:
+        """Leaves the event group, logging why, and tries to connect again after
+        `retry_s`; does nothing when not connected."""
         if self.sock is not None:
             log.warning("lost genl family %s (%s): waiting for it to come back",
                         uapi.GENL_NAME, why)
@@ -522,6 +531,7 @@ class Listener:
             sock.close()
 
     def close(self) -> None:
+        """Closes its sockets (the event socket and the family watcher)."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None

@@ -95,6 +95,8 @@ class LeakGroup:
 
 
 def block_age_s(block: Block, now_ns: int) -> float:
+    """Seconds from the block's allocation to now_ns (on the clock of its
+    time_ns); 0 rather than negative."""
     return max(0, now_ns - block.time_ns) / 1e9
 
 
@@ -129,4 +131,5 @@ def group_blocks(
 
 
 def total_bytes(groups: Iterable[LeakGroup]) -> int:
+    """The live bytes of all the groups."""
     return sum(g.bytes for g in groups)

@@ -41,6 +41,8 @@ SITE_F_SOURCE = 1
 
 
 def op_name(op: int) -> str:
+    """An operation's name as /proc/pmm/pid prints it ('MALLOC'); 'OP<n>' for an
+    unknown one."""
     return OP_NAMES.get(op, f"OP{op}")
 
 
@@ -101,6 +103,7 @@ class PidInfo:
 
     @property
     def state_name(self) -> str:
+        """'running' or 'exited' (the number, for a state this version does not know)."""
         return STATE_NAMES.get(self.state, str(self.state))
 
     def uptime_s(self, now_boottime_ns: int) -> float:
@@ -191,6 +194,7 @@ class Site:
 
     @property
     def has_source(self) -> bool:
+        """Whether the program registered where the site is (its function or file)."""
         return bool(self.flags & SITE_F_SOURCE) and bool(self.file or self.func)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +228,7 @@ class Bucket:
     free_bytes: int = 0
 
     def to_dict(self) -> dict[str, int]:
+        """The JSON form: the fields by name."""
         return _fields_dict(self)
 
 
@@ -257,4 +262,5 @@ class Sample:
     rss_shmem: int
 
     def to_dict(self) -> dict[str, int]:
+        """The JSON form: the fields by name."""
         return _fields_dict(self)

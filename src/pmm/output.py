@@ -48,6 +48,7 @@ def format_table(
 
 
 def dump_json(obj: Any) -> str:
+    """obj as JSON indented by 2, non-ASCII characters kept as they are."""
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 

@@ -49,6 +49,8 @@ _BLOCK_RE = re.compile(
 
 @dataclass(frozen=True)
 class CfgEntry:
+    """One setting of /proc/pmm/cfg: its name, its description, its value."""
+
     name: str
     desc: str
     value: int
@@ -114,11 +116,14 @@ class ProcPidEntry:
 
 @dataclass
 class ProcPid:
+    """/proc/pmm/pid parsed: the entries by pid, and the lines not recognised."""
+
     pids: dict[int, ProcPidEntry] = field(default_factory=dict)
     other: list[str] = field(default_factory=list)
 
 
 def parse_block(line: str) -> ProcBlock | None:
+    """One live block line of /proc/pmm/pid parsed; None if it is not one."""
     m = _BLOCK_RE.match(line.strip())
     if not m:
         return None
@@ -173,8 +178,10 @@ def parse_pid(text: str) -> ProcPid:
 
 
 def read_cfg(path: Path = PROC_CFG) -> dict[str, CfgEntry]:
+    """The settings of the cfg file (parse_cfg); OSError if it cannot be read."""
     return parse_cfg(path.read_text())
 
 
 def read_pid(path: Path = PROC_PID) -> ProcPid:
+    """The pid file parsed (parse_pid); OSError if it cannot be read."""
     return parse_pid(path.read_text())

@@ -21,6 +21,8 @@ class ProcessGone(Exception):
 
 @dataclass(frozen=True)
 class ProcStat:
+    """The fields of /proc/PID/stat that sampling needs."""
+
     pid: int
     comm: str
     state: str
@@ -29,6 +31,7 @@ class ProcStat:
 
 
 def boottime_ns() -> int:
+    """Now on CLOCK_BOOTTIME, in nanoseconds (the clock of stored sample times)."""
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
@@ -70,6 +73,8 @@ def parse_statm(text: str) -> tuple[int, int]:
 
 
 def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
+    """pid's /proc/PID/stat parsed; ProcessGone if the pid does not exist or
+    the file cannot be parsed."""
     try:
         return parse_stat(_read(f"{proc}/{pid}/stat"))
     except (ValueError, IndexError):

@@ -144,6 +144,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def descendants(pid: int) -> list[int]:
+    """pid's children, their children and so on (not pid), each once, from /proc."""
     seen: list[int] = []
     todo = children_of(pid)
     while todo:
@@ -166,6 +167,9 @@ class MapsCapturer:
         self.captures = 0
 
     def capture(self, pid: int) -> None:
+        """Saves to the maps cache the memory map of pid, and of its descendants
+        with follow_fork, where it changed since the last capture. A process
+        that is gone or cannot be read is skipped."""
         pids = [pid, *(descendants(pid) if self.follow_fork else [])]
         for p in pids:
             live = read_live_maps(p)

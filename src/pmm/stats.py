@@ -40,6 +40,9 @@ def bucket_of(size: int) -> int:
 
 @dataclass(frozen=True)
 class StatsRow:
+    """One row of the statistics table: a size range (or the totals), its calls
+    and its bytes."""
+
     label: str
     max_size: int | None  # None: unbounded (and for the totals row)
     malloc: int
@@ -51,9 +54,11 @@ class StatsRow:
 
     @property
     def inuse_bytes(self) -> int:
+        """Bytes allocated and not freed."""
         return self.alloc_bytes - self.freed_bytes
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of the row, in-use bytes included."""
         return {
             "bucket": self.label,
             "max_size": self.max_size,
@@ -69,6 +74,9 @@ class StatsRow:
 
 @dataclass(frozen=True)
 class StatsTable:
+    """One process's statistics table: a row per size range, the totals, failed
+    allocations, unmatched frees and frees of blocks older than monitoring."""
+
     pid: int
     rows: tuple[StatsRow, ...]
     totals: StatsRow
@@ -77,6 +85,7 @@ class StatsTable:
     older_frees: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, as `pmctl stats --json` prints it."""
         return {
             "pid": self.pid,
             "buckets": [r.to_dict() for r in self.rows],

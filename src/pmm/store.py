@@ -311,6 +311,9 @@ def start_key(start_time_ns: int) -> int:
 
 @dataclass(frozen=True)
 class SampleRow:
+    """One memory sample of a process as stored; source: "kmod" (the module)
+    or "proc" (/proc, which gives no live heap figures: None)."""
+
     pid: int
     start_time: int
     time: int
@@ -326,6 +329,9 @@ class SampleRow:
 
 @dataclass(frozen=True)
 class ProcessRow:
+    """A process as stored: what it runs, when pmd first saw it (`started`)
+    and when it exited (None while it runs)."""
+
     pid: int
     start_time: int
     comm: str = ""
@@ -338,6 +344,9 @@ class ProcessRow:
 
 @dataclass(frozen=True)
 class AlertRow:
+    """A stored alert: the detector's verdict on a process, its rates (bytes/s)
+    and growth (bytes), the fastest growing site and the message logged."""
+
     pid: int
     start_time: int
     time: int
@@ -608,6 +617,7 @@ class Store:
                 db.table("alerts").create_index(["pid", "start_time"])
 
     def close(self) -> None:
+        """Closes the database."""
         self.db.close()
 
     # -- writing -------------------------------------------------------------
@@ -668,6 +678,8 @@ class Store:
             raise _describe(e, self.path, "cannot write to the database") from None
 
     def set_site(self, pid: int, start_time: int, site: int, where: str) -> None:
+        """Stores a site's one-line description, replacing any; StoreError when
+        the database refuses."""
         try:
             with self.db.atomic():
                 self.db.conn.execute(
@@ -715,6 +727,8 @@ class Store:
                            r[7] or "") for r in rows]
 
     def sample_count(self, pid: int | None = None, start_time: int | None = None) -> int:
+        """The number of samples stored: in all, or of the process (pid,
+        start_time) when pid is given."""
         if pid is None:
             return int(self._query("SELECT count(*) FROM samples")[0][0])
         return int(self._query(
@@ -722,6 +736,8 @@ class Store:
             (pid, start_time))[0][0])
 
     def series(self, pid: int, start_time: int, since_ns: int | None = None) -> Series:
+        """The process's samples (time, vm, rss), oldest first, those from since_ns
+        on when given; StoreError when the database cannot be read."""
         sql = "SELECT time, vm, rss FROM samples WHERE pid = ? AND start_time = ?"
         args: list[int] = [pid, start_time]
         if since_ns is not None:
@@ -748,11 +764,13 @@ class Store:
                 for r in self._query(sql + " ORDER BY time, site", args)]
 
     def sites(self, pid: int, start_time: int) -> dict[int, str]:
+        """The stored descriptions of the process's sites, by site id."""
         return {int(r[0]): str(r[1]) for r in self._query(
             "SELECT site, where_ FROM sites WHERE pid = ? AND start_time = ?",
             (pid, start_time))}
 
     def alerts(self, pid: int | None = None) -> list[AlertRow]:
+        """The alerts stored (of one pid, if given), oldest first."""
         where, args = ("WHERE pid = ?", (pid,)) if pid is not None else ("", ())
         rows = self._query(
             "SELECT pid, start_time, time, wall_time, comm, verdict, slope, slope_low, "

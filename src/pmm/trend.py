@@ -57,6 +57,9 @@ _T = TypeVar("_T")
 
 
 class Verdict(enum.StrEnum):
+    """The detector's verdict: LEAK, GROWING (growth not yet significant),
+    STABLE, or NOT ENOUGH DATA."""
+
     LEAK = "LEAK"
     GROWING = "GROWING"
     STABLE = "STABLE"
@@ -135,6 +138,7 @@ class Trend:
         return self.intercept + self.slope * (t - self.t0)
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON form: every field, and the rates in KiB per minute."""
         d = asdict(self)
         d["verdict"] = str(self.verdict)
         d["bucket_times"] = list(self.bucket_times)
@@ -375,6 +379,9 @@ def seconds_until_exhausted(slope: float, available: float) -> float | None:
 
 @dataclass(frozen=True)
 class SiteGrowth:
+    """How fast one site's live bytes grow: the slope (bytes/s), its first and
+    last live bytes, its last live blocks, and its number of snapshots."""
+
     site: int
     slope: float  # live bytes per second
     first_bytes: int
@@ -384,6 +391,7 @@ class SiteGrowth:
 
     @property
     def rate_kib_min(self) -> float:
+        """The slope in KiB per minute."""
         return self.slope * 60.0 / 1024.0
 
 

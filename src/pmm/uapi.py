@@ -25,6 +25,8 @@ MAX_READ = 4096
 
 
 class Op(IntEnum):
+    """enum pmm_op: the allocator call a record or a block stands for."""
+
     NONE = 0
     MALLOC = 1
     CALLOC = 2
@@ -88,6 +90,8 @@ u64 = ctypes.c_uint64
 
 
 class Record(ctypes.Structure):
+    """struct pmm_record: one allocation event the hook sends (the pid is the sender's)."""
+
     _fields_ = [
         ("ptr", u64),
         ("prev_ptr", u64),
@@ -102,6 +106,9 @@ class Record(ctypes.Structure):
 
 
 class RecordBatch(ctypes.Structure):
+    """struct pmm_record_batch: PMM_RECORD_LOG's argument, a pointer to `count`
+    records; the module sets `accepted`."""
+
     _fields_ = [
         ("records", u64),
         ("count", u32),
@@ -112,6 +119,9 @@ class RecordBatch(ctypes.Structure):
 
 
 class Site(ctypes.Structure):
+    """struct pmm_site: an allocation site a process registers once
+    (PMM_REGISTER_SITE): its call chain and, when known, function, file and line."""
+
     _fields_ = [
         ("site", u32),
         ("flags", u32),
@@ -124,6 +134,9 @@ class Site(ctypes.Structure):
 
 
 class Config(ctypes.Structure):
+    """struct pmm_config: PMM_SET_CONFIG's argument (the fields whose `set` bit is
+    on) and what PMM_GET_CONFIG fills: the settings, limits and counters."""
+
     _fields_ = [
         ("size", u32),
         ("set", u32),
@@ -151,6 +164,8 @@ class Config(ctypes.Structure):
 
 
 class PidInfo(ctypes.Structure):
+    """struct pmm_pid_info: one process the module holds (PMM_MONITORED_PIDS)."""
+
     _fields_ = [
         ("pid", s32),
         ("ppid", s32),
@@ -175,6 +190,8 @@ class PidInfo(ctypes.Structure):
 
 
 class Block(ctypes.Structure):
+    """struct pmm_block: one live block (PMM_READ_BLOCKS)."""
+
     _fields_ = [
         ("ptr", u64),
         ("prev_ptr", u64),
@@ -188,6 +205,9 @@ class Block(ctypes.Structure):
 
 
 class SiteStats(ctypes.Structure):
+    """struct pmm_site_stats: a site's description and its weighted counters
+    (PMM_READ_SITES)."""
+
     _fields_ = [
         ("desc", Site),
         ("live_bytes", u64),
@@ -200,6 +220,9 @@ class SiteStats(ctypes.Structure):
 
 
 class Sample(ctypes.Structure):
+    """struct pmm_sample: one memory sample the module took, sizes in bytes
+    (PMM_READ_SAMPLES)."""
+
     _fields_ = [
         ("time_ns", u64),
         ("vm", u64),
@@ -211,6 +234,8 @@ class Sample(ctypes.Structure):
 
 
 class BucketStats(ctypes.Structure):
+    """struct pmm_bucket_stats: the calls and bytes of one allocation size range."""
+
     _fields_ = [
         ("malloc_count", u64),
         ("calloc_count", u64),
@@ -222,6 +247,9 @@ class BucketStats(ctypes.Structure):
 
 
 class Stats(ctypes.Structure):
+    """struct pmm_stats: a process's allocation statistics per size range
+    (PMM_GET_STATS)."""
+
     _fields_ = [
         ("pid", s32),
         ("reserved", u32),
@@ -234,6 +262,9 @@ class Stats(ctypes.Structure):
 
 
 class Read(ctypes.Structure):
+    """struct pmm_read: the cursor of the read-back ioctls (PMM_MONITORED_PIDS,
+    PMM_READ_BLOCKS, PMM_READ_SITES, PMM_READ_SAMPLES)."""
+
     _fields_ = [
         ("pid", s32),
         ("capacity", u32),
@@ -266,6 +297,8 @@ CLOCK_SIZE = 4096
 
 
 class Clock(ctypes.Structure):
+    """struct pmm_clock: the device's read-only clock page (CLOCK_MONOTONIC_COARSE, ns)."""
+
     _fields_ = [("mono_ns", u64)]
 
 
@@ -278,6 +311,9 @@ GENL_MCGRP_EVENTS = "events"
 
 
 class Cmd(IntEnum):
+    """enum pmm_genl_cmd: the generic-netlink commands (the module's events, and the
+    dump of the processes it monitors)."""
+
     UNSPEC = 0
     SAMPLE = 1
     EXITED = 2
@@ -289,6 +325,8 @@ class Cmd(IntEnum):
 
 
 class Attr(IntEnum):
+    """enum pmm_genl_attr: the attributes of the generic-netlink messages."""
+
     UNSPEC = 0
     PID = 1
     START_TIME = 2

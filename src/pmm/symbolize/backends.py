@@ -24,6 +24,8 @@ NO_BACKEND = ("cannot name functions and source lines: neither addr2line (binuti
 
 @dataclass(frozen=True)
 class SourceLoc:
+    """The function, file and line of one address (None where unknown)."""
+
     func: str | None
     file: str | None
     line: int | None
@@ -34,9 +36,14 @@ class Backend(Protocol):
 
     name: str
 
-    def available(self) -> bool: ...
+    def available(self) -> bool:
+        """Whether the back-end can run on this machine."""
+        ...
 
-    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]: ...
+    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """The location of each of vaddrs (virtual addresses of the ELF object at
+        path), in order; unknown ones as SourceLoc(None, None, None)."""
+        ...
 
 
 def _parse_fileline(s: str) -> tuple[str | None, int | None]:
@@ -66,9 +73,12 @@ class Addr2line:
         self.exe = exe or shutil.which("addr2line") or "addr2line"
 
     def available(self) -> bool:
+        """Whether the addr2line program is there."""
         return shutil.which(self.exe) is not None or Path(self.exe).exists()
 
     def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """One addr2line run over all of vaddrs in the object at path; all
+        unknown if it cannot run or takes longer than ADDR2LINE_TIMEOUT_S."""
         if not vaddrs:
             return []
         try:
@@ -173,6 +183,8 @@ class PyElfTools:
         return cache[cu.cu_offset]
 
     def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """Each vaddr's function (from DWARF, else the symbol table), file and
+        line; all unknown if the object cannot be parsed."""
         try:
             _f, dwarf, aranges, syms, cache = self._open(path)
         except Exception:  # noqa: BLE001 - any parse failure: unknown
@@ -210,9 +222,11 @@ class NoBackend:
     name = "none"
 
     def available(self) -> bool:
+        """False: there is nothing to run."""
         return False
 
     def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """An unknown location for each address."""
         return [SourceLoc(None, None, None)] * len(vaddrs)
 
 

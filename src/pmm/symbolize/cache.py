@@ -36,6 +36,8 @@ def _private(d: Path) -> bool:
 
 
 def writable_dir(d: Path) -> bool:
+    """Whether cache files can be written in d, made first if missing (under
+    the /tmp fallback, only as a private directory of ours)."""
     tmp = _tmp_root()
     if d == tmp or tmp in d.parents:
         # only our own 0700 directory, never one someone else made first
@@ -57,6 +59,8 @@ def writable_dir(d: Path) -> bool:
 
 
 def readable_dir(d: Path) -> bool:
+    """Whether d is a directory to read the cache from (under the /tmp
+    fallback, only a private directory of ours, as its parents there)."""
     tmp = _tmp_root()
     if d == tmp or tmp in d.parents:
         return all(_private(p) for p in (tmp, *(q for q in d.parents if tmp in q.parents), d))

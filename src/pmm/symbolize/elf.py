@@ -12,6 +12,8 @@ from typing import BinaryIO
 
 @dataclass(frozen=True)
 class LoadSegment:
+    """One PT_LOAD program header: file offset, size in the file, virtual address."""
+
     offset: int
     filesz: int
     vaddr: int

@@ -31,6 +31,7 @@ class Frame:
 
     @property
     def object_name(self) -> str | None:
+        """The mapped object's file name without its directory, or None."""
         return os.path.basename(self.object) if self.object else None
 
     def where(self) -> str:
@@ -51,6 +52,8 @@ class Frame:
         return self.where()
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON form: address, object, file offset, function, file and line
+        (None where unknown)."""
         return {
             "addr": self.addr,
             "object": self.object,
@@ -103,6 +106,9 @@ class Symbolizer:
             write_text(f, json.dumps(data))
 
     def symbolize(self, addrs: Iterable[int]) -> dict[int, Frame]:
+        """A Frame for each distinct address: its object and file offset from
+        the map, and the function, file and line the back-end finds (with
+        return_addresses, each is looked up one byte back: in its call)."""
         addr_list = list(dict.fromkeys(addrs))
         frames: dict[int, Frame] = {}
         todo: dict[str, list[tuple[int, int, int]]] = {}  # obj -> (addr, off, vaddr)

@@ -34,14 +34,17 @@ class Mapping:
     path: str  # "" for anonymous mappings
 
     def contains(self, addr: int) -> bool:
+        """Whether addr lies in the mapping."""
         return self.start <= addr < self.end
 
     @property
     def is_file(self) -> bool:
+        """Whether a file is mapped (an inode and an absolute path)."""
         return self.inode != 0 and self.path.startswith("/")
 
     @property
     def object_path(self) -> str:
+        """The mapped file's path, without a ' (deleted)' suffix."""
         p = self.path
         return p[: -len(" (deleted)")] if p.endswith(" (deleted)") else p
 
@@ -50,6 +53,7 @@ class Mapping:
         return addr - self.start + self.offset
 
     def line(self) -> str:
+        """The mapping as a /proc/PID/maps line (device 00:00), as the cache keeps it."""
         return (
             f"{self.start:x}-{self.end:x} {self.perms} {self.offset:08x} 00:00 {self.inode}"
             + (f" {self.path}" if self.path else "")
@@ -96,6 +100,7 @@ def merge_maps(old: Iterable[Mapping], new: Iterable[Mapping]) -> list[Mapping]:
 
 
 def find_mapping(maps: Sequence[Mapping], addr: int) -> Mapping | None:
+    """The mapping of maps (sorted by start) that holds addr, or None."""
     starts = [m.start for m in maps]
     i = bisect.bisect_right(starts, addr) - 1
     if i >= 0 and maps[i].contains(addr):
@@ -118,6 +123,8 @@ def proc_start_ticks(pid: int) -> int | None:
 
 
 def ticks_from_ns(start_time_ns: int) -> int:
+    """A start time in nanoseconds as clock ticks, how the maps cache keys a
+    process."""
     return start_time_ns // NS_PER_TICK
 
 

@@ -133,7 +133,7 @@ def stats_from_c(s: uapi.Stats) -> StatsInfo:
 
 
 # struct pmm_config's settable fields and their PMM_CFG_* bits
-_CFG_BITS = {
+CFG_BITS = {
     "interval_ms": uapi.CFG_INTERVAL,
     "scan": uapi.CFG_SCAN,
     "start_pid": uapi.CFG_START_PID,
@@ -243,7 +243,7 @@ class Device:
         }
         for name, value in values.items():
             if value is not None:
-                c.set |= _CFG_BITS[name]
+                c.set |= CFG_BITS[name]
                 setattr(c, name, value)
         # the pid an error names (the module does STOP before START)
         pid = stop_pid if stop_pid is not None else start_pid
@@ -355,4 +355,4 @@ class Device:
         return stats_from_c(s)
 
 
-__all__ = ["DEFAULT_DEVICE", "Device", "PmmError", "device_path", "pid_exists"]
+__all__ = ["CFG_BITS", "DEFAULT_DEVICE", "Device", "PmmError", "device_path", "pid_exists"]

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pmm import uapi
+from pmm.device import CFG_BITS
 
 T = TypeVar("T", bound=ctypes.Structure)
 NOBODY = 65534
@@ -98,22 +99,10 @@ class Dev:
 
     @staticmethod
     def config_arg(**fields: int) -> uapi.Config:
-        bits = {
-            "interval_ms": uapi.CFG_INTERVAL,
-            "scan": uapi.CFG_SCAN,
-            "start_pid": uapi.CFG_START_PID,
-            "stop_pid": uapi.CFG_STOP_PID,
-            "max_pids": uapi.CFG_MAX_PIDS,
-            "max_blocks_per_pid": uapi.CFG_MAX_BLOCKS,
-            "max_sites_per_pid": uapi.CFG_MAX_SITES,
-            "max_samples_per_pid": uapi.CFG_MAX_SAMPLES,
-            "max_pids_per_uid": uapi.CFG_MAX_PIDS_PER_UID,
-            "exited_ttl_s": uapi.CFG_EXITED_TTL,
-        }
         c = uapi.Config(size=ctypes.sizeof(uapi.Config))
         for k, v in fields.items():
             setattr(c, k, v)
-            c.set |= bits.get(k, 0)
+            c.set |= CFG_BITS.get(k, 0)
         return c
 
     def start(self, pid: int = 0) -> None:

@@ -177,21 +177,10 @@ def test_not_a_database(tmp_path: Path) -> None:
     assert "not a pmm database" in out or "not a database" in out
 
 
-LEAKER = """
-import sys, time
-keep = []
-print("ready", flush=True)
-while True:
-    b = bytearray(64 * 1024)
-    for i in range(0, len(b), 4096):
-        b[i] = 1
-    keep.append(b)
-    time.sleep(0.02)
-"""
 
 
 def test_watch_a_leaking_process_subprocess() -> None:
-    child = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", S.LEAKER], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         t = time.monotonic()

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from trend_series import LEAKER
 from typer.testing import CliRunner
 
 from pmctl.cli import app
@@ -24,17 +25,6 @@ runner = CliRunner()
 PMCTL = Path(sys.executable).parent / "pmctl"  # the venv's console script
 NO_DEVICE = {"PMM_DEVICE": "/nonexistent/pmm"}
 
-LEAKER = """
-import time
-keep = []
-print("ready", flush=True)
-while True:
-    b = bytearray(64 * 1024)
-    for i in range(0, len(b), 4096):
-        b[i] = 1
-    keep.append(b)
-    time.sleep(0.02)
-"""
 
 # a report line: wall clock, elapsed, rss, vm, rate ('-' or signed binary units), samples
 REPORT = re.compile(r"^(\d\d:\d\d:\d\d)\s+(\S+)\s+(\d+\.\d \w?i?B|\d+ B)\s+(\d+\.\d \w?i?B|\d+ B)"

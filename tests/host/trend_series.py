@@ -114,3 +114,17 @@ def aliased_sawtooth(seed: int, n: int = 60, dt: float = 0.1,
     phase = (t / r.uniform(0.02, 0.05)) % 1.0
     pages = np.floor((4 * MIB + floor_rate * t + np.floor(phase * 5) * MIB) / 4096)
     return t, ((pages + r.integers(0, 3, n)) * 4096).astype(np.float64)
+
+
+# a process whose rss grows 64 KiB every 20 ms (3 MiB/s); prints "ready" first
+LEAKER = """
+import time
+keep = []
+print("ready", flush=True)
+while True:
+    b = bytearray(64 * 1024)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    keep.append(b)
+    time.sleep(0.02)
+"""

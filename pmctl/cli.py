@@ -781,7 +781,8 @@ def leaks(
         return
     typer.echo(
         f"pid {pid} ({printable(info.comm)}, {info.state_name}): {live_blocks} live "
-        f"blocks, {human_bytes(live_bytes)} in {len(groups)} sites"
+        f"block{'' if live_blocks == 1 else 's'}, {human_bytes(live_bytes)} in {len(groups)} "
+        f"site{'' if len(groups) == 1 else 's'}"
     )
     if not entries:
         return

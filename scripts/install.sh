@@ -92,15 +92,27 @@ put 0644 "$rules" /etc/udev/rules.d/60-pmm.rules
 rm -f "$rules"
 
 if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
-	python=$(readlink -f "$(command -v python3)")
+	# The tools run for every user (the pmm group's too): an interpreter
+	# anyone may execute, not a shim or a venv in root's home. $PYTHON
+	# chooses; else Debian's /usr/bin/python3 (3.11+, with pip); else the
+	# real file behind python3.
+	if [ -n "${PYTHON:-}" ]; then
+		python=$PYTHON
+	elif /usr/bin/python3 -c 'import sys, pip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+		python=/usr/bin/python3
+	else
+		python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+	fi
 	pydir=$prefix/lib/pmm/python
-	"$python" -m pip install -q --upgrade --target "$destdir$pydir" .
+	"$python" -m pip install -q --upgrade --no-warn-script-location --target "$destdir$pydir" .
 	installed+=("$pydir/")
 	for tool in pmctl:pmctl.cli pmd:pmd.main; do
 		name=${tool%%:*}
 		wrapper=$(mktemp)
-		printf '#!/bin/sh\nPYTHONPATH=%s exec %s -c "import sys; from %s import main; sys.argv[0] = \\"%s\\"; sys.exit(main())" "$@"\n' \
-			"$pydir" "$python" "${tool#*:}" "$name" >"$wrapper"
+		# the package's directory goes first on sys.path; the user's
+		# PYTHONPATH is left as it is
+		printf '#!/bin/sh\nexec %s -c "import sys; sys.path.insert(0, \\"%s\\"); from %s import main; sys.argv[0] = \\"%s\\"; sys.exit(main())" "$@"\n' \
+			"$python" "$pydir" "${tool#*:}" "$name" >"$wrapper"
 		put 0755 "$wrapper" "$prefix/bin/$name"
 		rm -f "$wrapper"
 	done

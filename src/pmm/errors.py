@@ -56,7 +56,8 @@ def module_not_loaded(path: str) -> ModuleNotLoaded:
     saying how to load the module."""
     return ModuleNotLoaded(
         f"{path} does not exist: the pmm module is not loaded "
-        "(load it with `insmod kmod/pmm.ko`, or set PMM_DEVICE)",
+        "(load it: `sudo modprobe pmm` once installed, `sudo insmod kmod/pmm.ko` in the "
+        "source tree; or set PMM_DEVICE)",
         errno.ENOENT,
     )
 

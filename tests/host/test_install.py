@@ -56,7 +56,9 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
         assert line in unit
     assert "CAP_CHOWN" in next(ln for ln in unit if ln.startswith("CapabilityBoundingSet="))
     wrapper = (stage / "usr/local/bin/pmctl").read_text()
-    assert "PYTHONPATH=/usr/local/lib/pmm/python" in wrapper
+    assert 'sys.path.insert(0, \\"/usr/local/lib/pmm/python\\")' in wrapper
+    assert "PYTHONPATH" not in wrapper  # the user's own is kept
+    assert_anyone_may_run(wrapper)
     # The wrapper names its final path; run its command with the staged tree instead.
     staged = wrapper.replace("/usr/local/lib/pmm/python", str(stage / "usr/local/lib/pmm/python"))
     out = subprocess.run(["sh", "-c", staged.split("\n", 1)[1], "pmctl", "--help"],
@@ -84,11 +86,23 @@ def staged_usr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                    check=True, capture_output=True)
 
 
+def assert_anyone_may_run(wrapper: str) -> None:
+    """The wrapper's interpreter is a file every user may execute, reached
+    through directories every user may enter (not a pyenv shim or a venv
+    under root's 0700 home), so the pmm group's members can run the tools."""
+    interpreter = Path(wrapper.split("\n")[1].split()[1])
+    assert interpreter.is_absolute(), wrapper
+    real = interpreter.resolve()
+    assert real.stat().st_mode & 0o001, real
+    for d in real.parents:
+        assert d.stat().st_mode & 0o001, d
+
+
 def staged_tool(stage: Path, tool: str, *args: str, env: dict[str, str] | None = None
                 ) -> subprocess.CompletedProcess[str]:
     """The installed wrapper's command, with the staged tree for its final path."""
     wrapper = (stage / "usr/bin" / tool).read_text()
-    assert "PYTHONPATH=/usr/lib/pmm/python " in wrapper
+    assert 'sys.path.insert(0, \\"/usr/lib/pmm/python\\")' in wrapper
     staged = wrapper.replace("/usr/lib/pmm/python", str(stage / "usr/lib/pmm/python"))
     return subprocess.run(["sh", "-c", staged.split("\n", 1)[1], tool, *args],
                           capture_output=True, text=True,

@@ -269,7 +269,7 @@ def test_sizes_in_binary_units(module: FakeModule, monkeypatch: pytest.MonkeyPat
                      Block(ptr=0x2000, prev_ptr=0, size=1000, time_ns=now - S, site=0,
                            weight=1, op=1)]
     lines = invoke("leaks", str(me)).stdout.splitlines()
-    assert lines[0] == f"pid {me} (prog, running): 2 live blocks, 4.9 KiB in 1 sites"
+    assert lines[0] == f"pid {me} (prog, running): 2 live blocks, 4.9 KiB in 1 site"
     assert re.split(r"\s{2,}", lines[2].strip())[:2] == ["4.9 KiB", "2"]
     # JSON stays exact
     r = invoke("status", "--json")

@@ -207,12 +207,16 @@ void settings_apply(char **env)
 			    "a size in bytes (or with K, M or G)", "exact mode");
 	g_sample = v > 0 ? (uint64_t)v : 0;
 	v = env_num(env, "PMM_BUFFER", TBUF_RECORDS);
-	if (v < 0)
+	if (v < 0) {
 		bad_setting("PMM_BUFFER", env_get(env, "PMM_BUFFER"), "a number of records",
 			    "the default");
-	else	/* a number out of range takes the nearest bound */
+	} else {	/* a number out of range takes the nearest bound, said */
 		g_tbuf_records = v < TBUF_MIN_RECORDS ? TBUF_MIN_RECORDS :
 				 v > TBUF_RECORDS ? TBUF_RECORDS : (uint32_t)v;
+		if (g_tbuf_records != v)
+			bad_setting("PMM_BUFFER", env_get(env, "PMM_BUFFER"),
+				    "a number of records from 512 to 32768", "the nearest of the two");
+	}
 	/* PMM_CLOCK=mono|logical (tests; logical is the address clock, the default) */
 	u = env_get(env, "PMM_CLOCK");
 	g_clock_mono = u && !strcmp(u, "mono");

@@ -274,6 +274,15 @@ def test_bad_settings_say_so_once_each(tmp_path: Path) -> None:
     env.update(PMM_QUIET="true")
     r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True, timeout=TIMEOUT)
     assert (r.returncode, r.stderr) == (0, b"")
+    # a number out of range takes the nearest bound, and says so
+    for value in ("10", "100000"):
+        env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_BUFFER=value,
+                        PMM_FAKE_LOG=str(log))
+        r = subprocess.run([str(HBIN / "semantics")], env=env, capture_output=True,
+                           timeout=TIMEOUT)
+        assert (r.returncode, r.stderr.decode().splitlines()) == (0, [
+            f"pmm: PMM_BUFFER={value}: not a number of records from 512 to 32768; "
+            "the nearest of the two"])
 
 
 def test_exports_only_interposed_symbols() -> None:

@@ -449,7 +449,7 @@ class Switch(StrEnum):
 
 def _limit_opt(name: str, what: str, bound: int) -> Any:
     return typer.Option(
-        name, help=f"Set the maximum {what} (the module accepts 1..{bound}).", min=0,
+        name, help=f"Set the maximum {what} (the module accepts 1..{bound}).", min=1,
         show_default=False,
     )
 

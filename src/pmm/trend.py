@@ -50,6 +50,8 @@ from operator import sub
 from statistics import NormalDist, median
 from typing import Any, TypeVar
 
+from pmm.units import human_bytes
+
 _T = TypeVar("_T")
 
 # Plain lists of floats, no numpy: numpy was half of an installation's size,
@@ -352,22 +354,18 @@ def detect(times: Iterable[float], values: Iterable[float], params: Params = Par
     pct = round(params.confidence * 100)
     if slope <= 0.0 or not large:
         return Trend(Verdict.STABLE, "the floor grows less than the minimum "
-                     f"({_kib(growth)} < {_kib(min_growth)})", **common)
+                     f"({human_bytes(growth)} < {human_bytes(min_growth)})", **common)
     if not continues:
         return Trend(Verdict.STABLE, "growth stopped: the later part of the window is flat",
                      **common)
     if fell_back:
-        return Trend(Verdict.STABLE, f"the floor fell back {_kib(dip)} below its fitted line",
-                     **common)
+        return Trend(Verdict.STABLE,
+                     f"the floor fell back {human_bytes(dip)} below its fitted line", **common)
     if significant and late_significant:
         return Trend(Verdict.LEAK, f"the floor grows steadily ({pct}% CI above 0, in the "
                      "whole window and in its later part)", **common)
     where = "in the whole window" if not significant else "in the later part"
     return Trend(Verdict.GROWING, f"the floor grows, not yet significant {where}", **common)
-
-
-def _kib(b: float) -> str:
-    return f"{b / 1024:.0f} KiB"
 
 
 def seconds_until_exhausted(slope: float, available: float) -> float | None:

@@ -30,6 +30,19 @@ def test_flat_noise_is_stable(seed: int) -> None:
     assert detect(*S.flat(seed)).verdict is Verdict.STABLE
 
 
+def test_stable_reason_in_binary_units() -> None:
+    """The reason's sizes read as the rest of the report does (pmm.units), not
+    '(0 KiB < 64 KiB)'; the fields keep the exact numbers."""
+    t = np.arange(60.0)
+    r = detect(t, np.full(60, 5e6))
+    assert (r.verdict, r.reason) == (Verdict.STABLE,
+                                     "the floor grows less than the minimum (0 B < 64.0 KiB)")
+    assert (r.growth, r.min_growth) == (0.0, 64 * KIB)
+    r = detect(t, 5e6 + t * 512)  # 30 KiB over 59 s, under the 64 KiB minimum
+    assert r.reason == "the floor grows less than the minimum (29.5 KiB < 64.0 KiB)"
+    assert r.growth == pytest.approx(512 * 59)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_steady_leak(seed: int) -> None:
     r = detect(*S.leak(seed, rate=4 * KIB))
@@ -122,7 +135,7 @@ def test_a_floor_that_falls_back_is_stable() -> None:
     v = 5e6 + (t % 55) * 40960
     r = detect(t, v)
     assert (r.verdict, r.reason) == (Verdict.STABLE,
-                                     "the floor fell back 2200 KiB below its fitted line")
+                                     "the floor fell back 2.1 MiB below its fitted line")
     assert detect(t, v, Params(fallback_fraction=1e9)).verdict is Verdict.GROWING
 
 

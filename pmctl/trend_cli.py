@@ -17,8 +17,11 @@ numbers.
 
 Exit status: 0 STABLE, 10 LEAK, 11 GROWING (growth not yet significant),
 12 NOT ENOUGH DATA, also after a watch ended early; 1-9 errors as in
-pmctl/exitcodes.py (2: options that do not go together, 3: --source kmod
-without the module, 5: no such pid, 6: no samples of it anywhere).
+pmctl/exitcodes.py (1: a --db or $PMM_DB that does not exist, 2: options
+that do not go together, an --interval longer than the watch, a --plot file
+that cannot be written, 3: --source kmod without the module, 5: no such pid,
+6: no samples of it anywhere). A watch too short for the detector's 30
+samples gets a warning on stderr before it starts.
 
 --json prints one document: {"pid", "start_time", "comm", "source", "db",
 "watch": null | {"interval_s", "duration_s", "elapsed_s", "ended": "time" |
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,7 +54,7 @@ from pmctl.exitcodes import exit_code_for
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
 from pmm.output import dump_json, human_age
 from pmm.text import printable
-from pmm.trend import Verdict
+from pmm.trend import Params, Verdict
 from pmm.trendreport import (
     Report,
     analyse,
@@ -60,7 +64,15 @@ from pmm.trendreport import (
     watch_header,
     watch_line,
 )
-from pmm.trendsource import Data, WatchEnd, from_db, from_kmod, from_watch, live_start
+from pmm.trendsource import (
+    Data,
+    WatchEnd,
+    from_db,
+    from_kmod,
+    from_watch,
+    live_start,
+    planned_samples,
+)
 from pmm.units import format_duration, parse_duration
 
 EXIT_STABLE = 0
@@ -77,6 +89,8 @@ EXIT_CODES: dict[Verdict, int] = {
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_REPORT_EVERY = 1.0
+# what the no-samples hints suggest: long enough for the detector's 30 samples
+SUGGESTED_WATCH = "--watch DURATION (e.g. --watch 30s)"
 
 
 class Source(enum.StrEnum):
@@ -194,14 +208,55 @@ def _check_options(ctx: typer.Context, source: Source, watch: float | None,
                           "from the module's ring")
 
 
-def _stored(pid: int, path: Path, source: Source, start_time: int | None,
+def _check_watch(watch: float, interval: float, quiet: bool) -> None:
+    """A watch that cannot give a verdict: refused when it would take a
+    single sample (exit 2), a warning on stderr (unless quiet) when it takes
+    fewer than the detector needs."""
+    if interval > watch:
+        raise _refuse("--interval", f"{format_duration(interval)} is longer than --watch "
+                      f"{format_duration(watch)}: the watch would take a single sample")
+    taken = planned_samples(watch, interval)
+    need = Params().min_samples
+    if taken < need and not quiet:
+        enough = format_duration(round((need - 1) * interval, 6))
+        typer.echo(f"pmctl: warning: --watch {format_duration(watch)} at --interval "
+                   f"{format_duration(interval)} takes {taken} samples, and the verdict needs "
+                   f"at least {need}: use a longer --watch (at least {enough}) or a shorter "
+                   "--interval", err=True)
+
+
+def _check_plot_path(plot: Path) -> None:
+    """The plot's file can be written (its directory exists and this user may
+    create files in it), checked before any sampling, not after a watch."""
+    if plot.is_dir():
+        raise _refuse("--plot", f"{plot} is a directory: give the file to write, e.g. "
+                      f"{plot / 'trend.png'}")
+    where = plot.parent
+    if not where.exists():
+        raise _refuse("--plot", f"cannot write {plot}: its directory {where} does not exist")
+    if not where.is_dir():
+        raise _refuse("--plot", f"cannot write {plot}: {where} is not a directory")
+    if plot.exists():
+        if not os.access(plot, os.W_OK):
+            raise _refuse("--plot", f"cannot write {plot}: this user may not write it")
+    elif not os.access(where, os.W_OK | os.X_OK):
+        raise _refuse("--plot", f"cannot write {plot}: this user cannot create files in "
+                      f"{where}")
+
+
+def _stored(pid: int, path: Path, named: bool, source: Source, start_time: int | None,
             since: float | None) -> Data:
     """The samples pmd or the module kept of pid; NotMonitored/NoSuchPid when
-    there are none, ModuleNotLoaded for --source kmod without the module."""
+    there are none, ModuleNotLoaded for --source kmod without the module.
+
+    A database that was `named` (--db, $PMM_DB) must exist: its absence is
+    the store's error. The default one may be missing in auto mode (pmd has
+    not run), and the module is asked then."""
     d: Data | None = None
     module_missing = False
-    if source in (Source.auto, Source.db):
-        d = from_db(path, pid, start_time, since, missing_ok=source == Source.auto)
+    db_missing = source == Source.auto and not named and not path.exists()
+    if source in (Source.auto, Source.db) and not db_missing:
+        d = from_db(path, pid, start_time, since, missing_ok=False)
     if d is None and source in (Source.auto, Source.kmod):
         try:
             d = from_kmod(pid, since, start_time)
@@ -212,14 +267,23 @@ def _stored(pid: int, path: Path, source: Source, start_time: int | None,
     if d is not None:
         return d
     alive = live_start(pid) is not None
-    where = {Source.auto: f"in {path} nor in the module's ring",
-             Source.db: f"in {path}", Source.kmod: "in the module's ring"}[source]
-    if module_missing:
-        where = f"in {path}, and the module is not loaded"
-    hint = ("run pmd, or `pmctl start PID`, or use --watch SECONDS" if alive
-            else "the process does not exist")
+    what = {Source.auto: f"no samples of pid {pid} in {path} nor in the module's ring",
+            Source.db: f"no samples of pid {pid} in {path}",
+            Source.kmod: f"no samples of pid {pid} in the module's ring"}[source]
+    if db_missing:
+        what = (f"no samples of pid {pid}: there is no pmd database at {path} (pmd writes "
+                "it), and " + ("the module is not loaded" if module_missing
+                               else "none in the module's ring"))
+    elif module_missing:
+        what = f"no samples of pid {pid} in {path}, and the module is not loaded"
+    if not alive:
+        hint = "the process does not exist"
+    elif module_missing:  # `pmctl start` needs the module
+        hint = f"use {SUGGESTED_WATCH}, or run pmd"
+    else:
+        hint = f"run pmd, or `pmctl start {pid}`, or use {SUGGESTED_WATCH}"
     cls = NotMonitored if alive else NoSuchPid
-    raise cls(f"no samples of pid {pid} {where}: {hint}")
+    raise cls(f"{what}: {hint}")
 
 
 def _watched(pid: int, duration: float, interval: float, report_every: float,
@@ -307,7 +371,8 @@ def trend_command(
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE.png", show_default=False,
         help="Also draw rss, vm and the fitted floor of rss over time into FILE.png "
-        "(needs matplotlib: pip install 'pmm\\[plot]').")] = None,
+        "(needs matplotlib: pip install matplotlib; from pmm's source tree: "
+        "pip install '.\\[plot]').")] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="Print one JSON document with stable keys instead of a table.")
     ] = False,
@@ -318,12 +383,15 @@ def trend_command(
     from pmm.store import default_db_path
 
     _check_options(ctx, source, watch, json_)
-    if plot is not None:
-        require_matplotlib()  # before a watch, not after it
+    if watch is not None:
+        _check_watch(watch, interval, quiet=json_)
+    if plot is not None:  # before a watch, not after it
+        _check_plot_path(plot)
+        require_matplotlib()
     if watch is not None:
         d = _watched(pid, watch, interval, report_every, quiet=json_)
     else:
-        d = _stored(pid, db or default_db_path(), source, start_time, since)
+        d = _stored(pid, db or default_db_path(), db is not None, source, start_time, since)
     rep = analyse(d)
     code = EXIT_CODES[rep.trend.verdict]
     if plot is not None:

@@ -28,6 +28,9 @@ from pmm.trendsource import Data, device_sites, mem_available
 from pmm.units import human_bytes, human_rate
 
 TABLE_ROWS = 12
+# what to install for plot_png
+PLOT_INSTALL_HINT = ("install matplotlib (pip install matplotlib; from pmm's source tree: "
+                     "pip install '.[plot]')")
 
 
 class PlotUnavailable(PmmError):
@@ -251,9 +254,10 @@ def require_matplotlib() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot  # noqa: F401
     except ImportError:
+        # not "pip install 'pmm[plot]'": pmm on PyPI is another project
         raise PlotUnavailable(
-            "drawing a plot needs matplotlib, which is not installed: "
-            "pip install 'pmm[plot]' (or pip install matplotlib)") from None
+            f"drawing a plot needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}"
+        ) from None
 
 
 def _axis_unit(largest: float) -> tuple[str, float]:

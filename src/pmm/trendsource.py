@@ -181,6 +181,20 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
                 [s.vm for s in samples], [s.rss for s in samples])
 
 
+def planned_samples(seconds: float, interval: float) -> int:
+    """How many samples a watch of `seconds` at `interval` takes when the
+    process lives to its end: one at 0, then one each interval up to and
+    including `seconds` (with a tolerance, so that 0.1 x 35 counts as 3.5)."""
+    limit = seconds * (1 + 1e-9)
+    taken = int(limit // interval) + 1
+    # the same comparisons as from_watch's loop, whatever the floor division rounded
+    while taken * interval <= limit:
+        taken += 1
+    while taken > 1 and (taken - 1) * interval > limit:
+        taken -= 1
+    return taken
+
+
 def from_watch(pid: int, seconds: float, interval: float,
                on_sample: Callable[[Data], None] | None = None,
                stop: Callable[[], bool] | None = None) -> Data:
@@ -196,6 +210,7 @@ def from_watch(pid: int, seconds: float, interval: float,
     start, comm = live
     d = Data(pid, start, comm, "proc", watch=Watch(interval, seconds))
     assert d.watch is not None
+    last = planned_samples(seconds, interval)
     began = time.monotonic()
     ended = WatchEnd.TIME
     taken = 0
@@ -215,8 +230,7 @@ def from_watch(pid: int, seconds: float, interval: float,
         if on_sample is not None:
             on_sample(d)
         # the k-th sample is due at k x interval, the last one at `seconds`
-        # itself (a tolerance, so that 0.1 x 35 counts as 3.5)
-        if taken * interval > seconds * (1 + 1e-9):
+        if taken >= last:
             break
         due = began + taken * interval
         # short naps, so that a stop request ends a long interval promptly

@@ -24,6 +24,7 @@ runner = CliRunner()
 DEAD_PID = 4_000_000  # above pid_max: never a live process
 T0 = 1_000_000  # boottime ns of the first sample (1 ms after boot)
 START = 0
+NO_DEVICE = {"PMM_DEVICE": "/nonexistent/pmm"}  # the module is not loaded
 
 
 def _fill(db: Path, pid: int, t: np.ndarray, v: np.ndarray, start: int = START,
@@ -111,14 +112,51 @@ def test_reused_pid_picks_latest_or_start_time(tmp_path: Path) -> None:
 
 
 def test_no_samples_anywhere(tmp_path: Path) -> None:
-    db = tmp_path / "none.db"
+    db = tmp_path / "empty.db"
+    Store.open(db).close()
     env = {"PMM_DEVICE": str(tmp_path / "no-device")}
     r = runner.invoke(app, ["trend", str(DEAD_PID), "--db", str(db)], env=env)
     assert r.exit_code == 5
     assert "the process does not exist" in r.output
     r = runner.invoke(app, ["trend", str(os.getpid()), "--db", str(db)], env=env)
     assert r.exit_code == 6
-    assert "use --watch SECONDS" in r.output
+    assert r.output == (f"pmctl: no samples of pid {os.getpid()} in {db}, and the module is "
+                        "not loaded: use --watch DURATION (e.g. --watch 30s), or run pmd\n")
+
+
+@pytest.mark.parametrize("how", ["--db", "PMM_DB"])
+def test_a_missing_database_that_was_named_is_the_stores_error(tmp_path: Path,
+                                                                how: str) -> None:
+    """--db PATH or PMM_DB names a file that is not there: said as --source db
+    and `pmctl alerts` say it (exit 1), not 'no samples', whatever the module."""
+    db = tmp_path / "missing.db"
+    args = ["--db", str(db)] if how == "--db" else []
+    for pid in (os.getpid(), DEAD_PID):
+        r = runner.invoke(app, ["trend", str(pid), *args],
+                          env={**NO_DEVICE, "PMM_DB": str(db) if how == "PMM_DB" else None})
+        assert r.exit_code == 1, r.output
+        assert r.output.startswith(f"pmctl: no database at {db}: No such file or directory "
+                                   "(pmd writes it"), r.output
+        assert "no samples" not in r.output
+
+
+def test_no_database_at_the_default_path_and_no_module(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --db, a default database that is not there is no error: auto
+    says plainly that neither pmd nor the module has samples, and what to do."""
+    import pmm.store
+
+    default = tmp_path / "share" / "pmm.db"
+    monkeypatch.setattr(pmm.store, "default_db_path", lambda writer=False: default)
+    env = {**NO_DEVICE, "PMM_DB": None}
+    r = runner.invoke(app, ["trend", str(os.getpid())], env=env)
+    assert r.exit_code == 6, r.output
+    assert r.output == (f"pmctl: no samples of pid {os.getpid()}: there is no pmd database at "
+                        f"{default} (pmd writes it), and the module is not loaded: use --watch "
+                        "DURATION (e.g. --watch 30s), or run pmd\n")
+    r = runner.invoke(app, ["trend", str(DEAD_PID)], env=env)
+    assert r.exit_code == 5, r.output
+    assert "the process does not exist" in r.output
 
 
 def test_env_pmm_db(tmp_path: Path) -> None:
@@ -137,8 +175,9 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert code == 10, out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot:     {png}" in out
+    # refused before the samples are read: a usage error
     code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "no/dir/x.png"))
-    assert code == 1 and "cannot write the plot" in out
+    assert code == 2 and "Invalid value for '--plot': cannot write" in out, out
 
 
 def test_plot_in_binary_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,8 +259,6 @@ def test_watch_proc_source_needs_watch() -> None:
 
 # -- the module, the database, units ---------------------------------------------------
 
-NO_DEVICE = {"PMM_DEVICE": "/nonexistent/pmm"}
-
 
 def test_source_kmod_without_the_module_exits_3() -> None:
     """As every other command: the module is not loaded (3), not 'no samples'."""
@@ -231,7 +268,8 @@ def test_source_kmod_without_the_module_exits_3() -> None:
 
 
 def test_auto_without_the_module_says_so(tmp_path: Path) -> None:
-    db = tmp_path / "none.db"
+    db = tmp_path / "empty.db"
+    Store.open(db).close()
     r = runner.invoke(app, ["trend", str(os.getpid()), "--db", str(db)], env=NO_DEVICE)
     assert r.exit_code == 6, r.output
     assert f"no samples of pid {os.getpid()} in {db}, and the module is not loaded" in r.output

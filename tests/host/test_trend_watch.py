@@ -250,7 +250,9 @@ def test_plot_without_matplotlib_fails_before_sampling(
                             str(tmp_path / "t.png")], env=NO_DEVICE)
     assert time.monotonic() - t < 10  # not after the minute's watch
     assert r.exit_code == 1, r.output
-    assert "needs matplotlib, which is not installed: pip install 'pmm[plot]'" in r.output
+    assert ("needs matplotlib, which is not installed: install matplotlib (pip install "
+            "matplotlib; from pmm's source tree: pip install '.[plot]')") in r.output
+    assert "pmm[plot]" not in r.output  # pmm on PyPI is another project
     assert "watching pid" not in r.output and "Traceback" not in r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
     assert not (tmp_path / "t.png").exists()
@@ -271,7 +273,8 @@ def test_plot_without_matplotlib_subprocess(sleeper: subprocess.Popen[bytes],
     assert time.monotonic() - t < 10
     assert r.returncode == 1, r.stderr
     assert r.stderr.strip() == ("pmctl: drawing a plot needs matplotlib, which is not "
-                                "installed: pip install 'pmm[plot]' (or pip install matplotlib)")
+                                "installed: install matplotlib (pip install matplotlib; from "
+                                "pmm's source tree: pip install '.[plot]')")
     assert r.stdout == ""
 
 
@@ -295,6 +298,79 @@ def test_options_that_do_not_apply(args: list[str], option: str, why: str) -> No
     text = " ".join(r.output.replace("│", " ").split())  # the usage box wraps lines
     assert f"Invalid value for {option}: {why}" in text, r.output
     assert time.monotonic() - t < 0.9  # refused before any sampling
+
+
+def test_an_interval_longer_than_the_watch_is_refused(sleeper: subprocess.Popen[bytes]) -> None:
+    """--watch 1s --interval 2s used to take one sample and say NOT ENOUGH DATA."""
+    t = time.monotonic()
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "1s", "--interval", "2s"],
+                      env=NO_DEVICE)
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.replace("│", " ").split())
+    assert ("Invalid value for '--interval': 2s is longer than --watch 1s: the watch would "
+            "take a single sample") in text, r.output
+    assert time.monotonic() - t < 0.9  # refused before any sampling
+
+
+@pytest.mark.parametrize(("watch_for", "interval", "samples", "enough"), [
+    ("2s", "100ms", 21, "2.9s"),
+    ("280ms", "10ms", 29, "290ms"),
+])
+def test_a_watch_too_short_for_a_verdict_warns(sleeper: subprocess.Popen[bytes], watch_for: str,
+                                               interval: str, samples: int,
+                                               enough: str) -> None:
+    """One line on stderr before sampling: the watch gives fewer samples than
+    the detector's minimum (30), and what would give enough."""
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", watch_for, "--interval",
+                            interval, "--report-every", "0"], env=NO_DEVICE)
+    assert r.exit_code == 12, r.output
+    warning = (f"pmctl: warning: --watch {watch_for} at --interval {interval} takes {samples} "
+               "samples, and the verdict needs at least 30: use a longer --watch (at least "
+               f"{enough}) or a shorter --interval")
+    assert r.stderr.splitlines()[0] == warning, r.stderr
+    assert r.stderr.count("warning") == 1
+    assert f"verdict:  NOT ENOUGH DATA ({samples} samples over" in r.stdout
+
+
+def test_a_watch_of_30_samples_does_not_warn(sleeper: subprocess.Popen[bytes]) -> None:
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "290ms", "--interval", "10ms",
+                            "--report-every", "0"], env=NO_DEVICE)
+    assert "warning" not in r.stderr, r.stderr
+    assert "(30 samples over" in r.stdout, r.output
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("nodir/t.png", "cannot write nodir/t.png: its directory nodir does not exist"),
+    ("adir", "adir is a directory: give the file to write, e.g. adir/trend.png"),
+    ("afile/t.png", "cannot write afile/t.png: afile is not a directory"),
+])
+def test_a_plot_that_cannot_be_written_is_refused_before_sampling(
+        sleeper: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        path: str, why: str) -> None:
+    """Not after the whole watch: usage error (2) naming the path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("")
+    t = time.monotonic()
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "1m", "--plot", path],
+                      env=NO_DEVICE)
+    assert r.exit_code == 2, r.output
+    assert f"Invalid value for '--plot': {why}" in " ".join(r.output.replace("│", " ").split())
+    assert "watching pid" not in r.output
+    assert time.monotonic() - t < 0.9
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any directory")
+def test_a_plot_in_a_directory_this_user_cannot_write(
+        sleeper: subprocess.Popen[bytes], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "closed").mkdir(mode=0o500)
+    r = runner.invoke(app, ["trend", str(sleeper.pid), "--watch", "1m", "--plot",
+                            "closed/t.png"], env=NO_DEVICE)
+    assert r.exit_code == 2, r.output
+    assert ("Invalid value for '--plot': cannot write closed/t.png: this user cannot create "
+            "files in closed") in " ".join(r.output.replace("│", " ").split())
 
 
 def test_pmm_db_from_the_environment_is_not_a_conflict(sleeper: subprocess.Popen[bytes],
@@ -321,4 +397,8 @@ def test_usage_line_names_pid() -> None:
     assert r.exit_code == 0
     assert "Usage: pmctl trend [OPTIONS] PID" in r.output
     assert "{pid}" not in r.output.lower()
-    assert "pip install 'pmm[plot]'" in " ".join(r.output.replace("│", " ").split())
+    text = " ".join(r.output.replace("│", " ").split())
+    assert ("needs matplotlib: pip install matplotlib; from pmm's source tree: pip install "
+            "'.[plot]'") in text, r.output
+    assert "pmm[plot]" not in text  # pmm on PyPI is another project
+

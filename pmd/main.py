@@ -1,12 +1,15 @@
 """pmd: the pmm monitoring daemon's command line (runs in the foreground).
 
 The daemon itself is pmm.daemon; this parses the options, sets up logging
-(one line per record on stderr, control characters escaped) and maps a
-database that cannot be opened to one line and exit status 1.
+(one line per record on stderr, "pmd: LEVEL: ...", control characters
+escaped) and says why pmd cannot start in one line, "pmd: ...", as pmctl
+does.
 
-Exit status: 0 after SIGTERM/SIGINT with everything written, 1 if the
-database cannot be opened or the last rows could not be written, 2 bad
-arguments.
+Exit status: 0 after SIGTERM/SIGINT with everything written; 1 if a --pid
+names no process, the database cannot be opened or the last rows could not
+be written; 2 bad arguments (nothing to watch included). pmd has no exit
+status of its own for a missing pid (pmctl's 5): a daemon's callers tell
+only success, failure and misuse apart.
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ def duration(text: str) -> float:
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
-        raise typer.BadParameter(f"must be between {format_duration(MIN_INTERVAL)} and "
-                                 f"{format_duration(MAX_INTERVAL)}, not {text}")
+        raise typer.BadParameter(f"{text} is out of range: {format_duration(MIN_INTERVAL)} to "
+                                 f"{format_duration(MAX_INTERVAL)}")
     return seconds
 
 
@@ -64,22 +67,23 @@ def err(msg: str) -> None:
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turns a PmmError (a database that cannot be opened) and anything
-    unexpected into one line on stderr and exit 1; never a traceback."""
+    """Turns a PmmError (a database that cannot be opened, a --pid that names
+    no process) and anything unexpected into one line on stderr and exit 1;
+    never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except PmmError as e:
-            err(f"ERROR: {e}")
+            err(str(e))
             raise typer.Exit(1) from None
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except Exception as e:  # noqa: BLE001 - the daemon's last resort
-            err(f"ERROR: internal error: {type(e).__name__}: {e} (please report this)")
+            err(f"internal error: {type(e).__name__}: {e} (please report this)")
             raise typer.Exit(1) from None
 
     return wrapper
@@ -117,8 +121,9 @@ def setup_logging(verbose: bool) -> logging.Handler:
     "sample that process. Runs in the foreground; SIGTERM or SIGINT writes what is pending "
     "and exits.",
     epilog="Durations take a unit: 100ms, 2s, 5m, 1h; a bare number is seconds. "
-    "Exit status: 0 stopped by SIGTERM/SIGINT with everything written, 1 the database "
-    "cannot be opened or the last rows could not be written, 2 bad arguments.",
+    "Exit status: 0 stopped by SIGTERM/SIGINT with everything written; 1 a --pid names no "
+    "process, the database cannot be opened or the last rows could not be written; 2 bad "
+    "arguments.",
 )
 @handle_errors
 def pmd(
@@ -156,6 +161,10 @@ def pmd(
         "--version", callback=show_version, is_eager=True,
         help="Print pmd's version and exit.")] = False,
 ) -> None:
+    if no_genl and not pid:
+        err("nothing to watch: --no-genl without --pid; give --pid PID, or drop --no-genl "
+            "to record the processes the module monitors (see `pmd --help`)")
+        raise typer.Exit(USAGE)
     handler = setup_logging(verbose)
     explicit = db is not None or bool(os.environ.get("PMM_DB"))
     path = db or default_db_path(writer=True)
@@ -203,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = int(getattr(e, "exit_code", 1))
         fmt = getattr(e, "format_message", None)
         msg = fmt() if callable(fmt) else str(e)
-        err(f"error: {msg} (see `pmd --help`)" if code == USAGE else f"error: {msg}")
+        err(f"{msg} (see `pmd --help`)" if code == USAGE else msg)
         sys.exit(code)
     sys.exit(rv if isinstance(rv, int) else 0)
 

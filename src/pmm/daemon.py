@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from pmm import procsampler, uapi
+from pmm.errors import NoSuchPid
 from pmm.genl import Event, Listener, MalformedEvent
 from pmm.store import (
     AlertRow,
@@ -253,7 +254,7 @@ class Daemon:
         t = time.monotonic()
         detect(range(30), [float(i) for i in range(30)], self.opts.params)
         self.detector_ready.set()
-        log.info("detector ready (%.1f s to warm up)", time.monotonic() - t)
+        log.info("detector ready (%.1fs to warm up)", time.monotonic() - t)
 
     def handle_event(self, ev: Event | MalformedEvent) -> None:
         """Acts on one event of the module: a sample, a process started, listed,
@@ -438,7 +439,8 @@ class Daemon:
             delay = min(60.0, 5.0 * 2 ** (self.write_failures - 1))
             self.next_flush = now + delay
             self._bound_pending()
-            log.error("%s; %d rows kept in memory, retrying in %.0f s", e, self.pending(), delay)
+            log.error("%s; %d rows kept in memory, retrying in %s", e, self.pending(),
+                      format_duration(delay))
             return
         if self.write_failures:
             log.info("database writable again: wrote the rows kept in memory")
@@ -565,11 +567,31 @@ class Daemon:
         return 0
 
 
+def missing_pids(pids: list[int]) -> list[int]:
+    """Those of pids that name no process now (no /proc/PID)."""
+    missing = []
+    for pid in pids:
+        try:
+            procsampler.read_stat(pid)
+        except procsampler.ProcessGone:
+            missing.append(pid)
+        except OSError:
+            pass  # there, but not readable: sample_targets says so
+    return missing
+
+
 def serve(opts: Options, create_parents: bool = False) -> int:
     """Runs pmd on opts.db until SIGTERM or SIGINT. The exit status: 0 when
     everything was written, 1 when the last rows could not be. Raises
-    StoreError when the database cannot be opened; create_parents makes its
-    missing directories first (for the default path, not for one given)."""
+    NoSuchPid when a pid of opts.pids names no process (a mistyped pid would
+    leave pmd watching nothing), before the database is touched; StoreError
+    when the database cannot be opened; create_parents makes its missing
+    directories first (for the default path, not for one given)."""
+    missing = missing_pids(opts.pids)
+    if missing:
+        listed = ", ".join(map(str, missing))
+        raise NoSuchPid(f"no such process: pid {listed}" if len(missing) == 1
+                        else f"no such processes: pids {listed}")
     store = Store.open(opts.db, create_parents=create_parents)
     try:
         return Daemon(store, opts).run()

@@ -40,7 +40,10 @@ but whose own pmd writes ~/.local/share/pmm/pmm.db.
 
 Errors: `Store.open` says what is in the way before SQLite would say
 "unable to open database file": DatabaseNotFound, DatabasePermissionDenied
-(who may read it) and NotADatabase, each one line naming the path.
+(who may read it) and NotADatabase, each one line naming the path. The
+writer looks at an existing file before it changes anything (mode, -wal and
+-shm, WAL mode, tables): it refuses one that is not SQLite, or another
+program's database (tables, none of them pmd's), and leaves it as it was.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ class DatabasePermissionDenied(StoreError, PermissionDenied):
 
 
 class NotADatabase(StoreError):
-    """The path is a directory, or a file that is not a pmm database."""
+    """The path is a directory, or a file that is not a pmm database (another
+    kind of file, another program's SQLite database)."""
 
 
 class BadRowError(StoreError):
@@ -508,6 +512,51 @@ def _system_db_hint(path: Path) -> str:
     return f"; this user cannot read pmd's system database {SYSTEM_DB_PATH}{group}"
 
 
+PMD_TABLES = ("processes", "samples", "site_snapshots", "sites", "alerts")
+
+
+def _table_names(conn: sqlite3.Connection) -> list[str]:
+    """The database's own tables (not SQLite's sqlite_* ones), by name."""
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' "
+        "ESCAPE '\\' ORDER BY name")]
+
+
+def _existing_tables(path: Path) -> list[str]:
+    """The tables of the file at `path` as it is, read without changing it:
+    none for a missing or empty file (pmd makes it a database).
+    sqlite3.Error when it is not an SQLite database. With a -wal and a -shm
+    beside it (a writer may be at work), it is opened read-only, which reads
+    the -wal too, under SQLite's locks, and creates neither. Else it is
+    opened immutable=1, which takes no lock and makes no -wal or -shm (a
+    -wal left by a crash is not read: at worst a database whose tables are
+    all in it looks new, and the writer's connection finds them)."""
+    try:
+        if os.stat(path).st_size == 0:
+            return []
+    except FileNotFoundError:
+        return []
+    in_use = os.path.lexists(f"{path}-wal") and os.path.lexists(f"{path}-shm")
+    query = "mode=ro" if in_use else "immutable=1"
+    conn = sqlite3.connect(_uri(path, query), uri=True)
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        return _table_names(conn)
+    finally:
+        conn.close()
+
+
+def _refuse_foreign(path: Path, tables: list[str]) -> None:
+    """NotADatabase when the database holds tables and none of pmd's: it is
+    another program's, and pmd must not add its tables to it or change its
+    mode. A database without tables is a new one."""
+    if not tables or set(tables) & set(PMD_TABLES):
+        return
+    shown = ", ".join(tables[:5]) + (f", ... ({len(tables)} in all)" if len(tables) > 5 else "")
+    raise NotADatabase(f"{path} is an SQLite database of something else (tables: {shown}): "
+                       "give pmd its own file")
+
+
 # errors about the values written (sqlite3 binding a value it cannot store,
 # a constraint), not about the database
 _ROW_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
@@ -531,7 +580,8 @@ class Store:
         directory with `create_parents`). StoreError says what is in the way:
         DatabaseNotFound (no such file, or directory),
         DatabasePermissionDenied, NotADatabase (a directory, another kind of
-        file), or else SQLite's own reason."""
+        file, another program's database: left unchanged), or else SQLite's
+        own reason."""
         path = Path(path)
         try:
             if readonly:
@@ -547,6 +597,8 @@ class Store:
             why = _why_not(path, writer=True)
             if why is not None:
                 raise why
+            # before anything changes it (mode, group, -wal and -shm, WAL)
+            _refuse_foreign(path, _existing_tables(path))
             changed = _secure_files(path, gid)
             db = sqlite_utils.Database(path, execute_plugins=False)
             db.conn.execute("PRAGMA busy_timeout=5000")

@@ -5,6 +5,7 @@ traceback."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -72,7 +73,7 @@ def test_help_names_what_things_are() -> None:
     assert "--pid PID" in text and "repeat for more (--pid 1 --pid 2)" in text
     assert "--interval DURATION" in text and "[default: 1s]" in text
     assert "a bare number is seconds" in text
-    assert "1 the database cannot be opened" in text
+    assert "1 a --pid names no process, the database cannot be opened" in text
     for private in ("{pid}", "START_PID", "GET_PIDS", "PMM_CMD", "PMM_A_", "the article"):
         assert private not in text
 
@@ -151,9 +152,9 @@ def test_pid_repeated_and_listed_samples_each(tmp_path: Path, sleepers: list[int
 @pytest.mark.parametrize(("args", "says"), [
     (["--interval", "5x"], "Invalid value for '--interval': '5x' is not a duration: write a "
      "number with a unit, e.g. 100ms, 5s, 2m, 1h (a bare number is seconds)"),
-    (["--interval", "0"], "Invalid value for '--interval': must be between 10ms and 1h, not 0"),
+    (["--interval", "0"], "Invalid value for '--interval': 0 is out of range: 10ms to 1h"),
     (["--commit-interval", "2h"],
-     "Invalid value for '--commit-interval': must be between 10ms and 1h, not 2h"),
+     "Invalid value for '--commit-interval': 2h is out of range: 10ms to 1h"),
     (["--pid", "0"], "Invalid value for '--pid'"),
     (["--window", "5"], "Invalid value for '--window'"),
     (["--frobnicate"], "No such option: --frobnicate"),
@@ -162,7 +163,7 @@ def test_pid_repeated_and_listed_samples_each(tmp_path: Path, sleepers: list[int
 def test_bad_argument_is_one_line_and_exit_2(args: list[str], says: str) -> None:
     r = run_pmd(*args)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith(f"pmd: error: {says}"), r.stderr
+    assert r.stderr.startswith(f"pmd: {says}"), r.stderr
     assert r.stderr.endswith(" (see `pmd --help`)\n")
     assert len(r.stderr.splitlines()) == 1 and r.stdout == ""
 
@@ -183,9 +184,9 @@ def test_database_errors_say_what_happened(tmp_path: Path) -> None:
     ]
     (tmp_path / "file.db").write_text("")
     for db, says in cases:
-        r = run_pmd("--db", str(db))
+        r = run_pmd("--db", str(db), "--pid", str(os.getpid()))
         assert r.returncode == 1, r.stderr
-        assert r.stderr.startswith(f"pmd: ERROR: {says}"), r.stderr
+        assert r.stderr.startswith(f"pmd: {says}"), r.stderr
         assert len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "no").exists()  # a mistyped --db makes no directories
 
@@ -197,5 +198,29 @@ def test_an_unexpected_failure_is_one_line_and_exit_1(monkeypatch: pytest.Monkey
     monkeypatch.setattr(pmd_main, "serve", serve)
     r = invoke("--db", "x.db")
     assert (r.exit_code, r.stdout) == (1, "")
-    assert r.stderr == ("pmd: ERROR: internal error: RuntimeError: the loop broke (please "
+    assert r.stderr == ("pmd: internal error: RuntimeError: the loop broke (please "
                         "report this)\n")
+
+
+def test_nothing_to_watch_is_a_usage_error(tmp_path: Path) -> None:
+    """--no-genl without --pid would log "0 pid(s)" and run for ever."""
+    r = run_pmd("--db", str(tmp_path / "pmm.db"))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == ("pmd: nothing to watch: --no-genl without --pid; give --pid PID, or "
+                        "drop --no-genl to record the processes the module monitors (see "
+                        "`pmd --help`)\n")
+    assert not (tmp_path / "pmm.db").exists()
+
+
+def test_a_pid_that_names_no_process_is_refused(tmp_path: Path) -> None:
+    """Exit 1 (pmd's failure; pmctl's own status for it, 5, is not pmd's),
+    before the database is made."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        never = int(f.read())  # pids are below pid_max
+    db = tmp_path / "pmm.db"
+    r = run_pmd("--db", str(db), "--pid", str(os.getpid()), "--pid", str(never))
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == f"pmd: no such process: pid {never}\n"
+    r = run_pmd("--db", str(db), "--pid", str(never), "--pid", str(never + 1))
+    assert r.stderr == f"pmd: no such processes: pids {never}, {never + 1}\n"
+    assert not db.exists()

@@ -4,7 +4,9 @@ file; SIGTERM, kill -9, a read-only database and a full disk."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from pmm.daemon import Daemon, Options
+from pmm.store import Store
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -107,10 +112,10 @@ def test_kill_9_keeps_committed_samples(tmp_path: Path, sleeper: int) -> None:
 
 
 def test_unwritable_database_is_one_clear_error(tmp_path: Path) -> None:
-    p = pmd("--db", "/proc/self/no/pmm.db")
+    p = pmd("--db", "/proc/self/no/pmm.db", "--pid", str(os.getpid()))
     _, err = p.communicate(timeout=30)
     assert p.returncode == 1
-    assert err.startswith("pmd: ERROR: cannot open the database /proc/self/no/pmm.db: ")
+    assert err.startswith("pmd: cannot open the database /proc/self/no/pmm.db: ")
     assert len(err.strip().splitlines()) == 1
 
 
@@ -138,7 +143,7 @@ def test_read_only_file_system(tmp_path: Path) -> None:
         p = pmd("--db", str(db), "--pid", str(os.getpid()))
         _, err = p.communicate(timeout=30)
         assert p.returncode == 1
-        assert err.startswith(f"pmd: ERROR: cannot open the database {db}: ")
+        assert err.startswith(f"pmd: cannot open the database {db}: ")
         assert "read-only" in err or "unable to open" in err
         assert len(err.strip().splitlines()) == 1
 
@@ -167,7 +172,7 @@ def test_disk_full_no_busy_loop_then_recovers(tmp_path: Path, sleeper: int) -> N
             log = p.stderr.read() or ""
             errors = [ln for ln in log.splitlines() if "cannot write to the database" in ln]
             assert 1 <= len(errors) <= 3, log
-            assert "full" in errors[0] and "rows kept in memory, retrying in 5 s" in errors[0]
+            assert "full" in errors[0] and "rows kept in memory, retrying in 5s" in errors[0]
             stuck = count(db)
             filler.unlink()
             wait_for(lambda: count(db) > stuck + 100, timeout=30)
@@ -191,4 +196,16 @@ def test_bad_arguments_exit_2() -> None:
         p = pmd(*args)
         _, err = p.communicate(timeout=30)
         assert p.returncode == 2, (args, err)
-        assert "pmd: error:" in err
+        assert err.startswith("pmd: Invalid value for "), err
+
+
+def test_warm_up_says_its_duration_as_durations_are_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pmd")
+    st = Store.open(tmp_path / "pmm.db")
+    try:
+        Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False))._warm_up()
+    finally:
+        st.close()
+    said = [r.getMessage() for r in caplog.records if "warm up" in r.getMessage()]
+    assert len(said) == 1 and re.fullmatch(r"detector ready \(\d+\.\ds to warm up\)", said[0])

@@ -113,7 +113,7 @@ def test_loose_database_is_tightened_once(tmp_path: Path, group: int,
     db = tmp_path / "pmm.db"
     c = sqlite3.connect(db)  # as an older pmd made it: 0644, and a -wal kept by kill -9
     c.execute("PRAGMA journal_mode=wal")
-    c.execute("CREATE TABLE x (a)")
+    c.execute("CREATE TABLE samples (pid, start_time, time)")
     c.close()
     os.chmod(db, 0o644)
     Path(f"{db}-wal").touch(0o666)
@@ -278,7 +278,7 @@ def test_pmd_as_a_user_that_may_not_write(shared: Path) -> None:
 
     def pmd(db: Path) -> Callable[[], Any]:
         def go() -> Any:
-            r = CliRunner().invoke(app, ["--no-genl", "--db", str(db)])
+            r = CliRunner().invoke(app, ["--no-genl", "--pid", str(os.getpid()), "--db", str(db)])
             return [r.exit_code, r.stderr]
         return go
 
@@ -286,17 +286,17 @@ def test_pmd_as_a_user_that_may_not_write(shared: Path) -> None:
     fill(secret).close()
     os.chmod(secret, 0o600)
     assert as_user(NOBODY, NOBODY, pmd(secret)) == [
-        1, f"pmd: ERROR: cannot open the database {secret}: Permission denied (this user "
+        1, f"pmd: cannot open the database {secret}: Permission denied (this user "
         "cannot read it: 0600 root:root)\n"]
     locked = shared / "locked"
     locked.mkdir(0o755)
     assert as_user(NOBODY, NOBODY, pmd(locked / "pmm.db")) == [
-        1, f"pmd: ERROR: cannot open the database {locked}/pmm.db: Permission denied (this "
+        1, f"pmd: cannot open the database {locked}/pmm.db: Permission denied (this "
         f"user cannot create files in {locked}: 0755 root:root)\n"]
     fill(locked / "pmm.db").close()
     os.chmod(locked / "pmm.db", 0o644)
     assert as_user(NOBODY, NOBODY, pmd(locked / "pmm.db")) == [
-        1, f"pmd: ERROR: cannot open the database {locked}/pmm.db: Permission denied (this "
+        1, f"pmd: cannot open the database {locked}/pmm.db: Permission denied (this "
         "user cannot write it: 0644 root:root)\n"]
     open_dir = shared / "open"
     open_dir.mkdir()
@@ -304,5 +304,5 @@ def test_pmd_as_a_user_that_may_not_write(shared: Path) -> None:
     os.chmod(open_dir / "pmm.db", 0o666)
     os.chmod(open_dir, 0o755)
     assert as_user(NOBODY, NOBODY, pmd(open_dir / "pmm.db")) == [
-        1, f"pmd: ERROR: cannot open the database {open_dir}/pmm.db: Permission denied (this "
+        1, f"pmd: cannot open the database {open_dir}/pmm.db: Permission denied (this "
         f"user cannot create its -wal file in {open_dir}: 0755 root:root)\n"]

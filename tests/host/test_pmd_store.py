@@ -208,3 +208,85 @@ def test_sample_gone_and_reused() -> None:
     p.wait()
     with pytest.raises(procsampler.ProcessGone):
         procsampler.sample(p.pid, st.start_time)
+
+
+def mode_of(path: Path) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+def test_a_file_pmd_refuses_is_left_as_it_was(tmp_path: Path) -> None:
+    """Not SQLite, or another program's database (its tables, none of pmd's):
+    refused before pmd changes anything: the mode, no -wal or -shm made, no
+    table added, not switched to WAL."""
+    garbage = tmp_path / "g.db"
+    garbage.write_text("hello\n")
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE foo (a)")
+    conn.execute("INSERT INTO foo VALUES (1)")
+    conn.commit()
+    conn.close()
+    for f in (garbage, other):
+        os.chmod(f, 0o644)
+    with pytest.raises(NotADatabase) as e:
+        Store.open(garbage)
+    assert str(e.value) == (f"cannot open the database {garbage}: not a pmm database (another "
+                            "kind of file, or a damaged database: file is not a database)")
+    with pytest.raises(NotADatabase) as e:
+        Store.open(other)
+    assert str(e.value) == (f"{other} is an SQLite database of something else (tables: foo): "
+                            "give pmd its own file")
+    assert garbage.read_text() == "hello\n"
+    for f in (garbage, other):
+        assert mode_of(f) == 0o644
+        assert not Path(f"{f}-wal").exists() and not Path(f"{f}-shm").exists()
+    conn = sqlite3.connect(other)
+    assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("foo",)]
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    conn.close()
+
+
+def test_a_foreign_database_in_use_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """Another program's WAL database while it runs: its tables are in the
+    -wal still; refused, its files' modes kept; more than five tables are
+    summed up."""
+    other = tmp_path / "app.db"
+    conn = sqlite3.connect(other)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for i in range(7):
+        conn.execute(f"CREATE TABLE t{i} (a)")
+    conn.commit()
+    try:
+        files = [other, Path(f"{other}-wal"), Path(f"{other}-shm")]
+        for f in files:
+            os.chmod(f, 0o644)
+        with pytest.raises(NotADatabase) as e:
+            Store.open(other)
+        assert str(e.value) == (f"{other} is an SQLite database of something else (tables: "
+                                "t0, t1, t2, t3, t4, ... (7 in all)): give pmd its own file")
+        assert [mode_of(f) for f in files] == [0o644] * 3
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (7,)
+    finally:
+        conn.close()
+
+
+def test_pmd_takes_a_new_or_its_own_database(tmp_path: Path) -> None:
+    """An empty file, an SQLite file without tables and pmd's own database
+    (with a table someone added) open for writing."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    blank = tmp_path / "blank.db"
+    conn = sqlite3.connect(blank)
+    conn.execute("PRAGMA user_version = 3")  # writes the header: a database, no tables
+    conn.close()
+    own = tmp_path / "own.db"
+    Store.open(own).close()
+    conn = sqlite3.connect(own)
+    conn.execute("CREATE TABLE notes (a)")
+    conn.commit()
+    conn.close()
+    for db in (empty, blank, own):
+        st = Store.open(db)
+        st.write(samples=[SampleRow(1, 2, 3, 4, 5)])
+        assert st.sample_count() == 1
+        st.close()

@@ -54,6 +54,7 @@ from pyroute2.netlink import (
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from pmm import uapi
+from pmm.units import format_duration
 
 log = logging.getLogger("pmd")
 
@@ -396,8 +397,8 @@ class Listener:
             ctrl.asyncore.socket.setblocking(False)
             self.ctrl = ctrl
         except Exception as e:  # noqa: BLE001
-            log.warning("cannot watch generic netlink families (%s): polling every %.0f s",
-                        e, retry_s)
+            log.warning("cannot watch generic netlink families (%s): polling every %s",
+                        e, format_duration(retry_s))
 
     @property
     def connected(self) -> bool:

@@ -84,6 +84,25 @@ def test_pmctl_and_pmd_run_from_a_new_venv(venv: Path) -> None:
     assert r.stdout == "[]\n", r.stderr
 
 
+def test_pipx_install_gives_pmctl_and_pmd(wheel: Path, tmp_path: Path) -> None:
+    """pipx, as a user installs command-line tools: its own venv, the two
+    commands on PATH."""
+    pipx = Path(sys.executable).parent / "pipx"
+    if not pipx.exists():
+        pytest.skip("pipx is not installed in this venv (the dev extra has it)")
+    home, bin_dir = tmp_path / "pipx", tmp_path / "bin"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIPX_HOME": str(home),
+           "PIPX_BIN_DIR": str(bin_dir), "PIPX_MAN_DIR": str(tmp_path / "man")}
+    r = subprocess.run([str(pipx), "install", "--python", sys.executable, str(wheel)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    version = PYPROJECT["version"]
+    for tool in ("pmctl", "pmd"):
+        r = subprocess.run([str(bin_dir / tool), "--version"], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (0, f"{tool} {version}\n", "")
+
+
 def test_trend_watch_from_a_new_venv_without_the_module(venv: Path) -> None:
     # the detector in plain Python, from /proc alone
     sleeper = subprocess.Popen(["sleep", "30"])

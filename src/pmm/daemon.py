@@ -242,7 +242,8 @@ class Daemon:
                 info = dev.pid_info(pid)
                 sites = [s for s in dev.sites(pid) if s.site == site]
             maps = maps_for(pid, info.start_time_ns) if info is not None else None
-            where = describe_sites(sites, maps).get(site, "")
+            # no absolute address into the group-readable database or the log
+            where = describe_sites(sites, maps, addresses=False).get(site, "")
             if where:
                 self.store.set_site(pid, start, site, where)
             return where

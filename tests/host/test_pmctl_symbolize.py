@@ -195,6 +195,10 @@ def test_describe_sites(prog: Path) -> None:
     assert sy.describe_sites(sites, maps) == {
         1: "leaky_function() where.c:11", 2: "f() a.c:3", 3: "caller 0x10"}
     assert sy.describe_sites(sites[:1], None) == {1: f"caller 0x{ra:x}"}
+    # for pmd's database and log: never an absolute address (where the code is loaded)
+    assert sy.describe_sites(sites, maps, addresses=False) == {
+        1: "leaky_function() where.c:11", 2: "f() a.c:3"}
+    assert sy.describe_sites(sites[:1], None, addresses=False) == {}
 
 
 # -- pyelftools is optional (the elf extra) ----------------------------------

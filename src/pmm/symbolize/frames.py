@@ -146,11 +146,15 @@ class Symbolizer:
         return frames
 
 
-def describe_sites(sites: Iterable[Site], maps: Sequence[Mapping] | None) -> dict[int, str]:
+def describe_sites(sites: Iterable[Site], maps: Sequence[Mapping] | None,
+                   addresses: bool = True) -> dict[int, str]:
     """Each site's one-line description: where the shim said it is
     ('leak() leak.c:30'), else its first frame symbolized with the process's
     map (a hook preloaded or attached without the shim: the same form), else
-    'caller 0x...'."""
+    'caller 0x...' — unless `addresses` is False: a description that goes
+    where readers of the process's memory layout are not checked (pmd's
+    database and log) never carries an absolute address, which would tell
+    them where the process's code is loaded; such a site is left out."""
     out: dict[int, str] = {}
     frames_only: list[Site] = []
     for s in sites:
@@ -166,5 +170,8 @@ def describe_sites(sites: Iterable[Site], maps: Sequence[Mapping] | None) -> dic
             frames = {}
     for s in frames_only:
         f = frames.get(s.frames[0])
-        out[s.site] = f.describe() if f and f.object else f"caller 0x{s.frames[0]:x}"
+        if f and f.object:
+            out[s.site] = f.describe()
+        elif addresses:
+            out[s.site] = f"caller 0x{s.frames[0]:x}"
     return out

@@ -184,7 +184,10 @@ def test_attach_leak_after_attach_ranked_first(pmm: None, cache: Path, exe: str,
     if mode == "exact":
         assert (top["blocks"], top["bytes"]) == (30, 30 * 4000)
         assert info["older_frees"] >= 3000 + 1, info
-        assert info["unmatched_frees"] + info["pending_frees"] <= 10, info
+        # the ordinary way: older blocks whose hashed bucket an allocation of
+        # the two other threads set before this one freed them; a few per
+        # thousand, more when this thread runs late (29 seen on a loaded host)
+        assert info["unmatched_frees"] + info["pending_frees"] <= 60, info
     else:
         assert top["bytes"] > 30 * 4000 // 2
 

@@ -72,6 +72,7 @@ from pmm.device import Device
 from pmm.errors import PmmError
 from pmm.model import Block, ConfigInfo, PidInfo
 from pmm.output import dump_json, format_table, human_age
+from pmm.procsampler import boottime_ns
 from pmm.text import printable
 from pmm.units import format_duration, human_bytes, human_rate, parse_duration, parse_size
 
@@ -272,10 +273,6 @@ def echo_json(obj: Any) -> None:
     typer.echo(dump_json(obj))
 
 
-def now_boottime_ns() -> int:
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-
-
 def now_monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
@@ -406,7 +403,7 @@ def status(json_: JsonOpt = False) -> None:
     with Device.open() as dev:
         cfg = dev.get_config()
         pids = dev.monitored_pids()
-    now = now_boottime_ns()
+    now = boottime_ns()
     if json_:
         echo_json({"config": cfg.to_dict(), "pids": [p.to_dict(now) for p in pids]})
         return

@@ -60,9 +60,10 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:  # sqlite-utils takes 140 ms to import: only Store.open loads it
+    import sqlite_utils
 
 from pmm.errors import PermissionDenied, PmmError
 
@@ -588,6 +589,8 @@ class Store:
                 why = _why_not(path, writer=False)
                 if why is not None:
                     raise why
+                import sqlite_utils
+
                 db = sqlite_utils.Database(_open_readonly(path), execute_plugins=False)
                 store = cls(db, path, readonly=True)
                 store._check_tables()
@@ -600,6 +603,8 @@ class Store:
             # before anything changes it (mode, group, -wal and -shm, WAL)
             _refuse_foreign(path, _existing_tables(path))
             changed = _secure_files(path, gid)
+            import sqlite_utils
+
             db = sqlite_utils.Database(path, execute_plugins=False)
             db.conn.execute("PRAGMA busy_timeout=5000")
             db.enable_wal()

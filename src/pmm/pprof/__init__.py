@@ -1,0 +1,1 @@
+"""pprof profiles of a process's heap (gzipped profile.proto)."""

@@ -19,7 +19,8 @@
  *  - Cursors: PMM_MONITORED_PIDS: the start order of the next pid;
  *    PMM_READ_BLOCKS and PMM_READ_SITES: the next slot of the block or
  *    site table, so they come in table order; PMM_READ_SAMPLES: the
- *    sequence number of the next sample. Under concurrent changes a read
+ *    sequence number of the next sample; PMM_READ_OBJECTS: the index of the
+ *    next object (they are only ever added). Under concurrent changes a read
  *    never crashes but may skip or repeat entries (when a table grows
  *    meanwhile).
  */
@@ -139,6 +140,7 @@ static long pmm_ioc_record_log(struct pmm_record_batch __user *ub)
 
 static long pmm_ioc_register_site(struct pmm_site __user *us)
 {
+	u64 loc[PMM_MAX_FRAMES];
 	struct pmm_proc *p;
 	struct pmm_site *s;
 	long ret;
@@ -160,8 +162,10 @@ static long pmm_ioc_register_site(struct pmm_site __user *us)
 	p = pmm_proc_get_current();
 	if (!p)
 		goto out_free;
+	pmm_locate_frames(p, s->frames, s->depth, loc);
 	pmm_proc_lock(p);
-	ret = p->stopped ? -PMM_ENOTMONITORED_ERRNO : pmm_register_site(p, s);
+	ret = p->stopped ? -PMM_ENOTMONITORED_ERRNO :
+			   pmm_register_site(p, s, loc);
 	pmm_proc_unlock(p);
 	pmm_proc_put(p);
 out_free:
@@ -417,11 +421,31 @@ static u32 fill_samples(const struct pmm_read_ctx *ctx, u64 *cursor,
 	return n;
 }
 
+/* Objects in obj order; the cursor is the index of the next one. */
+static u32 fill_objects(const struct pmm_read_ctx *ctx, u64 *cursor,
+			void *buf, u32 max, u64 *total, bool *done)
+{
+	struct pmm_object *out = buf, *o = NULL;
+	struct pmm_proc *p = ctx->p;
+	u32 n = 0;
+
+	pmm_proc_lock_read(p);
+	*total = p->nobjs;
+	while (n < max && (o = pmm_object_at(p, *cursor))) {
+		out[n++] = *o;
+		(*cursor)++;
+	}
+	*done = !pmm_object_at(p, *cursor);
+	pmm_proc_unlock_read(p);
+	return n;
+}
+
 static const struct pmm_reader pmm_readers[] = {
 	{ sizeof(struct pmm_pid_info), fill_pids },
 	{ sizeof(struct pmm_block), fill_blocks },
 	{ sizeof(struct pmm_site_stats), fill_sites },
 	{ sizeof(struct pmm_sample), fill_samples },
+	{ sizeof(struct pmm_object), fill_objects },
 };
 
 static long pmm_ioc_read(struct file *file, struct pmm_read __user *ur,
@@ -538,6 +562,8 @@ static long pmm_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return pmm_ioc_get_stats(file, argp);
 	case PMM_QUERY_SELF:
 		return pmm_current_monitored();
+	case PMM_READ_OBJECTS:
+		return pmm_ioc_read(file, argp, &pmm_readers[4], true);
 	default:
 		return -ENOTTY;
 	}

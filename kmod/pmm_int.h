@@ -177,6 +177,9 @@ struct pmm_proc {
 	u32 site_bits;
 	struct pmm_site_stats *site_cache[PMM_SITE_CACHE];
 	u32 nsites;
+	struct pmm_object **objs;	/* objects.c: nobjs of objs_cap */
+	u32 nobjs;
+	u32 objs_cap;
 	struct pmm_sample *ring;	/* ring_size entries, NULL before the first */
 	u32 ring_size;
 	u64 nsamples;			/* samples taken; ring holds the last ones */
@@ -258,7 +261,8 @@ int pmm_sites_init(void);
 void pmm_sites_exit(void);
 void pmm_sites_free(struct pmm_proc *p);
 struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
-int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s);
+int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s,
+		      const u64 *loc);
 struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot);
 
 /*
@@ -275,6 +279,12 @@ site_get(struct pmm_proc *p, u32 id)
 		return s;
 	return pmm_site_lookup(p, id);
 }
+
+/* objects.c: the files a site's frames are in */
+void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
+		       u64 *loc);
+struct pmm_object *pmm_object_at(struct pmm_proc *p, u64 index);
+void pmm_objects_free(struct pmm_proc *p);
 
 /* access.c: who may see what, and pid numbers in each namespace */
 int pmm_access_init(void);

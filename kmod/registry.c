@@ -178,6 +178,7 @@ static void pmm_proc_free_tables(struct pmm_proc *p)
 		inbox_free(p, q);
 	pmm_blocks_free(p);
 	pmm_sites_free(p);
+	pmm_objects_free(p);
 	if (p->ring) {
 		pmm_kmem_add(-(long)(p->ring_size * sizeof(*p->ring)));
 		kvfree(p->ring);

@@ -150,7 +150,8 @@ struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot)
 	return NULL;
 }
 
-int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
+int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in,
+		      const u64 *loc)
 {
 	struct pmm_site_stats *s;
 
@@ -162,6 +163,8 @@ int pmm_register_site(struct pmm_proc *p, const struct pmm_site *in)
 	if (in->depth < PMM_MAX_FRAMES)
 		memset(&s->desc.frames[in->depth], 0,
 		       (PMM_MAX_FRAMES - in->depth) * sizeof(s->desc.frames[0]));
+	memset(s->loc, 0, sizeof(s->loc));
+	memcpy(s->loc, loc, in->depth * sizeof(*loc));
 	if (!(in->flags & PMM_SITE_F_SOURCE)) {
 		memset(s->desc.file, 0, sizeof(s->desc.file));
 		memset(s->desc.func, 0, sizeof(s->desc.func));

@@ -16,7 +16,7 @@
 #include <linux/ioctl.h>
 
 #define PMM_DEVICE_NAME		"pmm"		/* /dev/pmm */
-#define PMM_ABI_VERSION		2
+#define PMM_ABI_VERSION		3
 
 #define PMM_COMM_LEN		16
 #define PMM_MAX_FRAMES		32
@@ -267,7 +267,50 @@ struct pmm_site_stats {
 	__u64 alloc_bytes;
 	__u64 free_bytes;
 	__u64 alloc_count[PMM_OP_NR];	/* by op (FREE, MUNMAP: frees) */
+	/*
+	 * desc.frames[i] as (object, file offset): PMM_LOC_OBJ(loc) is the
+	 * pmm_object.obj of the file it is in, PMM_LOC_OFFSET(loc) the offset
+	 * in that file; 0 when the frame was in no regular file's mapping when
+	 * the site was registered (or past PMM_MAX_OBJECTS). The kernel finds
+	 * them at PMM_REGISTER_SITE, while the frames' code is mapped, so they
+	 * outlive the process; they carry no load address.
+	 */
+	__u64 loc[PMM_MAX_FRAMES];
 	__u64 reserved[3];
+};
+
+#define PMM_LOC_OBJ_SHIFT	48
+#define PMM_LOC_OBJ(loc)	((__u32)((loc) >> PMM_LOC_OBJ_SHIFT))
+#define PMM_LOC_OFFSET(loc)	((loc) & ((1ULL << PMM_LOC_OBJ_SHIFT) - 1))
+
+/* Objects (mapped files) a process's sites point into, at most this many. */
+#define PMM_MAX_OBJECTS		4096
+#define PMM_BUILD_ID_MAX	20
+#define PMM_OBJ_PATH_LEN	256
+
+/* pmm_object.flags */
+#define PMM_OBJ_F_BUILD_ID	(1U << 0)	/* build_id holds its GNU build-id */
+#define PMM_OBJ_F_PATH_CUT	(1U << 1)	/* path is the start of a longer one */
+#define PMM_OBJ_F_DELETED	(1U << 2)	/* unlinked when first seen */
+#define PMM_OBJ_F_ALL		((1U << 3) - 1)
+
+/*
+ * A file a site's frame was in (PMM_READ_OBJECTS), numbered from 1 in the
+ * order the kernel first saw it. path is as the process saw it (its root),
+ * at that time; dev (major:minor as the kernel encodes it in stat's
+ * st_dev), ino and size identify the file that was mapped.
+ */
+struct pmm_object {
+	__u32 obj;
+	__u32 flags;		/* PMM_OBJ_F_* */
+	__u32 build_id_len;	/* 0..PMM_BUILD_ID_MAX */
+	__u32 reserved;
+	__u64 dev;
+	__u64 ino;
+	__u64 size;
+	__u8 build_id[PMM_BUILD_ID_MAX];
+	__u32 reserved2;
+	char path[PMM_OBJ_PATH_LEN];	/* NUL-terminated */
 };
 
 /* One sample taken by the sampler thread, bytes. */
@@ -306,15 +349,16 @@ struct pmm_stats {
 
 /*
  * Cursor-based read-back for PMM_MONITORED_PIDS, PMM_READ_BLOCKS,
- * PMM_READ_SITES and PMM_READ_SAMPLES. Start with cursor 0; each call fills
- * up to capacity entries into buf and sets count and the cursor for the next
- * call; done is 1 when nothing is left. The cursor is opaque (samples: the
- * sequence number of the next sample). Entries are struct pmm_pid_info,
- * pmm_block, pmm_site_stats, pmm_sample respectively. pid 0 means the
- * caller. Blocks and sites come in hash-table order; pids in start order
- * (only those the caller may read, numbered in its pid namespace). A read
- * never fails for concurrent changes but may then skip or repeat entries
- * (blocks and sites when their table is resized meanwhile).
+ * PMM_READ_SITES, PMM_READ_SAMPLES and PMM_READ_OBJECTS. Start with cursor
+ * 0; each call fills up to capacity entries into buf and sets count and the
+ * cursor for the next call; done is 1 when nothing is left. The cursor is
+ * opaque (samples: the sequence number of the next sample). Entries are
+ * struct pmm_pid_info, pmm_block, pmm_site_stats, pmm_sample and pmm_object
+ * respectively. pid 0 means the caller. Blocks and sites come in hash-table
+ * order; objects in obj order; pids in start order (only those the caller
+ * may read, numbered in its pid namespace). A read never fails for
+ * concurrent changes but may then skip or repeat entries (blocks and sites
+ * when their table is resized meanwhile).
  */
 struct pmm_read {
 	__s32 pid;		/* ignored (must be 0) for PMM_MONITORED_PIDS */
@@ -341,6 +385,7 @@ struct pmm_read {
 #define PMM_GET_STATS		_IOWR(PMM_IOC_MAGIC, 9, struct pmm_stats)
 /* Returns 1 if the caller is monitored, 0 if not (cheap; for the hook). */
 #define PMM_QUERY_SELF		_IO(PMM_IOC_MAGIC, 10)
+#define PMM_READ_OBJECTS	_IOWR(PMM_IOC_MAGIC, 11, struct pmm_read)
 
 /*
  * PMM_RECORD_LOG and PMM_REGISTER_SITE from a process that is not monitored

@@ -41,6 +41,7 @@ from pmm.model import (
     Block,
     Bucket,
     ConfigInfo,
+    ObjectFile,
     PidInfo,
     Sample,
     Site,
@@ -110,6 +111,25 @@ def site_from_c(s: uapi.SiteStats) -> Site:
         alloc_bytes=s.alloc_bytes,
         free_bytes=s.free_bytes,
         alloc_count=tuple(int(x) for x in s.alloc_count),
+        locs=tuple(
+            (uapi.loc_obj(loc), uapi.loc_offset(loc)) if loc else None
+            for loc in (int(s.loc[i]) for i in range(depth))
+        ),
+    )
+
+
+def object_from_c(o: uapi.Object) -> ObjectFile:
+    """The model of a struct pmm_object."""
+    n = min(int(o.build_id_len), uapi.BUILD_ID_MAX)
+    return ObjectFile(
+        obj=o.obj,
+        path=_cstr(bytes(o.path)),
+        build_id=bytes(o.build_id[:n]).hex() if o.flags & uapi.OBJ_F_BUILD_ID and n else None,
+        dev=o.dev,
+        ino=o.ino,
+        size=o.size,
+        path_cut=bool(o.flags & uapi.OBJ_F_PATH_CUT),
+        deleted=bool(o.flags & uapi.OBJ_F_DELETED),
     )
 
 
@@ -333,6 +353,14 @@ class Device:
         for pid."""
         return self._read_all(
             uapi.READ_SITES, uapi.SiteStats, pid, site_from_c, f"reading the sites of pid {pid}"
+        )
+
+    def objects(self, pid: int) -> list[ObjectFile]:
+        """The files pid's sites' frames are in (PMM_READ_OBJECTS), by number;
+        NotMonitored or NoSuchPid when the module holds nothing for pid."""
+        return self._read_all(
+            uapi.READ_OBJECTS, uapi.Object, pid, object_from_c,
+            f"reading the objects of pid {pid}",
         )
 
     def samples(self, pid: int, cursor: int = 0) -> list[Sample]:

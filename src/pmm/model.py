@@ -191,6 +191,9 @@ class Site:
     alloc_bytes: int = 0
     free_bytes: int = 0
     alloc_count: tuple[int, ...] = field(default=(0,) * OP_NR)
+    # per frame: (object number, file offset), or None when the frame was in
+    # no file's mapping (pmm_site_stats.loc); empty for an older module
+    locs: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def has_source(self) -> bool:
@@ -213,6 +216,36 @@ class Site:
             "alloc_bytes": self.alloc_bytes,
             "free_bytes": self.free_bytes,
             "alloc_count": {op_name(op): n for op, n in enumerate(self.alloc_count) if n},
+            "locations": [list(loc) if loc else None for loc in self.locs],
+        }
+
+
+@dataclass(frozen=True)
+class ObjectFile:
+    """struct pmm_object: a file a site's frames are in, as the process mapped
+    it (`obj` numbers it in Site.locs)."""
+
+    obj: int
+    path: str
+    build_id: str | None = None  # GNU build-id, lowercase hex
+    dev: int = 0
+    ino: int = 0
+    size: int = 0
+    path_cut: bool = False  # path is the start of a longer one
+    deleted: bool = False  # unlinked when the module first saw it
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: number, path, build-id (None without one), identity
+        (dev, inode, size) and whether the path was cut or the file deleted."""
+        return {
+            "obj": self.obj,
+            "path": self.path,
+            "build_id": self.build_id,
+            "dev": self.dev,
+            "ino": self.ino,
+            "size": self.size,
+            "path_cut": self.path_cut,
+            "deleted": self.deleted,
         }
 
 

@@ -14,7 +14,7 @@ from ioctl_opt import IO, IOW, IOWR
 
 DEVICE_NAME = "pmm"
 DEVICE_PATH = "/dev/pmm"
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 COMM_LEN = 16
 MAX_FRAMES = 32
@@ -215,7 +215,46 @@ class SiteStats(ctypes.Structure):
         ("alloc_bytes", u64),
         ("free_bytes", u64),
         ("alloc_count", u64 * OP_NR),
+        ("loc", u64 * MAX_FRAMES),
         ("reserved", u64 * 3),
+    ]
+
+
+# pmm_site_stats.loc: object number << LOC_OBJ_SHIFT | file offset; 0: none
+LOC_OBJ_SHIFT = 48
+MAX_OBJECTS = 4096
+BUILD_ID_MAX = 20
+OBJ_PATH_LEN = 256
+OBJ_F_BUILD_ID = 1 << 0
+OBJ_F_PATH_CUT = 1 << 1
+OBJ_F_DELETED = 1 << 2
+OBJ_F_ALL = (1 << 3) - 1
+
+
+def loc_obj(loc: int) -> int:
+    """The object number of a pmm_site_stats.loc (0: the frame has none)."""
+    return loc >> LOC_OBJ_SHIFT
+
+
+def loc_offset(loc: int) -> int:
+    """The file offset of a pmm_site_stats.loc."""
+    return loc & ((1 << LOC_OBJ_SHIFT) - 1)
+
+
+class Object(ctypes.Structure):
+    """struct pmm_object: a file a site's frames are in (PMM_READ_OBJECTS)."""
+
+    _fields_ = [
+        ("obj", u32),
+        ("flags", u32),
+        ("build_id_len", u32),
+        ("reserved", u32),
+        ("dev", u64),
+        ("ino", u64),
+        ("size", u64),
+        ("build_id", ctypes.c_uint8 * BUILD_ID_MAX),
+        ("reserved2", u32),
+        ("path", ctypes.c_char * OBJ_PATH_LEN),
     ]
 
 
@@ -263,7 +302,7 @@ class Stats(ctypes.Structure):
 
 class Read(ctypes.Structure):
     """struct pmm_read: the cursor of the read-back ioctls (PMM_MONITORED_PIDS,
-    PMM_READ_BLOCKS, PMM_READ_SITES, PMM_READ_SAMPLES)."""
+    PMM_READ_BLOCKS, PMM_READ_SITES, PMM_READ_SAMPLES, PMM_READ_OBJECTS)."""
 
     _fields_ = [
         ("pid", s32),
@@ -290,6 +329,7 @@ READ_SITES = IOWR(IOC_MAGIC, 7, Read)
 READ_SAMPLES = IOWR(IOC_MAGIC, 8, Read)
 GET_STATS = IOWR(IOC_MAGIC, 9, Stats)
 QUERY_SELF = IO(IOC_MAGIC, 10)
+READ_OBJECTS = IOWR(IOC_MAGIC, 11, Read)
 
 # The clock page: mmap(CLOCK_SIZE, PROT_READ, MAP_SHARED, fd, CLOCK_OFFSET).
 CLOCK_OFFSET = 0
@@ -359,6 +399,7 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
     "pmm_bucket_stats": BucketStats,
     "pmm_stats": Stats,
     "pmm_read": Read,
+    "pmm_object": Object,
     "pmm_clock": Clock,
 }
 
@@ -373,4 +414,5 @@ IOCTLS: dict[str, int] = {
     "PMM_READ_SAMPLES": READ_SAMPLES,
     "PMM_GET_STATS": GET_STATS,
     "PMM_QUERY_SELF": QUERY_SELF,
+    "PMM_READ_OBJECTS": READ_OBJECTS,
 }

@@ -27,8 +27,11 @@ CONSTANTS = [
     "CFG_EXITED_TTL", "CFG_ALL", "INTERVAL_MIN_MS", "INTERVAL_MAX_MS", "MAX_PIDS_LIMIT",
     "MAX_BLOCKS_LIMIT", "MAX_SITES_LIMIT", "MAX_SAMPLES_LIMIT", "EXITED_TTL_MIN_S",
     "EXITED_TTL_MAX_S", "STATE_RUNNING", "STATE_EXITED", "SIZE_BUCKETS", "IOC_MAGIC",
-    "GENL_VERSION", "CLOCK_OFFSET", "CLOCK_SIZE",
+    "GENL_VERSION", "CLOCK_OFFSET", "CLOCK_SIZE", "LOC_OBJ_SHIFT", "MAX_OBJECTS",
+    "BUILD_ID_MAX", "OBJ_PATH_LEN", "OBJ_F_BUILD_ID", "OBJ_F_PATH_CUT", "OBJ_F_DELETED",
+    "OBJ_F_ALL",
 ]
+LOC = 4095 << 48 | 0x7F123456789A  # a pmm_site_stats.loc: object 4095, file offset
 ENUMS: dict[type[IntEnum], str] = {uapi.Op: "PMM_OP_", uapi.Cmd: "PMM_CMD_", uapi.Attr: "PMM_A_"}
 
 
@@ -52,6 +55,8 @@ def c_program() -> str:
                 f'printf("enum {prefix}{member.name} %d\\n", (int){prefix}{member.name});'
             )
     lines.append('printf("const ENOTMONITORED %d\\n", PMM_ENOTMONITORED_ERRNO);')
+    lines.append(f'printf("loc helpers %u %llu\\n", PMM_LOC_OBJ({LOC}ULL), '
+                 f'(unsigned long long)PMM_LOC_OFFSET({LOC}ULL));')
     lines.append('printf("str GENL_NAME %s\\n", PMM_GENL_NAME);')
     lines.append('printf("str GENL_MCGRP_EVENTS %s\\n", PMM_GENL_MCGRP_EVENTS);')
     lines.append('printf("str DEVICE_NAME %s\\n", PMM_DEVICE_NAME);')
@@ -104,6 +109,11 @@ def test_constants(c_values: dict[str, str]) -> None:
     assert c_values["str DEVICE_NAME"] == uapi.DEVICE_NAME
 
 
+def test_loc_helpers(c_values: dict[str, str]) -> None:
+    assert c_values["loc helpers"] == f"{uapi.loc_obj(LOC)} {uapi.loc_offset(LOC)}"
+    assert (uapi.loc_obj(LOC), uapi.loc_offset(LOC)) == (4095, 0x7F123456789A)
+
+
 def test_enums(c_values: dict[str, str]) -> None:
     for enum, prefix in ENUMS.items():
         for member in enum:
@@ -112,7 +122,9 @@ def test_enums(c_values: dict[str, str]) -> None:
 
 def test_every_header_define_is_mirrored() -> None:
     # A new #define in the header must reach the mirror (or this list of exceptions).
+    # PMM_LOC_OBJ/PMM_LOC_OFFSET are uapi.loc_obj/loc_offset (test_loc_helpers)
     not_mirrored = {"_UAPI_LINUX_PMM_H", "PMM_ENOTMONITORED_ERRNO", "PMM_CMD_MAX", "PMM_A_MAX",
+                    "PMM_LOC_OBJ(loc)", "PMM_LOC_OFFSET(loc)",
                     "PMM_GENL_NAME", "PMM_GENL_MCGRP_EVENTS", "PMM_DEVICE_NAME"}
     mirrored = {f"PMM_{n}" for n in CONSTANTS} | set(uapi.IOCTLS)
     for line in (HEADER_DIR / "pmm.h").read_text().splitlines():

@@ -259,11 +259,11 @@ def test_models_to_dict() -> None:
     assert (d["state"], d["uptime_s"], d["monitored_s"]) == ("running", 9.123, 7.123)
     site = Site(site=3, flags=1, frames=(0x401000, 0x402000), file="a.c", func="f", line=9,
                 live_bytes=100, live_blocks=2, alloc_bytes=300, free_bytes=200,
-                alloc_count=(0, 4, 1) + (0,) * 10)
+                alloc_count=(0, 4, 1) + (0,) * 10, locs=((1, 0x1139), None))
     assert site.to_dict() == {
         "site": 3, "frames": [0x401000, 0x402000], "func": "f", "file": "a.c", "line": 9,
         "live_bytes": 100, "live_blocks": 2, "alloc_bytes": 300, "free_bytes": 200,
-        "alloc_count": {"MALLOC": 4, "CALLOC": 1}}
+        "alloc_count": {"MALLOC": 4, "CALLOC": 1}, "locations": [[1, 0x1139], None]}
     bare = Site(site=4, flags=0, frames=(0x401000,), file="stale", func="stale", line=1)
     assert (bare.to_dict()["func"], bare.to_dict()["file"], bare.to_dict()["line"]) == \
         (None, None, None)

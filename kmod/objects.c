@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pmm: objects. Where a site's frames are, in terms that outlive the
+ * process: for each return address, the mapped file it is in and the offset
+ * in that file, found at PMM_REGISTER_SITE while the code is certainly
+ * mapped (the addresses are on the registering thread's stack). Each file is
+ * numbered once per process (its object), with its path and its GNU
+ * build-id read from the file itself, so that a symbolizer can find its
+ * debug info after the process, or even the file, is gone. Nothing here is
+ * a load address: offsets are relative to the file.
+ *
+ * The object table is under the process's lock; reading a file and
+ * d_path happen outside it (they may sleep on I/O), and so does the mmap
+ * lock, which is never taken inside the process's lock.
+ */
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <linux/fs.h>
+#include <linux/file.h>
+#include <linux/elf.h>
+#include <linux/dcache.h>
+#include <linux/kdev_t.h>
+#include <linux/sched/mm.h>
+#include "pmm_int.h"
+
+/* Bounds on what is read of an ELF file to find its build-id. */
+#define PMM_ELF_MAX_PHDRS	64
+#define PMM_ELF_MAX_NOTE	4096
+#define NT_GNU_BUILD_ID_TYPE	3
+
+static bool note_build_id(const u8 *buf, size_t len, size_t align,
+			  struct pmm_object *o)
+{
+	size_t off = 0;
+
+	while (off + 3 * sizeof(u32) <= len) {
+		const u32 *h = (const u32 *)(buf + off);
+		u32 namesz = h[0], descsz = h[1], type = h[2];
+		size_t name = off + 3 * sizeof(u32);
+		size_t desc = name + ALIGN((size_t)namesz, align);
+
+		if (namesz > len || descsz > len || desc + descsz > len)
+			return false;
+		if (type == NT_GNU_BUILD_ID_TYPE && namesz == 4 &&
+		    !memcmp(buf + name, "GNU", 4) && descsz &&
+		    descsz <= PMM_BUILD_ID_MAX) {
+			memcpy(o->build_id, buf + desc, descsz);
+			o->build_id_len = descsz;
+			o->flags |= PMM_OBJ_F_BUILD_ID;
+			return true;
+		}
+		off = desc + ALIGN((size_t)descsz, align);
+	}
+	return false;
+}
+
+/* The GNU build-id of a 64-bit native-endian ELF file, from its PT_NOTEs. */
+static void read_build_id(struct file *f, struct pmm_object *o)
+{
+	struct elf64_phdr *ph = NULL;
+	struct elf64_hdr eh;
+	u8 *note = NULL;
+	loff_t pos = 0;
+	size_t len;
+	u32 i;
+
+	if (kernel_read(f, &eh, sizeof(eh), &pos) != sizeof(eh))
+		return;
+	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+	    eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh.e_ident[EI_DATA] != (IS_ENABLED(CONFIG_CPU_BIG_ENDIAN) ?
+				    ELFDATA2MSB : ELFDATA2LSB) ||
+	    eh.e_phentsize != sizeof(*ph) || !eh.e_phnum ||
+	    eh.e_phnum > PMM_ELF_MAX_PHDRS)
+		return;
+	ph = kmalloc_array(eh.e_phnum, sizeof(*ph), GFP_KERNEL);
+	note = kmalloc(PMM_ELF_MAX_NOTE, GFP_KERNEL);
+	if (!ph || !note)
+		goto out;
+	pos = eh.e_phoff;
+	len = eh.e_phnum * sizeof(*ph);
+	if (kernel_read(f, ph, len, &pos) != len)
+		goto out;
+	for (i = 0; i < eh.e_phnum; i++) {
+		if (ph[i].p_type != PT_NOTE || !ph[i].p_filesz ||
+		    ph[i].p_filesz > PMM_ELF_MAX_NOTE)
+			continue;
+		pos = ph[i].p_offset;
+		len = ph[i].p_filesz;
+		if (kernel_read(f, note, len, &pos) != len)
+			continue;
+		if (note_build_id(note, len, ph[i].p_align == 8 ? 8 : 4, o))
+			break;
+	}
+out:
+	kfree(note);
+	kfree(ph);
+}
+
+/* A new object for file f (not yet numbered): identity, path, build-id. */
+static struct pmm_object *object_new(struct file *f)
+{
+	struct inode *inode = file_inode(f);
+	struct pmm_object *o;
+	char *buf, *path;
+	size_t len;
+
+	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
+	if (!o)
+		return NULL;
+	o->dev = new_encode_dev(inode->i_sb->s_dev);
+	o->ino = inode->i_ino;
+	o->size = i_size_read(inode);
+	buf = kmalloc(PATH_MAX, GFP_KERNEL);
+	if (buf) {
+		path = file_path(f, buf, PATH_MAX);
+		if (!IS_ERR(path)) {
+			if (d_unlinked(f->f_path.dentry)) {
+				o->flags |= PMM_OBJ_F_DELETED;
+				len = strlen(path);
+				if (len > 10 && !strcmp(path + len - 10, " (deleted)"))
+					path[len - 10] = '\0';
+			}
+			if (strscpy(o->path, path, sizeof(o->path)) < 0)
+				o->flags |= PMM_OBJ_F_PATH_CUT;
+		}
+		kfree(buf);
+	}
+	read_build_id(f, o);
+	return o;
+}
+
+static u32 object_find(struct pmm_proc *p, struct file *f)
+{
+	struct inode *inode = file_inode(f);
+	u64 dev = new_encode_dev(inode->i_sb->s_dev);
+	u32 i;
+
+	for (i = 0; i < p->nobjs; i++)
+		if (p->objs[i]->ino == inode->i_ino && p->objs[i]->dev == dev)
+			return p->objs[i]->obj;
+	return 0;
+}
+
+/* Adds o under the process's lock: its number, or 0 (retired, full). */
+static u32 object_add(struct pmm_proc *p, struct pmm_object *o)
+{
+	struct pmm_object **objs;
+	u32 cap;
+
+	if (!p->blocks || p->nobjs >= PMM_MAX_OBJECTS)
+		return 0;
+	if (p->nobjs == p->objs_cap) {
+		cap = p->objs_cap ? 2 * p->objs_cap : 16;
+		objs = krealloc_array(p->objs, cap, sizeof(*objs),
+				      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		if (!objs)
+			return 0;
+		pmm_kmem_add((long)(cap - p->objs_cap) * sizeof(*objs));
+		p->objs = objs;
+		p->objs_cap = cap;
+	}
+	o->obj = ++p->nobjs;
+	p->objs[o->obj - 1] = o;
+	pmm_kmem_add(sizeof(*o));
+	return o->obj;
+}
+
+/* The number of f's object in p, adding it when new; 0 when it cannot. */
+static u32 object_of(struct pmm_proc *p, struct file *f)
+{
+	struct pmm_object *o;
+	bool added = false;
+	u32 obj;
+
+	mutex_lock(&p->lock);
+	obj = object_find(p, f);
+	mutex_unlock(&p->lock);
+	if (obj)
+		return obj;
+	o = object_new(f);
+	if (!o)
+		return 0;
+	mutex_lock(&p->lock);
+	obj = object_find(p, f);	/* another thread's meanwhile? */
+	if (!obj) {
+		obj = object_add(p, o);
+		added = obj != 0;
+	}
+	mutex_unlock(&p->lock);
+	if (!added)
+		kfree(o);
+	return obj;
+}
+
+/*
+ * Fills loc[0..depth) for the frames of a site the calling process (p)
+ * registers: each frame's (object, file offset), or 0. Takes the mmap lock
+ * and the process's lock in turn, never together.
+ */
+void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
+		       u64 *loc)
+{
+	struct file *files[PMM_MAX_FRAMES] = {};
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	struct file *last = NULL;
+	u32 i, obj = 0;
+
+	memset(loc, 0, depth * sizeof(*loc));
+	if (!mm || mmap_read_lock_killable(mm))
+		return;
+	for (i = 0; i < depth; i++) {
+		vma = vma_lookup(mm, frames[i]);
+		if (!vma || !vma->vm_file ||
+		    !S_ISREG(file_inode(vma->vm_file)->i_mode))
+			continue;
+		loc[i] = frames[i] - vma->vm_start +
+			 ((u64)vma->vm_pgoff << PAGE_SHIFT);
+		if (loc[i] > PMM_LOC_OFFSET(~0ULL)) {
+			loc[i] = 0;
+			continue;
+		}
+		files[i] = get_file(vma->vm_file);
+	}
+	mmap_read_unlock(mm);
+	for (i = 0; i < depth; i++) {
+		if (!files[i])
+			continue;
+		/* frames run through few files: look up each once in a row */
+		if (!last || file_inode(files[i]) != file_inode(last))
+			obj = object_of(p, files[i]);
+		last = files[i];
+		loc[i] = obj ? (u64)obj << PMM_LOC_OBJ_SHIFT | loc[i] : 0;
+	}
+	for (i = 0; i < depth; i++)
+		if (files[i])
+			fput(files[i]);
+}
+
+/* The object at index (its obj - 1), or NULL: under the process's lock. */
+struct pmm_object *pmm_object_at(struct pmm_proc *p, u64 index)
+{
+	lockdep_assert_held(&p->lock);
+	return index < p->nobjs ? p->objs[index] : NULL;
+}
+
+/* Frees a process's objects (its lock held, or the last put). */
+void pmm_objects_free(struct pmm_proc *p)
+{
+	u32 i;
+
+	for (i = 0; i < p->nobjs; i++)
+		kfree(p->objs[i]);
+	pmm_kmem_add(-(long)(p->nobjs * sizeof(struct pmm_object) +
+			     p->objs_cap * sizeof(*p->objs)));
+	kfree(p->objs);
+	p->objs = NULL;
+	p->nobjs = 0;
+	p->objs_cap = 0;
+}

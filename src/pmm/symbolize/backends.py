@@ -8,12 +8,13 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 log = logging.getLogger("pmm.symbolize")
 
@@ -60,6 +61,45 @@ def _parse_fileline(s: str) -> tuple[str | None, int | None]:
     return file, (n if n > 0 else None)
 
 
+# addr2line -a's address line, which starts each address's answer
+_ADDR_LINE = re.compile(r"0x[0-9a-f]+")
+
+
+def _parse_inlined(out: str) -> dict[int, tuple[SourceLoc, ...]]:
+    """`addr2line -a -f -i` output: each address line ('0x...') followed by
+    (function, file:line) pairs, innermost first."""
+    chains: dict[int, tuple[SourceLoc, ...]] = {}
+    addr: int | None = None
+    locs: list[SourceLoc] = []
+    lines = out.splitlines()
+    i = 0
+    while i < len(lines):
+        text = lines[i]
+        if _ADDR_LINE.fullmatch(text):
+            if addr is not None:
+                chains[addr] = tuple(locs)
+            addr, locs = int(text, 16), []
+            i += 1
+            continue
+        func = None if text == "??" else text
+        file, line = _parse_fileline(lines[i + 1]) if i + 1 < len(lines) else (None, None)
+        if func or file:
+            locs.append(SourceLoc(func, file, line))
+        i += 2
+    if addr is not None:
+        chains[addr] = tuple(locs)
+    return chains
+
+
+@runtime_checkable
+class InliningBackend(Backend, Protocol):
+    """A back-end that also lists the inlined calls at an address (addr2line -i)."""
+
+    def resolve_inlined(self, path: str, vaddrs: Sequence[int]) -> list[tuple[SourceLoc, ...]]:
+        """Per vaddr, its locations innermost inlined call first."""
+        ...
+
+
 # a huge object's debug info may take long: not longer than this (pmd waits)
 ADDR2LINE_TIMEOUT_S = 120
 
@@ -99,6 +139,28 @@ class Addr2line:
             file, line = _parse_fileline(fl)
             out.append(SourceLoc(None if func == "??" else func, file, line))
         return out
+
+    def resolve_inlined(self, path: str, vaddrs: Sequence[int]) -> list[tuple[SourceLoc, ...]]:
+        """Each of vaddrs with its inlined calls: `addr2line -a -f -C -i`, the
+        addresses on stdin; per address its locations innermost first, the
+        last being the function it was compiled into (one unknown location if
+        nothing is known; all unknown if addr2line cannot run or times out)."""
+        unknown: tuple[SourceLoc, ...] = (SourceLoc(None, None, None),)
+        if not vaddrs:
+            return []
+        try:
+            r = subprocess.run(
+                [self.exe, "-a", "-f", "-C", "-i", "-e", path],
+                input="".join(f"0x{a:x}\n" for a in vaddrs),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=ADDR2LINE_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return [unknown] * len(vaddrs)
+        chains = _parse_inlined(r.stdout)
+        return [chains.get(a) or unknown for a in vaddrs]
 
 
 class PyElfTools:
@@ -255,3 +317,23 @@ def make_backend(name: str | None = None) -> Backend:
     if a.available():
         return a
     return elf if elf.available() else NoBackend()
+
+
+def demangle(names: Iterable[str]) -> dict[str, str]:
+    """C++ symbol names ('_Znwm') demangled ('operator new(unsigned long)') by
+    binutils' c++filt, one run for all; names it cannot demangle, and all of
+    them without c++filt, map to themselves."""
+    out = {n: n for n in names}
+    todo = sorted(n for n in out if n.startswith("_Z"))
+    exe = shutil.which("c++filt")
+    if not todo or exe is None:
+        return out
+    try:
+        r = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True,
+                           text=True, check=False, timeout=ADDR2LINE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    got = r.stdout.splitlines()
+    if r.returncode == 0 and len(got) == len(todo):
+        out.update(zip(todo, got, strict=True))
+    return out

@@ -133,12 +133,49 @@ def sym_cache_file(path: str, backend: str) -> Path | None:
         st = os.stat(path)
     except OSError:
         return None
-    d = None
-    for root in cache_dirs():
-        if writable_dir(root / "sym"):
-            d = root / "sym"
-            break
+    d = _sym_dir()
     if d is None:
         return None
     key = f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
     return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")
+
+
+def _sym_dir() -> Path | None:
+    for root in cache_dirs():
+        if writable_dir(root / "sym"):
+            return root / "sym"
+    return None
+
+
+def object_cache_file(build_id: str | None, path: str | None, backend: str) -> Path | None:
+    """The on-disk cache of one object's lookups by file offset: keyed by its
+    build-id when it has one (a file replaced at the same path has another:
+    its answers are never taken for the old one's, and the old one's still
+    serve after it is gone), else by path, inode, size and mtime (None if the
+    file is gone too)."""
+    if build_id:
+        key = f"objects\0build-id\0{build_id}\0{backend}"
+    else:
+        if not path:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = f"objects\0{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
+    d = _sym_dir()
+    if d is None:
+        return None
+    return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")
+
+
+def debuginfod_cache_dir() -> str | None:
+    """Where debuginfod-find keeps what it downloads: $DEBUGINFOD_CACHE_PATH,
+    else debuginfod/ in the cache directory; None if neither can be written."""
+    env = os.environ.get("DEBUGINFOD_CACHE_PATH")
+    if env:
+        return env
+    for root in cache_dirs():
+        if writable_dir(root / "debuginfod"):
+            return str(root / "debuginfod")
+    return None

@@ -97,20 +97,34 @@ out:
 	kfree(ph);
 }
 
-/* A new object for file f (not yet numbered): identity, path, build-id. */
-static struct pmm_object *object_new(struct file *f)
+/*
+ * The identity of f as stat() reports it: on a stacked file system (such as
+ * overlayfs) the mapped file's own inode is the lower one, with another
+ * device number than the path the process and its readers see.
+ */
+static void object_identity(struct file *f, struct pmm_object *o)
 {
 	struct inode *inode = file_inode(f);
-	struct pmm_object *o;
-	char *buf, *path;
-	size_t len;
+	struct kstat st;
 
-	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
-	if (!o)
-		return NULL;
+	if (!vfs_getattr(&f->f_path, &st, STATX_INO | STATX_SIZE,
+			 AT_STATX_SYNC_AS_STAT)) {
+		o->dev = new_encode_dev(st.dev);
+		o->ino = st.ino;
+		o->size = st.size;
+		return;
+	}
 	o->dev = new_encode_dev(inode->i_sb->s_dev);
 	o->ino = inode->i_ino;
 	o->size = i_size_read(inode);
+}
+
+/* o's path and build-id, from file f: may sleep on the file's I/O. */
+static void object_describe(struct file *f, struct pmm_object *o)
+{
+	char *buf, *path;
+	size_t len;
+
 	buf = kmalloc(PATH_MAX, GFP_KERNEL);
 	if (buf) {
 		path = file_path(f, buf, PATH_MAX);
@@ -127,17 +141,15 @@ static struct pmm_object *object_new(struct file *f)
 		kfree(buf);
 	}
 	read_build_id(f, o);
-	return o;
 }
 
-static u32 object_find(struct pmm_proc *p, struct file *f)
+/* The object of the file o describes (by its identity), or 0. */
+static u32 object_find(struct pmm_proc *p, const struct pmm_object *o)
 {
-	struct inode *inode = file_inode(f);
-	u64 dev = new_encode_dev(inode->i_sb->s_dev);
 	u32 i;
 
 	for (i = 0; i < p->nobjs; i++)
-		if (p->objs[i]->ino == inode->i_ino && p->objs[i]->dev == dev)
+		if (p->objs[i]->ino == o->ino && p->objs[i]->dev == o->dev)
 			return p->objs[i]->obj;
 	return 0;
 }
@@ -166,28 +178,33 @@ static u32 object_add(struct pmm_proc *p, struct pmm_object *o)
 	return o->obj;
 }
 
-/* The number of f's object in p, adding it when new; 0 when it cannot. */
+/*
+ * The number of f's object in p, adding it when new; 0 when it cannot. A
+ * new file is read (path, build-id) outside the process's lock.
+ */
 static u32 object_of(struct pmm_proc *p, struct file *f)
 {
 	struct pmm_object *o;
 	bool added = false;
 	u32 obj;
 
-	mutex_lock(&p->lock);
-	obj = object_find(p, f);
-	mutex_unlock(&p->lock);
-	if (obj)
-		return obj;
-	o = object_new(f);
+	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
 	if (!o)
 		return 0;
+	object_identity(f, o);
 	mutex_lock(&p->lock);
-	obj = object_find(p, f);	/* another thread's meanwhile? */
-	if (!obj) {
-		obj = object_add(p, o);
-		added = obj != 0;
-	}
+	obj = object_find(p, o);
 	mutex_unlock(&p->lock);
+	if (!obj) {
+		object_describe(f, o);
+		mutex_lock(&p->lock);
+		obj = object_find(p, o);	/* another thread's meanwhile? */
+		if (!obj) {
+			obj = object_add(p, o);
+			added = obj != 0;
+		}
+		mutex_unlock(&p->lock);
+	}
 	if (!added)
 		kfree(o);
 	return obj;

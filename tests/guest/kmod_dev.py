@@ -176,6 +176,9 @@ class Dev:
     def sites(self, pid: int = 0) -> dict[int, uapi.SiteStats]:
         return {s.desc.site: s for s in self.read_all(uapi.READ_SITES, uapi.SiteStats, pid)}
 
+    def objects(self, pid: int = 0) -> list[uapi.Object]:
+        return self.read_all(uapi.READ_OBJECTS, uapi.Object, pid)
+
     def samples(self, pid: int = 0) -> list[uapi.Sample]:
         return self.read_all(uapi.READ_SAMPLES, uapi.Sample, pid)
 

@@ -9,13 +9,13 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from helpers import spawn_sleeper
 from ioctl_opt import IO, IOWR
-from kmod_dev import Dev, as_nobody_fn, cfg_lines, rec
+from kmod_dev import Dev, as_nobody_fn, cfg_lines, rec, wait_for
 
 from pmm import uapi
 
@@ -309,6 +309,95 @@ def test_register_site(dev: Dev) -> None:
     assert (s9.desc.depth, s9.desc.file, s9.live_bytes) == (1, b"x.c", 10)
 
 
+def text_mapping(path_matches: Callable[[str], bool]) -> tuple[int, int, str]:
+    """(start, file offset, path) of this process's first executable mapping
+    of a file path_matches accepts."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and "x" in parts[1] and path_matches(parts[5]):
+                return int(parts[0].split("-")[0], 16), int(parts[2], 16), parts[5]
+    raise LookupError("no such mapping")
+
+
+def build_id_of(path: str) -> str:
+    out = subprocess.run(["readelf", "-n", path], check=True, capture_output=True,
+                         text=True).stdout
+    m = re.search(r"Build ID: ([0-9a-f]+)", out)
+    assert m, out
+    return m.group(1)
+
+
+def test_register_site_locations(dev: Dev, tmp_path: Path) -> None:
+    """Each frame becomes (object, file offset); objects carry path, identity
+    and build-id as the files have them; a frame in no file mapping has none."""
+    exe_start, exe_off, exe = text_mapping(lambda p: p == os.path.realpath("/proc/self/exe"))
+    libc_start, libc_off, libc = text_mapping(lambda p: os.path.basename(p).startswith("libc."))
+    # a library unlinked after it was loaded: the module reads it all the same
+    copy = tmp_path / "libm-copy.so"
+    copy.write_bytes(Path(text_mapping(lambda p: "/libm.so" in p)[2]).read_bytes())
+    libm = ctypes.CDLL(str(copy))
+    cos = ctypes.cast(libm.cos, ctypes.c_void_p).value
+    assert cos
+    copy_stat = copy.stat()
+    copy.unlink()
+    dev.start()
+    frames = [exe_start + 0x40, libc_start + 0x80, 0x1234, exe_start + 0x48, cos]
+    dev.register(5, frames)
+    dev.register(6, [libc_start + 0x90])
+    sites = dev.sites()
+    loc = list(sites[5].loc[:6])
+    assert (loc[2], loc[5]) == (0, 0)
+    objs = {o.obj: o for o in dev.objects()}
+    assert sorted(objs) == [1, 2, 3]  # numbered in order of first sight
+    obj = [uapi.loc_obj(x) for x in loc[:5]]
+    assert obj == [1, 2, 0, 1, 3]
+    assert [uapi.loc_offset(x) for x in (loc[0], loc[1], loc[3])] == [
+        exe_off + 0x40, libc_off + 0x80, exe_off + 0x48]
+    assert uapi.loc_obj(sites[6].loc[0]) == 2  # the same file, the same object
+    for o, path in ((objs[1], exe), (objs[2], libc)):
+        st = os.stat(path)
+        assert o.path.decode() == path
+        assert (o.dev, o.ino, o.size) == (st.st_dev, st.st_ino, st.st_size)
+        assert o.flags == uapi.OBJ_F_BUILD_ID
+        assert bytes(o.build_id[:o.build_id_len]).hex() == build_id_of(path)
+    o = objs[3]
+    assert o.path.decode() == str(copy)  # without " (deleted)"
+    assert o.flags == uapi.OBJ_F_BUILD_ID | uapi.OBJ_F_DELETED
+    assert (o.ino, o.size) == (copy_stat.st_ino, copy_stat.st_size)
+    assert bytes(o.build_id[:o.build_id_len]).hex() == build_id_of(
+        text_mapping(lambda p: "/libm.so" in p)[2])
+    assert uapi.loc_offset(loc[4]) > 0
+    # no load address anywhere in what the objects say
+    raw = b"".join(bytes(x) for x in objs.values())
+    for a in (exe_start, libc_start, cos):
+        assert a.to_bytes(8, "little") not in raw
+
+
+def test_objects_of_an_exited_process(dev: Dev) -> None:
+    """A child's sites keep their objects after it exited (its mm is gone)."""
+    dev.set_config(interval_ms=100)  # the sampler notices the exit
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        with Dev() as d:
+            d.start()
+            start, _, _ = text_mapping(lambda p: os.path.basename(p).startswith("libc."))
+            d.register(1, [start + 0x100])
+        os.write(wr, b"x")
+        os._exit(0)
+    os.close(wr)
+    assert os.read(rd, 1) == b"x"
+    os.close(rd)
+    os.waitpid(pid, 0)
+    assert wait_for(lambda: dev.info(pid).state == uapi.STATE_EXITED)
+    s = dev.sites(pid)[1]
+    (o,) = dev.objects(pid)
+    assert uapi.loc_obj(s.loc[0]) == o.obj == 1
+    assert os.path.basename(o.path.decode()).startswith("libc.")
+    assert dev.err(uapi.READ_OBJECTS, uapi.Read(pid=4194000, capacity=1, buf=0)) == errno.ESRCH
+
+
 def test_register_site_refusals(dev: Dev) -> None:
     dev.start()
     bad = [uapi.Site(site=0), uapi.Site(site=1, flags=2),
@@ -336,7 +425,8 @@ def test_register_site_refusals(dev: Dev) -> None:
 def test_read_refusals(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
     dev.start()
     buf = (uapi.Block * 8)()
-    for req in (uapi.READ_BLOCKS, uapi.READ_SITES, uapi.READ_SAMPLES, uapi.MONITORED_PIDS):
+    for req in (uapi.READ_BLOCKS, uapi.READ_SITES, uapi.READ_SAMPLES, uapi.READ_OBJECTS,
+                uapi.MONITORED_PIDS):
         for field, value in (("capacity", 0), ("capacity", uapi.MAX_READ + 1), ("flags", 1),
                              ("reserved", 1)):
             r = uapi.Read(capacity=8, buf=ctypes.addressof(buf))
@@ -345,7 +435,7 @@ def test_read_refusals(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
         assert dev.err(req, 8) == errno.EFAULT
     r = uapi.Read(pid=os.getpid(), capacity=8, buf=ctypes.addressof(buf))
     assert dev.err(uapi.MONITORED_PIDS, r) == errno.EINVAL
-    for req in (uapi.READ_BLOCKS, uapi.READ_SITES, uapi.READ_SAMPLES):
+    for req in (uapi.READ_BLOCKS, uapi.READ_SITES, uapi.READ_SAMPLES, uapi.READ_OBJECTS):
         r = uapi.Read(pid=sleeper.pid, capacity=8, buf=ctypes.addressof(buf))
         assert dev.err(req, r) == errno.ENOENT
         r.pid = 4194000
@@ -432,6 +522,7 @@ def test_nobody(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
     def unprivileged() -> dict[str, int]:
         d = Dev(dev.fd)
         buf = (uapi.Block * 4)()
+        objbuf = (uapi.Object * 4)()
         out = {
             "interval": d.err(uapi.SET_CONFIG, Dev.config_arg(interval_ms=100)),
             "max_pids": d.err(uapi.SET_CONFIG, Dev.config_arg(max_pids=5)),
@@ -439,6 +530,8 @@ def test_nobody(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
             "stop_root": d.err(uapi.SET_CONFIG, Dev.config_arg(stop_pid=me)),
             "read_root": d.err(uapi.READ_BLOCKS, uapi.Read(pid=me, capacity=4,
                                                            buf=ctypes.addressof(buf))),
+            "objects_root": d.err(uapi.READ_OBJECTS, uapi.Read(pid=me, capacity=4,
+                                                               buf=ctypes.addressof(objbuf))),
             "stats_root": d.err(uapi.GET_STATS, uapi.Stats(pid=sleeper.pid)),
             "get_config": d.err(uapi.GET_CONFIG, uapi.Config(size=CFG_SIZE)),
             "visible": len(d.pids()),
@@ -466,6 +559,7 @@ def test_nobody(dev: Dev, sleeper: subprocess.Popen[bytes]) -> None:
         "start_init": errno.EPERM,
         "stop_root": errno.EPERM,
         "read_root": errno.EPERM,
+        "objects_root": errno.EPERM,
         "stats_root": errno.EPERM,
         "get_config": 0,
         "visible": 0,

@@ -71,8 +71,10 @@ class LeakGroup:
             "newest_age_s": round(self.newest_age_s, 3),
             "histogram": dict(zip(AGE_LABELS, self.histogram, strict=True)),
         }
+        from pmm.symbolize import first_user_frame
+
         desc = self.desc
-        top = frames[0] if frames else None
+        top = first_user_frame(frames)  # past the allocator's own frames
         if desc is not None and desc.has_source:
             d.update(source="shim", func=desc.func or None, file=desc.file or None,
                      line=desc.line or None, object=top.object if top else None,

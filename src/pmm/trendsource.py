@@ -142,20 +142,19 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
 
 def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
     """Descriptions of the wanted sites from the module, when it is loaded and
-    monitors this process (same start time); frames symbolized with its map.
-    Empty when the module cannot tell."""
+    holds this process (same start time, running or exited); frames
+    symbolized through their objects. Empty when the module cannot tell."""
     from pmm.device import Device
-    from pmm.symbolize import describe_sites, maps_for
+    from pmm.sitestack import describe_module_sites
 
     try:
         with Device.open() as dev:
             info = dev.pid_info(pid)
             if info is None or start_key(info.start_time_ns) != start_time:
                 return {}
-            sites = [s for s in dev.sites(pid) if s.site in wanted]
+            return describe_module_sites(dev, pid, wanted)
     except PmmError:
         return {}
-    return describe_sites(sites, maps_for(pid, info.start_time_ns))
 
 
 def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) -> Data | None:

@@ -1,0 +1,111 @@
+"""A site's call chain, symbolized in terms that outlive the process.
+
+The module gives each frame of a site as (object, file offset) with the
+object's path and GNU build-id (`Site.locs`, `Device.objects`): enough to
+name function, file and line after the process exited, and after the object
+file itself was replaced, through its build-id. A frame the module could not
+place (no file mapping, or a module older than ABI 3) is resolved through
+the process's saved memory map when the caller has one, else left as its
+address, or unnamed when `addresses` is False: a description bound for
+readers who were not checked for access to the process (pmd's database and
+log) never carries an absolute address.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pmm.model import ObjectFile, Site
+from pmm.symbolize import Frame, ObjectRef, Symbolizer, first_user_frame
+from pmm.symbolize import Mapping as MapLine
+from pmm.uapi import MAX_FRAMES
+
+if TYPE_CHECKING:
+    from pmm.device import Device
+
+def object_ref(o: ObjectFile) -> ObjectRef:
+    """The symbolizer's key for a module object: its path and build-id."""
+    return ObjectRef(path=o.path or None, build_id=o.build_id)
+
+
+def site_frames(
+    sites: Iterable[Site],
+    objects: Sequence[ObjectFile] | Mapping[int, ObjectFile],
+    depth: int,
+    maps: Sequence[MapLine] | None = None,
+    addresses: bool = True,
+    symbolizer: Symbolizer | None = None,
+) -> dict[int, list[Frame]]:
+    """Per site id, its first `depth` frames symbolized (see the module's
+    docstring for which way each frame goes)."""
+    objs = objects if isinstance(objects, Mapping) else {o.obj: o for o in objects}
+    sym = symbolizer or Symbolizer(maps)
+    site_list = list(sites)
+    by_object: list[tuple[ObjectRef, int]] = []
+    by_address: list[int] = []
+    for s in site_list:
+        for i, addr in enumerate(s.frames[:depth]):
+            loc = s.locs[i] if i < len(s.locs) else None
+            if loc is not None and loc[0] in objs:
+                by_object.append((object_ref(objs[loc[0]]), loc[1]))
+            elif addr and maps:
+                by_address.append(addr)
+    try:
+        resolved = sym.symbolize_objects(by_object) if by_object else {}
+        mapped = sym.symbolize(by_address) if by_address else {}
+    except (OSError, ValueError, subprocess.SubprocessError):
+        resolved, mapped = {}, {}
+    out: dict[int, list[Frame]] = {}
+    for s in site_list:
+        frames: list[Frame] = []
+        for i, addr in enumerate(s.frames[:depth]):
+            loc = s.locs[i] if i < len(s.locs) else None
+            if loc is not None and loc[0] in objs:
+                ref = object_ref(objs[loc[0]])
+                frames.append(resolved.get((ref, loc[1]))
+                              or Frame(0, ref.path, loc[1], build_id=ref.build_id))
+            elif addr in mapped:
+                f = mapped[addr]
+                frames.append(f if addresses or f.object else Frame(0))
+            else:
+                frames.append(Frame(addr if addresses else 0))
+        out[s.site] = frames
+    return out
+
+
+def describe_site(site: Site, frames: Sequence[Frame]) -> str:
+    """One line for a site: where the program said it is (the shim's
+    function, file and line), else its first frame outside the allocator,
+    else '' (nothing known that may be shown)."""
+    if site.file or site.func:
+        return f"{site.func or '?'}() {site.file}:{site.line}"
+    f = first_user_frame(frames)
+    if f is None or (not f.object and not f.addr):
+        return ""
+    return f.describe()
+
+
+def describe_module_sites(dev: Device, pid: int, wanted: Iterable[int] | None = None,
+                          addresses: bool = True) -> dict[int, str]:
+    """One line per site of pid the module holds (only the `wanted` ids when
+    given), from the sites' objects, else the process's saved map (only with
+    `addresses`: a map is a layout); sites with nothing to show are left out.
+    Raises what the device raises."""
+    from pmm.symbolize import maps_for
+
+    want = set(wanted) if wanted is not None else None
+    info = dev.require_monitored(pid)
+    sites = [s for s in dev.sites(pid) if want is None or s.site in want]
+    objects = dev.objects(pid)
+    unplaced = any(loc is None for s in sites for loc in s.locs) or any(
+        s.frames and not s.locs for s in sites)
+    maps = maps_for(pid, info.start_time_ns) if addresses and unplaced else None
+    frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps, addresses=addresses)
+    out = {}
+    for s in sites:
+        where = describe_site(s, frames.get(s.site, []))
+        if where:
+            out[s.site] = where
+    return out

@@ -1,0 +1,89 @@
+"""Sites as the module gives them (frames as object + file offset) named
+without the process: pmm.sitestack, and `pmctl leaks`'s pprof samples and
+frame lines (pmm.leakreport), with the programs of tests/progs/postmortem."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_symbolize_objects import BIN, PM, build_id, marked_line, return_offsets
+
+from pmm import leakreport
+from pmm.model import ObjectFile, Site
+from pmm.sitestack import describe_site, site_frames
+
+ADDR = 0x7F3A12345678  # an absolute address the process had: must never be shown
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    subprocess.run(["make", "-s", "-C", str(PM)], check=True, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def own_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PMM_DEBUG_DIRS", "")
+    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
+
+
+def libstdcxx() -> Path:
+    out = subprocess.run(["ldd", str(BIN / "pm-deep")], capture_output=True, text=True,
+                         check=True).stdout
+    return Path(next(ln.split()[2] for ln in out.splitlines() if "libstdc++" in ln))
+
+
+def objects() -> list[ObjectFile]:
+    return [ObjectFile(1, str(BIN / "pm-inline"), build_id(BIN / "pm-inline")),
+            ObjectFile(2, str(libstdcxx()), build_id(libstdcxx())),
+            ObjectFile(3, str(BIN / "pm-deep"), build_id(BIN / "pm-deep"))]
+
+
+def test_frames_by_object_name_lines_and_never_an_address() -> None:
+    inline = return_offsets(BIN / "pm-inline", marked_line(PM / "inline.c", "LEAK: inline"),
+                            callee="malloc")[0]
+    site = Site(site=4, frames=(ADDR, ADDR + 8), locs=((1, inline), None))
+    frames = site_frames([site], objects(), depth=32, addresses=False)[4]
+    assert [x.func for x in frames[0].lines][:2] == ["new_buffer", "fill_buffers"]
+    assert frames[0].line == marked_line(PM / "inline.c", "LEAK: inline")
+    assert frames[1].addr == 0 and frames[1].object is None  # unplaced: no address
+    assert describe_site(site, frames) == \
+        f"new_buffer() inline.c:{marked_line(PM / 'inline.c', 'LEAK: inline')}"
+    # with addresses allowed (pmctl, whose reader may see the process), it shows
+    shown = site_frames([site], objects(), depth=32, addresses=True)[4]
+    assert shown[1].addr == ADDR + 8
+
+
+def test_cxx_site_is_named_past_operator_new() -> None:
+    """Frame 0 in libstdc++ (operator new calls malloc): the description is
+    the user's line, and the pprof stack keeps every frame, leaf first."""
+    lib = libstdcxx()
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                         text=True, check=True).stdout
+    new = next(int(ln.split()[0], 16) for ln in out.splitlines()
+               if ln.split()[-1].split("@")[0] == "_Znwm")
+    leak = marked_line(PM / "deep.cc", "LEAK: deep")
+    at_leak = return_offsets(BIN / "pm-deep", leak)[0]
+    site = Site(site=9, frames=(ADDR, ADDR + 1), locs=((2, new + 0x10), (3, at_leak)),
+                live_bytes=560, live_blocks=10, alloc_bytes=560,
+                alloc_count=(0, 10) + (0,) * 11)
+    frames = site_frames([site], objects(), depth=32)[9]
+    assert frames[0].object == str(lib)
+    assert describe_site(site, frames) == f"level8(long) deep.cc:{leak}"
+    entry: dict[str, Any] = {"site": 9, "blocks": 10, "bytes": 560, "alloc_blocks": 12, "alloc_bytes": 700,
+             "source": "debuginfo", "where": describe_site(site, frames),
+             "frames": [f.as_dict() for f in frames]}
+    report = leakreport.LeakReport(pid=1, comm="pm-deep", state="exited", live_blocks=10,
+                                   live_bytes=560, nsites=1, sites=[entry])
+    (sample,) = leakreport.pprof_samples(report)
+    assert (sample.inuse_objects, sample.inuse_space, sample.alloc_objects,
+            sample.alloc_space) == (10, 560, 12, 700)
+    assert sample.frames[0].object == str(lib) and sample.frames[0].offset == new + 0x10
+    assert sample.frames[1].lines[0].line == leak
+    assert sample.frames[1].build_id == build_id(BIN / "pm-deep")
+    text = leakreport.frames_as_text(entry["frames"])
+    assert text[-1] == f"#1 level8(long) deep.cc:{leak}", text
+    assert all("0x7f3a" not in t for t in text)

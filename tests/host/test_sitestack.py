@@ -73,9 +73,10 @@ def test_cxx_site_is_named_past_operator_new() -> None:
     frames = site_frames([site], objects(), depth=32)[9]
     assert frames[0].object == str(lib)
     assert describe_site(site, frames) == f"level8(long) deep.cc:{leak}"
-    entry: dict[str, Any] = {"site": 9, "blocks": 10, "bytes": 560, "alloc_blocks": 12, "alloc_bytes": 700,
-             "source": "debuginfo", "where": describe_site(site, frames),
-             "frames": [f.as_dict() for f in frames]}
+    entry: dict[str, Any] = {
+        "site": 9, "blocks": 10, "bytes": 560, "alloc_blocks": 12, "alloc_bytes": 700,
+        "source": "debuginfo", "where": describe_site(site, frames),
+        "frames": [f.as_dict() for f in frames]}
     report = leakreport.LeakReport(pid=1, comm="pm-deep", state="exited", live_blocks=10,
                                    live_bytes=560, nsites=1, sites=[entry])
     (sample,) = leakreport.pprof_samples(report)

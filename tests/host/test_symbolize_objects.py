@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -525,6 +526,13 @@ def test_answers_cached_by_build_id_only_located_ones(tmp_path: Path) -> None:
         assert (got[(ref, start)].func, got[(ref, start)].line) == ("_start", None)
         assert got[(ref, start)].symbol == "_start+0x4"
     assert calls == [2, 1]  # the second time, only the one without a line
+
+    class NoFinder(sy.DebugFinder):
+        def find(self, ref: sy.ObjectRef) -> sy.DebugFiles:
+            raise AssertionError(f"looked for {ref}'s files (maybe asking debuginfod)")
+
+    # all cached: no file is looked for
+    assert one(sy.Symbolizer(finder=NoFinder()).symbolize_objects([(ref, offs[0])])).line == leak
     cached = sy.object_cache_file(ref.build_id, None, "addr2line")
     assert list((tmp_path / "cache" / "sym").glob("*.json")) == [cached]
     assert cached is not None
@@ -583,3 +591,18 @@ def test_debug_dirs_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sy.debug_dirs() == ["/a", "/b"]
     monkeypatch.setenv("PMM_DEBUG_DIRS", "")
     assert sy.debug_dirs() == []
+
+
+def test_fifo_at_the_path_does_not_block(tmp_path: Path) -> None:
+    """pmd opens the paths a monitored process's objects had: one replaced by
+    a FIFO (whose open would wait for a writer) or a device is not read."""
+    fifo = tmp_path / "libgone.so"
+    os.mkfifo(fifo)
+    code = ("from pmm import symbolize as sy\n"
+            f"for path in ({str(fifo)!r}, '/dev/zero'):\n"
+            "    assert sy.ElfFile.open(path) is None and sy.load_segments(path) is None\n"
+            "    f = sy.Symbolizer().symbolize_objects([(sy.ObjectRef(path, None), 0x10)])\n"
+            "    print(next(iter(f.values())).describe())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=20, check=True)
+    assert r.stdout == "libgone.so+0x10\nzero+0x10\n"

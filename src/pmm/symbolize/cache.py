@@ -1,5 +1,10 @@
 """The cache directory of maps and symbols, and its files.
 
+Under it: maps/ (processes' maps), sym/ (answers per object: by path,
+inode, size and mtime for a live process's addresses; by build-id for
+(object, file offset) frames) and debuginfod/ (debuginfod-find's downloads,
+unless $DEBUGINFOD_CACHE_PATH says otherwise).
+
 Cache directory: $PMM_CACHE_DIR, else $XDG_CACHE_HOME/pmm, else
 ~/.cache/pmm; if that is not writable (a read-only HOME), /tmp/pmm-<uid>.
 Another user can create /tmp/pmm-<uid> first (to feed us forged maps and

@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from pmm.symbolize.cache import debuginfod_cache_dir
-from pmm.symbolize.elf import ElfFile
+from pmm.symbolize.elf import ElfFile, open_regular
 
 log = logging.getLogger("pmm.symbolize")
 
@@ -105,7 +105,7 @@ def _elf_matching(path: str, build_id: str | None, strict: bool = False) -> ElfF
 def _crc32(path: str) -> int | None:
     crc = 0
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             while chunk := f.read(1 << 20):
                 crc = zlib.crc32(chunk, crc)
     except OSError:

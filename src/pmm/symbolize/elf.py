@@ -1,11 +1,16 @@
-"""ELF objects: a file offset to the object's virtual address, through its
-PT_LOAD program headers, read with struct (the headers are all it takes:
-no pyelftools, which only the pyelftools back-end needs)."""
+"""ELF objects, read with struct (no pyelftools, which only the pyelftools
+back-end needs): a file offset to the object's virtual address through its
+PT_LOAD program headers (`elf_vaddr`); and `ElfFile`: section headers, GNU
+build-id, .gnu_debuglink, whether DWARF is there, function symbols and the
+nearest one to an address, and a separate debug file's program headers with
+the object's file offsets rebuilt (`debug_file_load_segments`)."""
 
 from __future__ import annotations
 
 import bisect
+import errno
 import os
+import stat
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +27,20 @@ class LoadSegment:
 
 
 _segments_cache: dict[tuple[str, int, int], list[LoadSegment] | None] = {}
+
+
+def open_regular(path: str) -> BinaryIO:
+    """path opened for reading if it is a regular file; OSError if not. pmd
+    (root) opens paths that a monitored process's files had: one swapped for
+    a FIFO must not block it (O_NONBLOCK), nor a device be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _file_key(path: str) -> tuple[str, int, int] | None:
@@ -89,7 +108,7 @@ def load_segments(path: str) -> list[LoadSegment] | None:
         return _segments_cache[key]
     segs: list[LoadSegment] | None
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             segs = _read_load_segments(f)
     except OSError:
         segs = None
@@ -204,10 +223,12 @@ class ElfFile:
         if key in _elf_cache:
             return _elf_cache[key]
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 elf = _read_elf(path, f)
         except (OSError, struct.error, UnicodeDecodeError, ValueError):
             elf = None
+        if len(_elf_cache) >= _ELF_CACHE_MAX:  # a long-lived pmd sees objects come and go
+            del _elf_cache[next(iter(_elf_cache))]
         _elf_cache[key] = elf
         return elf
 
@@ -219,7 +240,7 @@ class ElfFile:
         """size bytes at offset in the file (fewer if it is shorter)."""
         if size > _MAX_TABLE:
             raise ValueError(f"{self.path}: a table of {size} bytes")
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:
             f.seek(offset)
             return f.read(size)
 
@@ -335,6 +356,7 @@ def _symbol_rank(s: FuncSymbol) -> tuple[int, int, int]:
 
 
 _elf_cache: dict[tuple[str, int, int], ElfFile | None] = {}
+_ELF_CACHE_MAX = 256
 
 
 def _read_elf(path: str, f: BinaryIO) -> ElfFile | None:

@@ -23,8 +23,14 @@ from pmm.symbolize.backends import (
     warn_no_backend,
 )
 from pmm.symbolize.cache import object_cache_file, read_text, sym_cache_file, write_text
-from pmm.symbolize.debuginfo import DebugFiles, DebugFinder, ObjectRef
-from pmm.symbolize.elf import ElfFile, debug_file_load_segments, elf_vaddr, vaddr_in
+from pmm.symbolize.debuginfo import DebugFinder, ObjectRef
+from pmm.symbolize.elf import (
+    ElfFile,
+    debug_file_load_segments,
+    elf_vaddr,
+    read_build_id,
+    vaddr_in,
+)
 from pmm.symbolize.maps import Mapping, find_mapping
 
 
@@ -128,7 +134,9 @@ class Symbolizer:
     given. Its answers are cached by the object's build-id.
 
     `disk_cache=False` turns the disk off; return_addresses: frames are
-    return addresses, looked up one byte back (in their call).
+    return addresses, looked up one byte back (in their call). A Symbolizer
+    remembers where it found debug files, and where it found none: a debug
+    package installed meanwhile is seen by a new one.
     """
 
     def __init__(
@@ -227,25 +235,26 @@ class Symbolizer:
                 out[(ref, off)] = frame
         return out
 
-    def _object_cache(self, files: DebugFiles) -> tuple[str | None, Path | None]:
-        """The in-memory key and the disk file of an object's answers."""
-        f = (object_cache_file(files.build_id, files.object, self.backend.name)
+    def _object_cache(self, ref: ObjectRef) -> tuple[str | None, str | None, Path | None]:
+        """An object's build-id (the reference's, else the file's at its
+        path), the in-memory key of its answers and their disk file."""
+        build_id = ref.build_id or (read_build_id(ref.path) if ref.path else None)
+        f = (object_cache_file(build_id, ref.path, self.backend.name)
              if self.disk_cache else None)
-        if files.build_id:
-            return f"build-id:{files.build_id}", f
-        if files.object:
+        if build_id:
+            return build_id, f"build-id:{build_id}", f
+        if ref.path:
             try:
-                st = os.stat(files.object)
+                st = os.stat(ref.path)
             except OSError:
-                return None, None
-            return f"{files.object}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", f
-        return None, None
+                return None, None, None
+            return None, f"{ref.path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", f
+        return None, None, None
 
     def _symbolize_object(self, ref: ObjectRef, offsets: list[int],
                           return_addresses: bool) -> dict[int, Frame]:
-        files = self.finder.find(ref)
         look = {off: off - 1 if return_addresses and off > 0 else off for off in offsets}
-        key, disk = self._object_cache(files)
+        build_id, key, disk = self._object_cache(ref)
         if key is not None and disk is not None \
                 and any((key, v) not in self._chains for v in look.values()):
             for v, chain in _load_chains(disk).items():
@@ -253,6 +262,10 @@ class Symbolizer:
         chains: dict[int, tuple[SourceLoc, ...]] = {}
         if key is not None:
             chains = {v: self._chains[(key, v)] for v in look.values() if (key, v) in self._chains}
+        if all(v in chains for v in look.values()):
+            # all known: no need to look for the files (nor to ask debuginfod)
+            return {off: _frame(ref, off, build_id, chains[v], None) for off, v in look.items()}
+        files = self.finder.find(ref)
         elf = ElfFile.open(files.object) if files.object else None
         debug = ElfFile.open(files.debug) if files.debug else None
         if elf is not None:
@@ -297,18 +310,25 @@ class Symbolizer:
         names = demangle(n for n, _ in symbols.values())
         frames: dict[int, Frame] = {}
         for off, v in look.items():
-            chain = chains.get(v, ())
             sym = symbols.get(v)
-            symbol = None
-            if sym is not None:
-                name = names[sym[0]]
-                symbol = f"{name}+0x{sym[1] + off - v:x}" if sym[1] + off - v else name
-                if not chain:
-                    chain = (SourceLoc(name, None, None),)
-            top = chain[0] if chain else SourceLoc(None, None, None)
-            frames[off] = Frame(0, ref.path, off, top.func, top.file, top.line,
-                                build_id=files.build_id, lines=chain, symbol=symbol)
+            # the symbol's offset from the frame's own offset, not from the looked-up one
+            near = (names[sym[0]], sym[1] + off - v) if sym is not None else None
+            frames[off] = _frame(ref, off, files.build_id, chains.get(v, ()), near)
         return frames
+
+
+def _frame(ref: ObjectRef, offset: int, build_id: str | None, chain: tuple[SourceLoc, ...],
+           symbol: tuple[str, int] | None) -> Frame:
+    """The Frame of an object's offset: its inlined chain, else its nearest
+    symbol (name, offset from it) as its only location."""
+    text = None
+    if symbol is not None:
+        name, delta = symbol
+        text = f"{name}+0x{delta:x}" if delta else name
+        chain = chain or (SourceLoc(name, None, None),)
+    top = chain[0] if chain else SourceLoc(None, None, None)
+    return Frame(0, ref.path, offset, top.func, top.file, top.line, build_id=build_id,
+                 lines=chain, symbol=text)
 
 
 # Objects whose frames at the top of a site are the allocator's, not the

@@ -716,6 +716,24 @@ def logs(
         typer.echo(proc_line(d, now, real))
 
 
+DbOpt = Annotated[
+    Path | None,
+    typer.Option("--db", metavar="PATH", show_default=False, readable=False,
+                 help="pmd's database (default: $PMM_DB, else the system database "
+                 "/var/lib/pmm/pmm.db when this user may read it, else "
+                 "~/.local/share/pmm/pmm.db, where a pmd of this user writes)."),
+]
+
+
+def open_db_for(db: Path | None) -> Callable[[], Store]:
+    """Opens pmd's database read-only (the given path, else the default)."""
+    def open_() -> Store:
+        from pmm.store import Store, default_db_path
+
+        return Store.open(db if db is not None else default_db_path(), readonly=True)
+    return open_
+
+
 @command()
 @handle_errors
 def leaks(
@@ -730,89 +748,100 @@ def leaks(
         typer.Option("--limit", help="Show the N sites with most live bytes (0: all).", min=0,
                      metavar="N"),
     ] = 20,
+    pprof: Annotated[
+        Path | None,
+        typer.Option("--pprof", metavar="FILE", show_default=False, dir_okay=False,
+                     help="Also write the live heap as a pprof profile (gzipped "
+                     "profile.proto: go tool pprof FILE), every site."),
+    ] = None,
+    db: DbOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show PID's live blocks grouped by site, largest live bytes first.
 
     Per site: function and file:line (library+offset without debug info), blocks,
     bytes, the oldest block's age and an age histogram (<1s, <10s, <100s, <1000s,
-    older).
+    older). While the module keeps the process (running, or exited less than
+    its exited-ttl ago) it comes from the module; after that from what pmd
+    saved when the process exited.
     """
-    from pmm.symbolize import Symbolizer, maps_for
+    from pmm import leakreport
 
-    with Device.open() as dev:
-        info = dev.require_monitored(pid)
-        blocks = dev.blocks(pid)
-        sites = {s.site: s for s in dev.sites(pid)}
-    now = now_monotonic_ns()
-    groups = leaks_mod.group_blocks(blocks, sites, now)
-    shown = groups[:limit] if limit else groups
-    addrs = [
-        a
-        for g in shown
-        if g.desc is not None
-        for a in g.desc.frames[:depth]
-    ]
-    sym = Symbolizer(maps_for(pid, info.start_time_ns))
-    frames_by_addr = sym.symbolize(addrs) if addrs else {}
-    entries = []
-    site_frames = []
-    for g in shown:
-        fr = [frames_by_addr[a] for a in (g.desc.frames[:depth] if g.desc else ())]
-        entries.append(g.to_dict(fr, depth))
-        site_frames.append(fr)
-    live_blocks = sum(g.blocks for g in groups)
-    live_bytes = leaks_mod.total_bytes(groups)
+    if pprof is not None and not os.access(pprof.parent if str(pprof.parent) else ".",
+                                           os.W_OK):
+        raise refuse("--pprof", f"cannot write to {pprof.parent}")
+    report = leakreport.gather(Device.open, open_db_for(db), pid, now_monotonic_ns(),
+                               0 if pprof is not None else limit, db_named=db is not None)
+    if pprof is not None:
+        from pmm.pprof import write_profile
+
+        write_profile(pprof, leakreport.pprof_samples(report), period=1,
+                      time_ns=time.time_ns(),
+                      comments=[f"pmctl leaks {pid} ({report.comm}, {report.state}), "
+                                f"from the {report.source}"])
+        report.sites = report.sites[:limit] if limit else report.sites
     if json_:
-        echo_json(
-            {
-                "pid": pid,
-                "comm": info.comm,
-                "state": info.state_name,
-                "live_blocks": live_blocks,
-                "live_bytes": live_bytes,
-                "age_buckets": list(leaks_mod.AGE_LABELS),
-                "sites": entries,
-            }
-        )
+        echo_json(report.to_dict(depth))
         return
+    live_blocks, nsites = report.live_blocks, report.nsites
+    came = "" if report.source == leakreport.SOURCE_MODULE else f", from the {report.source}"
     typer.echo(
-        f"pid {pid} ({printable(info.comm)}, {info.state_name}): {live_blocks} live "
-        f"block{'' if live_blocks == 1 else 's'}, {human_bytes(live_bytes)} in {len(groups)} "
-        f"site{'' if len(groups) == 1 else 's'}"
+        f"pid {pid} ({printable(report.comm)}, {report.state}{came}): {live_blocks} live "
+        f"block{'' if live_blocks == 1 else 's'}, {human_bytes(report.live_bytes)} in "
+        f"{nsites} site{'' if nsites == 1 else 's'}"
     )
-    if not entries:
+    if pprof is not None:
+        typer.echo(f"pprof profile written to {pprof}")
+    if not report.sites:
         return
     headers = ["BYTES", "BLOCKS", "OLDEST", *leaks_mod.AGE_LABELS, "SITE"]
     rows: list[list[str]] = []
-    for e, fr in zip(entries, site_frames, strict=True):
+    for e in report.sites:
         rows.append(
             [
                 human_bytes(e["bytes"]),
                 str(e["blocks"]),
                 human_age(e["oldest_age_s"]),
                 *(str(v) for v in e["histogram"].values()),
-                e["where"],
+                printable(e["where"]),
             ]
         )
         if depth > 1:
-            for i, f in enumerate(fr):
-                rows.append([""] * 8 + [f"  #{i} 0x{f.addr:x} {f.describe()}"])
+            for line in leakreport.frames_as_text(e["frames"][:depth]):
+                rows.append([""] * 8 + [f"  {printable(line)}"])
     typer.echo(format_table(headers, rows, right=set(range(8))))
 
 
 @command()
 @handle_errors
-def stats(pid: PidArg, json_: JsonOpt = False) -> None:
+def stats(pid: PidArg, db: DbOpt = None, json_: JsonOpt = False) -> None:
     """Show PID's allocation statistics by allocation size.
 
     Per size range (<=16 ... larger bytes): malloc, calloc, realloc and free
     calls and the allocated, freed and in-use bytes (exact), then totals and
-    failed allocations.
+    failed allocations. From the module while it keeps the process, else from
+    what pmd saved when the process exited.
     """
-    with Device.open() as dev:
-        dev.require_monitored(pid)
-        st = dev.stats(pid)
+    st = None
+    try:
+        with Device.open() as dev:
+            dev.require_monitored(pid)
+            st = dev.stats(pid)
+    except PmmError as module_error:
+        from pmm import postmortem
+
+        try:
+            store = open_db_for(db)()
+        except PmmError:
+            if db is not None:
+                raise
+            raise module_error from None
+        try:
+            st = postmortem.stats_from_db(store, pid)
+        finally:
+            store.close()
+        if st is None:
+            raise module_error from None
     if json_:
         echo_json(st.to_dict())
     else:
@@ -849,13 +878,7 @@ def alerts(
         typer.Argument(help="Only the alerts of this process id.", min=1, metavar="PID",
                        show_default=False),
     ] = None,
-    db: Annotated[
-        Path | None,
-        typer.Option("--db", metavar="PATH", show_default=False, readable=False,
-                     help="pmd's database (default: $PMM_DB, else the system database "
-                     "/var/lib/pmm/pmm.db when this user may read it, else "
-                     "~/.local/share/pmm/pmm.db, where a pmd of this user writes)."),
-    ] = None,
+    db: DbOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Show the leak alerts pmd raised, oldest first.

@@ -25,7 +25,12 @@ leaks   {"pid", "comm", "state", "live_blocks", "live_bytes", "age_buckets",
          "sites": [{"site", "blocks", "bytes", "oldest_age_s", "newest_age_s",
          "histogram": {"<1s", "<10s", "<100s", "<1000s", "older"}, "source",
          "func", "file", "line", "object", "offset", "where", "frames":
-         [{"addr", "object", "offset", "func", "file", "line"}]}]}
+         [{"addr", "object", "offset", "func", "file", "line", "build_id",
+         "lines": [{"func", "file", "line"}], "symbol"}], "alloc_blocks",
+         "alloc_bytes"}], "source": "pmd database" (only when read from there)}
+         (a frame: its object's path and build-id and the offset in that file;
+         addr 0 unless only the address is known; lines: the inlined calls,
+         innermost first)
 stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
          "realloc", "free", "alloc_bytes", "freed_bytes", "inuse_bytes"}],
          "totals": {same keys}, "failed_allocs", "unmatched_frees", "older_frees"}

@@ -606,3 +606,44 @@ def test_fifo_at_the_path_does_not_block(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=20, check=True)
     assert r.stdout == "libgone.so+0x10\nzero+0x10\n"
+
+
+def test_debuginfod_that_does_not_answer_is_given_up(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A server that takes the connection and never answers: debuginfod-find
+    is killed after DEBUGINFOD_FIND_TIMEOUT_S, the frame is object+offset,
+    and it is said once."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the backlog, never accepted
+        monkeypatch.setenv("DEBUGINFOD_URLS", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(sy.debuginfo, "DEBUGINFOD_FIND_TIMEOUT_S", 1)
+        ref = sy.ObjectRef("/gone/libslow.so", "cd" * 20)
+        t0 = time.monotonic()
+        f = symbolize(ref, [0x1234])
+        assert f.describe() == "libslow.so+0x1234"
+        assert time.monotonic() - t0 < 10  # debuginfo and executable: a second each
+    said = [r.getMessage() for r in caplog.records if "debuginfod" in r.getMessage()]
+    assert said == [f"debuginfod: no answer for debuginfo of build-id {'cd' * 20} within 1 s",
+                    f"debuginfod: no answer for executable of build-id {'cd' * 20} within 1 s"]
+
+
+def test_debuginfod_urls_without_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("DEBUGINFOD_URLS", "http://127.0.0.1:9")
+    assert sy.debuginfod_find("debuginfo", "ef" * 20) is None
+    assert sy.debuginfod_find("debuginfo", "ef" * 20) is None
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["DEBUGINFOD_URLS is set but debuginfod-find is not installed (Debian: apt "
+                    "install debuginfod): debug info is looked for on this machine only"]
+
+
+def test_frame_json_round_trip() -> None:
+    f = sy.Frame(0, "/lib/libfoo.so", 0x1139, "grow", "/src/a.c", 5, build_id="ab" * 20,
+                 lines=(sy.SourceLoc("grow", "/src/a.c", 5), sy.SourceLoc("main", "/src/a.c", 9)))
+    assert sy.Frame.from_dict(f.as_dict()) == f
+    assert sy.Frame.from_dict({"addr": 16}) == sy.Frame(16)

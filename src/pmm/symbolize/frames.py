@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterable, Sequence
+from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,22 @@ class Frame:
             "lines": [{"func": loc.func, "file": loc.file, "line": loc.line}
                       for loc in self.lines],
         }
+
+    @classmethod
+    def from_dict(cls, d: AbcMapping[str, Any]) -> Frame:
+        """The Frame of its JSON form (`as_dict`; fields it lacks: unknown)."""
+        return cls(
+            addr=int(d.get("addr") or 0),
+            object=d.get("object"),
+            offset=d.get("offset"),
+            func=d.get("func"),
+            file=d.get("file"),
+            line=d.get("line"),
+            build_id=d.get("build_id"),
+            lines=tuple(SourceLoc(x.get("func"), x.get("file"), x.get("line"))
+                        for x in d.get("lines") or ()),
+            symbol=d.get("symbol"),
+        )
 
 
 def _call(func: str) -> str:

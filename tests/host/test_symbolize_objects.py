@@ -278,7 +278,7 @@ def test_debug_file_program_headers_rebuilt(stripped: tuple[Path, int, list[int]
         obj = Path("/usr/lib/x86_64-linux-gnu") / lib
         bid = build_id(obj)
         dbg = Path("/usr/lib/debug/.build-id") / bid[:2] / f"{bid[2:]}.debug"
-        assert dbg.is_file(), f"{dbg}: libc6-dbg (scripts/setup.sh) is not installed"
+        assert dbg.is_file(), f"{dbg}: libc6-dbg (valgrind's, scripts/setup.sh) is not installed"
         pairs.append((obj, dbg))
     for obj, dbg in pairs:
         want = sy.load_segments(str(obj))

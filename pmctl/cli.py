@@ -808,12 +808,12 @@ def leaks(
                 str(e["blocks"]),
                 human_age(e["oldest_age_s"]),
                 *(str(v) for v in e["histogram"].values()),
-                printable(e["where"]),
+                e["where"],
             ]
         )
         if depth > 1:
             for line in leakreport.frames_as_text(e["frames"][:depth]):
-                rows.append([""] * 8 + [f"  {printable(line)}"])
+                rows.append([""] * 8 + [f"  {line}"])
     typer.echo(format_table(headers, rows, right=set(range(8))))
 
 
@@ -935,6 +935,18 @@ def _register_trend() -> None:
 
 
 _register_trend()
+
+
+def _register_report() -> None:
+    """`pmctl report` lives in pmctl/report_cli.py (another part); pmctl works without it."""
+    try:
+        from pmctl.report_cli import report_command
+    except ImportError:  # pragma: no cover - report not installed
+        return
+    command("report")(report_command)
+
+
+_register_report()
 
 
 # -- entry point -----------------------------------------------------------

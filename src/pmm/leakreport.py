@@ -90,7 +90,7 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int) -> LeakRepo
     entries = []
     for g in shown:
         fr = frames.get(g.site, [])
-        e = g.to_dict(fr, depth=len(fr))
+        e = g.to_dict(fr, len(fr))
         e.update(_alloc_figures(g.desc))
         entries.append(e)
     return LeakReport(

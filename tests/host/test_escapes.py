@@ -76,6 +76,7 @@ def evil_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Device, "monitored_pids", pids)
     monkeypatch.setattr(Device, "blocks", blocks)
     monkeypatch.setattr(Device, "sites", sites)
+    monkeypatch.setattr(Device, "objects", lambda self, pid: [])
 
 
 @pytest.mark.parametrize("args", [["status"], ["start", str(PID)], ["logs", str(PID)],

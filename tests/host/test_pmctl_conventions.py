@@ -28,7 +28,7 @@ import pmm
 from pmctl import cli
 from pmm.device import Device
 from pmm.errors import PmmError
-from pmm.model import Block, Bucket, ConfigInfo, PidInfo, Sample, Site, StatsInfo
+from pmm.model import Block, Bucket, ConfigInfo, ObjectFile, PidInfo, Sample, Site, StatsInfo
 
 TOP = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
@@ -56,6 +56,7 @@ class FakeModule:
     pids: list[PidInfo] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
+    objects: list[ObjectFile] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     set_calls: list[dict[str, Any]] = field(default_factory=list)
     fail: PmmError | None = None
@@ -83,6 +84,7 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModu
     monkeypatch.setattr(Device, "monitored_pids", lambda self: answer(list(m.pids)))
     monkeypatch.setattr(Device, "blocks", lambda self, pid: answer(list(m.blocks)))
     monkeypatch.setattr(Device, "sites", lambda self, pid: answer(list(m.sites)))
+    monkeypatch.setattr(Device, "objects", lambda self, pid: answer(list(m.objects)))
     monkeypatch.setattr(Device, "samples", lambda self, pid, cursor=0: answer(list(m.samples)))
     monkeypatch.setattr(Device, "stats", lambda self, pid: answer(
         StatsInfo(pid=pid, buckets=(Bucket(),) * 7, failed_allocs=0, unmatched_frees=0)))

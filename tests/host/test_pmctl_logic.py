@@ -289,9 +289,13 @@ def test_commands_print_the_models_json() -> None:
     import ast
     from pathlib import Path
 
+    from pmm import leakreport
+
     src = Path(cli.__file__).read_text()
     names = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
     assert not names & {"config_dict", "pid_dict", "block_dict", "site_dict"}
     for call in ("cfg.to_dict()", "p.to_dict(now)", "b.to_dict(sites.get(b.site), now)",
-                 "g.to_dict(fr, depth)", "st.to_dict()"):
+                 "st.to_dict()", "report.to_dict(depth)"):
         assert call in src, call
+    # leaks' sites: the groups' own JSON, gathered by the library
+    assert "g.to_dict(fr, len(fr))" in Path(leakreport.__file__).read_text()

@@ -18,15 +18,46 @@ alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                 verdict, slope, slope_low, slope_high (bytes/s), confidence,
                 growth (bytes), site, message. One LEAK alert per process.
 
+What pmd keeps of a process once it exited (its "harvest", pmm.postmortem),
+so that leaks and statistics name file:line after the module dropped it
+(exited_ttl_s later, or after a reboot):
+
+exit_info       pid, start_time, harvested, info, objects PRIMARY KEY (pid,
+                start_time). info: the module's entry as JSON
+                (PidInfo.to_dict: comm, live figures, records, exit time...);
+                objects: the files its sites' frames are in (ObjectFile.to_dict:
+                path, build-id, dev, inode, size); harvested: when.
+exit_sites      pid, start_time, site, registered, flags, func, file, line,
+                live_bytes, live_blocks, alloc_bytes, free_bytes, alloc_count,
+                oldest_age_s, newest_age_s, histogram, frames, where_
+                PRIMARY KEY (pid, start_time, site). Per site, its final
+                figures; registered 0 for a site known only by its blocks;
+                func/file/line what the program registered (the shim);
+                ages (seconds, NULL without a live block) are as of the exit;
+                histogram: live blocks per age bucket (pmm.leaks.AGE_LABELS),
+                JSON; alloc_count: calls per operation, JSON; frames: its call
+                chain symbolized (Frame.as_dict, JSON; addr always 0: each
+                frame is an object and a file offset, or unknown); where_:
+                its one-line description (pmm.sitestack.describe_site).
+exit_stats      pid, start_time, stats (StatsInfo.to_dict, JSON) PRIMARY KEY
+                (pid, start_time).
+
+Older databases get these tables when pmd opens them; readers of a database
+without them find nothing harvested.
+
 start_time is the process start (task->start_boottime) rounded down to the
 clock tick (1/CLK_TCK s): /proc/PID/stat only has ticks, the module has
 nanoseconds, and both must name the same process.
 
+No absolute address of a process is stored: readers of the database are not
+checked for access to the processes (as the module's readers are), and an
+address would tell them where a process's code is loaded.
+
 Permissions: the database holds other users' command lines, rss series and
-code addresses. The writer (pmd) creates it 0640 with group $PMM_GROUP
-(default "pmm") when that group exists, else 0600, and its -wal and -shm
-with the database's mode and group (before SQLite would make them); a
-directory it creates is 0750 (that group) or 0700, and systemd's
+where their allocations are in their programs. The writer (pmd) creates it
+0640 with group $PMM_GROUP (default "pmm") when that group exists, else 0600,
+and its -wal and -shm with the database's mode and group (before SQLite
+would make them); a directory it creates is 0750 (that group) or 0700, and systemd's
 StateDirectory (0750 root:root) is given to that group. A database, -wal or
 -shm file pmd owns that is more open than that is tightened when pmd opens
 it (one log line). Readers open it read-only (`Store.open(path,
@@ -50,6 +81,7 @@ from __future__ import annotations
 
 import errno
 import grp
+import json
 import logging
 import os
 import pwd
@@ -58,7 +90,7 @@ import stat
 import urllib.parse
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -368,6 +400,48 @@ class AlertRow:
 
 
 @dataclass(frozen=True)
+class ExitSiteRow:
+    """One site of an exited process as stored (table exit_sites): its final
+    figures, the age of its live blocks as of the exit and its call chain
+    symbolized, with no absolute address."""
+
+    site: int
+    registered: bool = True  # False: known only by its blocks (never registered)
+    flags: int = 0
+    func: str = ""  # what the program registered (the shim), else ""
+    file: str = ""
+    line: int = 0
+    live_bytes: int = 0
+    live_blocks: int = 0
+    alloc_bytes: int = 0
+    free_bytes: int = 0
+    alloc_count: dict[str, int] = field(default_factory=dict)  # per operation name
+    oldest_age_s: float | None = None  # None: no live block
+    newest_age_s: float | None = None
+    histogram: tuple[int, ...] = ()  # live blocks per pmm.leaks.AGE_LABELS
+    frames: tuple[dict[str, Any], ...] = ()  # Frame.as_dict() each, addr 0
+    where: str = ""  # one line (pmm.sitestack.describe_site); "" when unknown
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """What pmd keeps of an exited process (see the module docstring): the
+    module's entry (`info`, PidInfo.to_dict), the files of its frames
+    (`objects`, ObjectFile.to_dict), its sites and its statistics
+    (StatsInfo.to_dict, None when unknown). Times are CLOCK_BOOTTIME ns."""
+
+    pid: int
+    start_time: int  # the stored key (start_key)
+    comm: str
+    exit_time: int  # 0: unknown
+    harvested: int
+    info: dict[str, Any]
+    objects: tuple[dict[str, Any], ...] = ()
+    sites: tuple[ExitSiteRow, ...] = ()
+    stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Series:
     """One process's samples as arrays, oldest first."""
 
@@ -513,7 +587,8 @@ def _system_db_hint(path: Path) -> str:
     return f"; this user cannot read pmd's system database {SYSTEM_DB_PATH}{group}"
 
 
-PMD_TABLES = ("processes", "samples", "site_snapshots", "sites", "alerts")
+PMD_TABLES = ("processes", "samples", "site_snapshots", "sites", "alerts", "exit_info",
+              "exit_sites", "exit_stats")
 
 
 def _table_names(conn: sqlite3.Connection) -> list[str]:
@@ -672,6 +747,28 @@ class Store:
                     pk="id",
                 )
                 db.table("alerts").create_index(["pid", "start_time"])
+            # added with post-mortem records: an older database gets them here
+            if not db.table("exit_info").exists():
+                db.table("exit_info").create(
+                    {"pid": int, "start_time": int, "harvested": int, "info": str,
+                     "objects": str},
+                    pk=("pid", "start_time"), not_null={"pid", "start_time", "info"},
+                )
+            if not db.table("exit_sites").exists():
+                db.table("exit_sites").create(
+                    {"pid": int, "start_time": int, "site": int, "registered": int,
+                     "flags": int, "func": str, "file": str, "line": int, "live_bytes": int,
+                     "live_blocks": int, "alloc_bytes": int, "free_bytes": int,
+                     "alloc_count": str, "oldest_age_s": float, "newest_age_s": float,
+                     "histogram": str, "frames": str, "where_": str},
+                    pk=("pid", "start_time", "site"),
+                    not_null={"pid", "start_time", "site"},
+                )
+            if not db.table("exit_stats").exists():
+                db.table("exit_stats").create(
+                    {"pid": int, "start_time": int, "stats": str},
+                    pk=("pid", "start_time"), not_null={"pid", "start_time", "stats"},
+                )
 
     def close(self) -> None:
         """Closes the database."""
@@ -685,11 +782,14 @@ class Store:
         processes: Sequence[ProcessRow] = (),
         exits: Sequence[tuple[int, int, int]] = (),
         snapshots: Sequence[tuple[int, int, int, int, int, int]] = (),
+        sites: Sequence[tuple[int, int, int, str]] = (),
     ) -> None:
         """One transaction: new processes (existing ones keep their first
-        `started`), exits (pid, start_time, time), samples and site snapshots
-        (pid, start_time, time, site, live_bytes, live_blocks). Duplicates
-        (same key) are ignored, so writing rows again is harmless. Raises
+        `started`), exits (pid, start_time, time), samples, site snapshots
+        (pid, start_time, time, site, live_bytes, live_blocks) and site
+        descriptions (pid, start_time, site, where: replaces the one
+        stored). Duplicates (same key) are ignored, so writing rows again is
+        harmless. Raises
         BadRowError when a row itself is refused, StoreError when the
         database is; nothing is written then."""
         try:
@@ -726,6 +826,10 @@ class Store:
                         "live_bytes, live_blocks) VALUES (?,?,?,?,?,?)",
                         snapshots,
                     )
+                if sites:
+                    c.executemany(
+                        "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
+                        "VALUES (?,?,?,?)", sites)
         except _ROW_ERRORS as e:
             if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
                 # the one ProgrammingError about the connection, not a row
@@ -742,6 +846,53 @@ class Store:
                 self.db.conn.execute(
                     "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
                     "VALUES (?,?,?,?)", (pid, start_time, site, where))
+        except sqlite3.Error as e:
+            raise _describe(e, self.path, "cannot write to the database") from None
+
+    def write_exit(self, r: ExitRecord) -> None:
+        """Stores what is kept of an exited process, in one transaction: its
+        entry, sites and statistics (replacing an earlier record of the same
+        process: a second harvest changes nothing), the descriptions of its
+        sites (table sites) and its exit time if none was stored (and its
+        process row if pmd had none). Raises BadRowError when a row itself
+        is refused, StoreError when the database is; nothing is written then."""
+        key = (r.pid, r.start_time)
+        try:
+            with self.db.atomic():
+                c = self.db.conn
+                c.execute(
+                    "INSERT OR IGNORE INTO processes (pid, start_time, comm, exe, cmdline, "
+                    "started, exited, source) VALUES (?,?,?,'','',?,?,'kmod')",
+                    (*key, r.comm, r.harvested, r.exit_time or r.harvested))
+                if r.exit_time:
+                    c.execute("UPDATE processes SET exited = ? WHERE pid = ? AND start_time = ? "
+                              "AND exited IS NULL", (r.exit_time, *key))
+                c.execute("INSERT OR REPLACE INTO exit_info (pid, start_time, harvested, info, "
+                          "objects) VALUES (?,?,?,?,?)",
+                          (*key, r.harvested, json.dumps(r.info),
+                           json.dumps(list(r.objects))))
+                c.execute("DELETE FROM exit_sites WHERE pid = ? AND start_time = ?", key)
+                c.executemany(
+                    "INSERT INTO exit_sites (pid, start_time, site, registered, flags, func, "
+                    "file, line, live_bytes, live_blocks, alloc_bytes, free_bytes, alloc_count, "
+                    "oldest_age_s, newest_age_s, histogram, frames, where_) VALUES "
+                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(*key, s.site, int(s.registered), s.flags, s.func, s.file, s.line,
+                      s.live_bytes, s.live_blocks, s.alloc_bytes, s.free_bytes,
+                      json.dumps(s.alloc_count), s.oldest_age_s, s.newest_age_s,
+                      json.dumps(list(s.histogram)), json.dumps(list(s.frames)), s.where)
+                     for s in r.sites])
+                c.executemany(
+                    "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
+                    "VALUES (?,?,?,?)",
+                    [(*key, s.site, s.where) for s in r.sites if s.where])
+                if r.stats is not None:
+                    c.execute("INSERT OR REPLACE INTO exit_stats (pid, start_time, stats) "
+                              "VALUES (?,?,?)", (*key, json.dumps(r.stats)))
+        except _ROW_ERRORS as e:
+            if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
+                raise _describe(e, self.path, "cannot write to the database") from None
+            raise BadRowError(f"the database refused a row: {type(e).__name__}: {e}") from None
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
 
@@ -834,3 +985,59 @@ class Store:
             f"slope_high, confidence, growth, site, message FROM alerts {where} ORDER BY id",
             args)
         return [AlertRow(*r) for r in rows]
+
+    def _has_table(self, name: str) -> bool:
+        """Whether the database has the table (an older one may lack the
+        newer tables: a reader finds nothing in them)."""
+        return bool(self._query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
+    def harvested(self, pid: int, start_time: int) -> bool:
+        """Whether what is kept of the exited process (pid, start_time) is stored."""
+        return self._has_table("exit_info") and bool(self._query(
+            "SELECT 1 FROM exit_info WHERE pid = ? AND start_time = ?", (pid, start_time)))
+
+    def exit_info(self, pid: int) -> tuple[int, dict[str, Any]] | None:
+        """The latest stored record of an exited process with this pid:
+        (start_time, its entry) where the entry is PidInfo.to_dict as
+        harvested with "harvested" (CLOCK_BOOTTIME ns) and "objects"
+        (ObjectFile.to_dict each); None when there is none."""
+        if not self._has_table("exit_info"):
+            return None
+        rows = self._query(
+            "SELECT start_time, harvested, info, objects FROM exit_info WHERE pid = ? "
+            "ORDER BY start_time DESC LIMIT 1", (pid,))
+        if not rows:
+            return None
+        start, harvested, info, objects = rows[0]
+        d: dict[str, Any] = json.loads(info)
+        d["harvested"] = harvested
+        d["objects"] = json.loads(objects) if objects else []
+        return int(start), d
+
+    def exit_sites(self, pid: int, start_time: int) -> list[ExitSiteRow]:
+        """The stored sites of the exited process (pid, start_time), by site id."""
+        if not self._has_table("exit_sites"):
+            return []
+        rows = self._query(
+            "SELECT site, registered, flags, func, file, line, live_bytes, live_blocks, "
+            "alloc_bytes, free_bytes, alloc_count, oldest_age_s, newest_age_s, histogram, "
+            "frames, where_ FROM exit_sites WHERE pid = ? AND start_time = ? ORDER BY site",
+            (pid, start_time))
+        return [ExitSiteRow(
+            site=int(r[0]), registered=bool(r[1]), flags=r[2] or 0, func=r[3] or "",
+            file=r[4] or "", line=r[5] or 0, live_bytes=r[6] or 0, live_blocks=r[7] or 0,
+            alloc_bytes=r[8] or 0, free_bytes=r[9] or 0,
+            alloc_count=json.loads(r[10]) if r[10] else {}, oldest_age_s=r[11],
+            newest_age_s=r[12], histogram=tuple(json.loads(r[13])) if r[13] else (),
+            frames=tuple(json.loads(r[14])) if r[14] else (), where=r[15] or "")
+            for r in rows]
+
+    def exit_stats(self, pid: int, start_time: int) -> dict[str, Any] | None:
+        """The stored statistics of the exited process (pid, start_time), as
+        StatsInfo.to_dict gave them; None when there are none."""
+        if not self._has_table("exit_stats"):
+            return None
+        rows = self._query("SELECT stats FROM exit_stats WHERE pid = ? AND start_time = ?",
+                           (pid, start_time))
+        return json.loads(rows[0][0]) if rows else None

@@ -28,6 +28,18 @@ overrun, module reloaded) are found every 30 s, and at once after an overrun
 or a reconnect, by checking /proc for the pid with the same start time; they
 are marked exited.
 
+Post-mortem records: when a process the module monitors exits (its EXITED
+event, or, at start, an exited entry the module still holds that the
+database has none of: pmd was down then), pmd reads the module's entry and
+stores what `pmctl leaks`, `stats`, `trend` and `alerts` need once the
+module dropped it (pmm.postmortem). The sites named in SITES events get
+their one-line description the same way while the process runs. Reading
+and symbolizing (addr2line on large objects may take seconds) happen in one
+worker thread (`PostmortemWorker`); the loop writes the results with the
+other rows, so the database keeps one writer. A harvest that fails is
+counted, and logged the first time it fails that way (one line); the entry
+is not read again.
+
 `serve(options)` is the whole daemon: it opens the database (StoreError if it
 cannot), runs the loop until SIGTERM or SIGINT and returns the exit status.
 Log records go to the "pmd" logger; they quote what monitored processes
@@ -38,16 +50,19 @@ named themselves, so a handler should escape control characters
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import queue
 import selectors
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pmm import procsampler, uapi
 from pmm.errors import NoSuchPid
@@ -55,6 +70,7 @@ from pmm.genl import Event, Listener, MalformedEvent
 from pmm.store import (
     AlertRow,
     BadRowError,
+    ExitRecord,
     ProcessRow,
     SampleRow,
     Store,
@@ -64,9 +80,146 @@ from pmm.store import (
 from pmm.trend import Params, Verdict, detect, site_growth
 from pmm.units import format_duration, human_bytes, human_rate
 
+if TYPE_CHECKING:
+    from pmm.postmortem import ModuleReader
+    from pmm.symbolize import Symbolizer
+
 log = logging.getLogger("pmd")
 
 Key = tuple[int, int]  # (pid, start_time)
+
+# A device of the module for the worker: pmm.device.Device.open, or a test's.
+OpenDevice = Callable[[], AbstractContextManager["ModuleReader"]]
+
+MAX_PENDING_HARVESTS = 256  # records waiting for a writable database
+SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
+
+
+def open_module_device() -> AbstractContextManager[ModuleReader]:
+    """The module's device (pmm.device.Device.open)."""
+    from pmm.device import Device
+
+    return Device.open()
+
+
+@dataclass(frozen=True)
+class HarvestFailed:
+    """A harvest that found nothing (`why` None: the module no longer holds
+    the exited process) or failed (`why` says how)."""
+
+    key: Key
+    comm: str
+    why: str | None
+
+
+@dataclass(frozen=True)
+class SiteDescriptions:
+    """One-line descriptions of a process's sites, by site id."""
+
+    key: Key
+    wheres: dict[int, str]
+
+
+WorkResult = ExitRecord | HarvestFailed | SiteDescriptions
+
+
+class PostmortemWorker:
+    """One thread that reads the module and symbolizes for pmd: exited
+    processes to harvest (`harvest`) and sites to describe (`describe`).
+    Results wait in `results` for the loop, which writes them: the thread
+    never touches the database. Started at the first request."""
+
+    def __init__(self, open_device: OpenDevice) -> None:
+        self.open_device = open_device
+        self.requests: queue.Queue[tuple[str, Key, Any] | None] = queue.Queue()
+        self.results: collections.deque[WorkResult] = collections.deque()
+        self.thread: threading.Thread | None = None
+        self.busy = 0  # requests queued or in hand
+        self.cond = threading.Condition()
+        self.symbolizer: Symbolizer | None = None
+        self.uses = 0
+
+    def _submit(self, req: tuple[str, Key, Any]) -> None:
+        with self.cond:
+            self.busy += 1
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="pmd-postmortem", daemon=True)
+            self.thread.start()
+        self.requests.put(req)
+
+    def harvest(self, key: Key, comm: str) -> None:
+        """Asks for the exited process's record (an ExitRecord, else a
+        HarvestFailed)."""
+        self._submit(("harvest", key, comm))
+
+    def describe(self, key: Key, sites: list[int]) -> None:
+        """Asks for the sites' descriptions (a SiteDescriptions; nothing when
+        they cannot be read: a description is a nicety)."""
+        self._submit(("describe", key, sites))
+
+    def take(self) -> list[WorkResult]:
+        """The results so far, oldest first."""
+        out = []
+        while self.results:
+            out.append(self.results.popleft())
+        return out
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Waits until every request so far is answered; False on timeout."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.busy == 0, timeout)
+
+    def stop(self) -> None:
+        """Ends the thread after the request in hand (those queued are
+        dropped: the module keeps the exited entries, and the next pmd
+        harvests them)."""
+        if self.thread is None:
+            return
+        with contextlib.suppress(queue.Empty):
+            while True:
+                if self.requests.get_nowait() is not None:
+                    with self.cond:
+                        self.busy -= 1
+        self.requests.put(None)
+
+    def _symbolizer(self) -> Symbolizer:
+        from pmm.symbolize import Symbolizer
+
+        # no disk cache: pmd's user is often root, whose home is not pmd's
+        # to fill; what it names is kept in the database
+        if self.symbolizer is None or self.uses >= SYMBOLIZER_USES:
+            self.symbolizer = Symbolizer(disk_cache=False)
+            self.uses = 0
+        self.uses += 1
+        return self.symbolizer
+
+    def _run(self) -> None:
+        from pmm import postmortem
+
+        while True:
+            req = self.requests.get()
+            if req is None:
+                return
+            kind, key, arg = req
+            try:
+                with self.open_device() as dev:
+                    if kind == "harvest":
+                        rec = postmortem.collect(dev, key[0], key[1], self._symbolizer())
+                        self.results.append(rec if rec is not None
+                                            else HarvestFailed(key, arg, None))
+                    else:
+                        wheres = postmortem.describe(dev, key[0], key[1], arg,
+                                                     self._symbolizer())
+                        self.results.append(SiteDescriptions(key, wheres))
+            except Exception as e:  # noqa: BLE001 - the thread serves every request
+                if kind == "harvest":
+                    self.results.append(HarvestFailed(key, arg, f"{type(e).__name__}: {e}"))
+                else:
+                    log.debug("no description for the sites of pid %d: %s", key[0], e)
+            finally:
+                with self.cond:
+                    self.busy -= 1
+                    self.cond.notify_all()
 
 
 @dataclass
@@ -84,6 +237,7 @@ class ProcState:
     alerted: bool = False
     last_kmod_ns: int = 0
     verdict: str = ""
+    described: set[int] = field(default_factory=set)  # site ids asked to describe
 
     def __post_init__(self) -> None:
         self.t = collections.deque(maxlen=self.window)
@@ -110,9 +264,18 @@ class Options:
 class Daemon:
     """The loop and its state; `run()` returns the exit status."""
 
-    def __init__(self, store: Store, opts: Options) -> None:
+    def __init__(self, store: Store, opts: Options,
+                 open_device: OpenDevice = open_module_device) -> None:
         self.store = store
         self.opts = opts
+        self.open_device = open_device
+        self.worker = PostmortemWorker(open_device)
+        self.harvesting: set[Key] = set()  # asked, not yet written
+        self.pending_harvests: list[ExitRecord] = []
+        self.pending_sites: list[tuple[int, int, int, str]] = []
+        self.harvests = 0
+        self.harvest_failures = 0
+        self.harvest_failure_kinds: set[str] = set()
         self.procs: dict[Key, ProcState] = {}
         # --pid targets: pid -> start_time once seen (None before)
         self.targets: dict[int, int | None] = dict.fromkeys(opts.pids)
@@ -231,25 +394,90 @@ class Daemon:
             log.warning("%s", msg)
 
     def _site_where(self, pid: int, start: int, site: int) -> str:
+        """The site's description: stored or waiting to be, else read and
+        symbolized now (once per alert, in the loop: the worker may not
+        have reached it yet)."""
+        for p, st, s, where in reversed(self.pending_sites):
+            if (p, st, s) == (pid, start, site):
+                return where
         known = self.store.sites(pid, start).get(site)
         if known:
             return known
         try:
-            from pmm.device import Device
-            from pmm.symbolize import describe_sites, maps_for
+            from pmm import postmortem
+            from pmm.symbolize import Symbolizer
 
-            with Device.open() as dev:
-                info = dev.pid_info(pid)
-                sites = [s for s in dev.sites(pid) if s.site == site]
-            maps = maps_for(pid, info.start_time_ns) if info is not None else None
-            # no absolute address into the group-readable database or the log
-            where = describe_sites(sites, maps, addresses=False).get(site, "")
+            with self.open_device() as dev:
+                # from the module's objects and offsets: no absolute address
+                # into the group-readable database or the log
+                where = postmortem.describe(dev, pid, start, [site],
+                                            Symbolizer(disk_cache=False)).get(site, "")
             if where:
                 self.store.set_site(pid, start, site, where)
             return where
         except Exception as e:  # noqa: BLE001 - the description is a nicety
             log.debug("no description for site %d of pid %d: %s", site, pid, e)
         return ""
+
+    # -- post-mortem records --------------------------------------------------
+
+    def request_harvest(self, key: Key, comm: str) -> None:
+        """Asks the worker for the exited process's record, unless it is
+        asked for already or stored."""
+        if key in self.harvesting:
+            return
+        try:
+            if self.store.harvested(*key):
+                return
+        except StoreError as e:
+            log.warning("%s (pid %d: harvested anyway)", e, key[0])
+        self.harvesting.add(key)
+        self.worker.harvest(key, comm)
+
+    def take_results(self) -> None:
+        """Moves the worker's results to the rows waiting to be written; a
+        harvest that failed is counted (see _harvest_failed), one that found
+        nothing is logged."""
+        for r in self.worker.take():
+            if isinstance(r, ExitRecord):
+                self.pending_harvests.append(r)
+            elif isinstance(r, SiteDescriptions):
+                self.pending_sites.extend((*r.key, site, where)
+                                          for site, where in sorted(r.wheres.items()))
+            else:
+                self.harvesting.discard(r.key)
+                # its exit time, unless the EXITED event gave it (that one stays)
+                self.pending_exits.append((*r.key, procsampler.boottime_ns()))
+                if r.why is None:
+                    log.info("pid %d (%s): the module no longer holds it: nothing kept of its "
+                             "sites", r.key[0], r.comm or "?")
+                else:
+                    self._harvest_failed(r.key[0], r.comm, r.why)
+        if len(self.pending_harvests) > MAX_PENDING_HARVESTS:
+            over = len(self.pending_harvests) - MAX_PENDING_HARVESTS
+            for r in self.pending_harvests[:over]:
+                self.harvesting.discard((r.pid, r.start_time))
+            del self.pending_harvests[:over]
+            self.unsaid_drops["post-mortem records"] += over
+
+    def _harvest_failed(self, pid: int, comm: str, why: str) -> None:
+        """Counts a failed harvest; logs the first of each kind (the error's
+        type: one cause, as the device closed to pmd, fails every exit)."""
+        self.harvest_failures += 1
+        kind = why.split(":", 1)[0]
+        if kind in self.harvest_failure_kinds:
+            log.debug("pid %d (%s): its sites could not be kept: %s", pid, comm or "?", why)
+            return
+        self.harvest_failure_kinds.add(kind)
+        log.error("pid %d (%s): its sites could not be kept (%d so far; more of this kind are "
+                  "counted, not logged): %s", pid, comm or "?", self.harvest_failures, why)
+
+    def wait_for_worker(self, timeout: float = 30.0) -> bool:
+        """Waits until the worker answered every request so far and takes
+        its results (for tests, and for a clean exit); False on timeout."""
+        done = self.worker.wait_idle(timeout)
+        self.take_results()
+        return done
 
     def _warm_up(self) -> None:
         t = time.monotonic()
@@ -273,13 +501,20 @@ class Daemon:
             self.add_sample(SampleRow(ev.pid, key[1], ev.time, ev.vm, ev.rss, ev.rss_anon,
                                       ev.rss_file, ev.rss_shmem, ev.live_bytes, ev.live_blocks,
                                       "kmod"))
+        elif ev.cmd == uapi.Cmd.GET_PIDS and ev.state == uapi.STATE_EXITED:
+            # exited while pmd was down: the harvest stores its exit time
+            st = self._proc(key, "kmod", ev.comm)
+            self.procs.pop(key, None)
+            self.request_harvest(key, st.comm)
         elif ev.cmd in (uapi.Cmd.STARTED, uapi.Cmd.GET_PIDS):
             self._proc(key, "kmod", ev.comm)
         elif ev.cmd == uapi.Cmd.EXITED:
-            self._proc(key, "kmod", ev.comm)
+            st = self._proc(key, "kmod", ev.comm)
             self.pending_exits.append((key[0], key[1], ev.time or procsampler.boottime_ns()))
             log.info("pid %d (%s) exited", ev.pid, ev.comm or "?")
             self.procs.pop(key, None)
+            # the module keeps the entry for exited_ttl_s: read it now
+            self.request_harvest(key, st.comm)
         elif ev.cmd == uapi.Cmd.STOPPED:
             self.procs.pop(key, None)
         elif ev.cmd == uapi.Cmd.SITES:
@@ -289,6 +524,10 @@ class Daemon:
                 self.pending_snaps.append((key[0], key[1], t, s.site, s.live_bytes,
                                            s.live_blocks))
                 st.snaps.append((s.site, t / 1e9, s.live_bytes, s.live_blocks))
+            new = sorted({s.site for s in ev.sites} - st.described)
+            if new:
+                st.described.update(new)
+                self.worker.describe(key, new)
         elif ev.cmd == uapi.Cmd.DROPPED:
             log.info("pid %d: the module dropped %d records so far", ev.pid, ev.dropped or 0)
 
@@ -374,7 +613,8 @@ class Daemon:
     def pending(self) -> int:
         """The number of rows waiting to be written."""
         return (len(self.pending_samples) + len(self.pending_procs) + len(self.pending_exits)
-                + len(self.pending_snaps))
+                + len(self.pending_snaps) + len(self.pending_sites)
+                + len(self.pending_harvests))
 
     def flush_now(self) -> None:
         """Writes everything pending in one transaction; StoreError leaves it
@@ -385,7 +625,7 @@ class Daemon:
         samples = list(self.pending_samples)
         try:
             self.store.write(samples, self.pending_procs, self.pending_exits,
-                             self.pending_snaps)
+                             self.pending_snaps, self.pending_sites)
             self.written += len(samples)
         except BadRowError:
             self._write_isolating(samples)
@@ -393,6 +633,20 @@ class Daemon:
         self.pending_procs = []
         self.pending_exits = []
         self.pending_snaps = []
+        self.pending_sites = []
+        # after the process rows: a record's process is in the database
+        while self.pending_harvests:
+            r = self.pending_harvests[0]
+            try:
+                self.store.write_exit(r)
+                self.harvests += 1
+                log.info("pid %d (%s): kept its %d site%s and statistics for after the module "
+                         "drops it", r.pid, r.comm or "?", len(r.sites),
+                         "" if len(r.sites) == 1 else "s")
+            except BadRowError as e:
+                self._harvest_failed(r.pid, r.comm, f"{type(e).__name__}: {e}")
+            self.pending_harvests.pop(0)
+            self.harvesting.discard((r.pid, r.start_time))
 
     def _write_isolating(self, samples: list[SampleRow]) -> None:
         """Writes each kind of row apart, halving a refused batch down to the
@@ -421,6 +675,8 @@ class Daemon:
             split("sample", samples, lambda r: st.write(samples=r))
         if self.pending_snaps:
             split("site snapshot", self.pending_snaps, lambda r: st.write(snapshots=r))
+        if self.pending_sites:
+            split("site description", self.pending_sites, lambda r: st.write(sites=r))
         self.bad_rows += len(bad)
         self.written += len(samples) - sum(1 for kind, _, _ in bad if kind == "sample")
         for kind, row, e in bad[:5]:
@@ -460,7 +716,7 @@ class Daemon:
             self.unsaid_drops["samples"] += over
         lists: list[tuple[str, list[Any]]] = [
             ("processes", self.pending_procs), ("exits", self.pending_exits),
-            ("site snapshots", self.pending_snaps)]
+            ("site snapshots", self.pending_snaps), ("site descriptions", self.pending_sites)]
         for what, rows in lists:
             over = len(rows) - cap
             if over > 0:
@@ -534,6 +790,7 @@ class Daemon:
                 if listener is not None:
                     for ev in listener.poll():
                         self.handle_event_safely(ev)
+                self.take_results()
                 now = time.monotonic()
                 self.maybe_prune(now)
                 if self.targets and now >= self.next_sample:
@@ -559,11 +816,18 @@ class Daemon:
             if listener is not None:
                 listener.close()
         name = signal.Signals(self.stop_signal).name
+        # what the worker has in hand, briefly; the rest stays in the module
+        # for the next pmd to harvest
+        self.worker.stop()
+        self.wait_for_worker(timeout=5.0)
         try:
             self.flush_now()
         except StoreError as e:
             log.error("%s: %d rows could not be written", e, self.pending())
             return 1
+        if self.harvest_failures:
+            log.info("the sites of %d exited processes could not be kept",
+                     self.harvest_failures)
         log.info("%s: wrote %d samples in all, exiting", name, self.written)
         return 0
 

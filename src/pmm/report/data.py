@@ -1,0 +1,290 @@
+"""What the HTML report shows of a process, gathered from the module and
+from pmd's database.
+
+`gather` asks the module first (while it holds the process: running, and for
+a while after its exit) for the live blocks by site with their ages, the
+sites' call chains, the size table and its sample ring; pmd's database for
+the process's whole rss/vm history and its site snapshots (the growing
+sites). Either alone makes a report; what one lacks is said in
+`ReportData.missing`. The verdict is pmm.trend's on rss, as `pmctl trend`
+gives it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from pmm import leaks as leaks_mod
+from pmm.errors import NoSuchPid, NotMonitored, PmmError
+from pmm.leaks import LeakGroup
+from pmm.model import STATE_RUNNING, Block, PidInfo, Sample, Site, StatsInfo
+from pmm.procsampler import boottime_ns
+from pmm.report.stacks import StackFrame, site_stacks
+from pmm.stats import StatsTable, build_table
+from pmm.store import ProcessRow, start_key
+from pmm.trend import Verdict, seconds_until_exhausted, site_growth
+from pmm.trendreport import Report, detect_on
+from pmm.trendsource import Data, live_start, mem_available
+
+if TYPE_CHECKING:
+    from pmm.store import Store
+
+# the growing sites listed (`pmctl trend` prints 5)
+GROWING_SITES = 10
+
+StackFunction = Callable[..., dict[int, list[StackFrame]]]
+
+
+class ModuleReader(Protocol):
+    """What the report reads of the module (pmm.device.Device has it)."""
+
+    def pid_info(self, pid: int) -> PidInfo | None:
+        """The pid's entry, or None."""
+
+    def blocks(self, pid: int) -> list[Block]:
+        """The pid's live blocks."""
+
+    def sites(self, pid: int) -> list[Site]:
+        """The pid's sites."""
+
+    def stats(self, pid: int) -> StatsInfo:
+        """The pid's allocations by size."""
+
+    def samples(self, pid: int, cursor: int = 0) -> list[Sample]:
+        """The pid's memory samples."""
+
+
+@dataclass
+class ReportData:
+    """Everything the report shows of one process. Times are CLOCK_BOOTTIME
+    nanoseconds, sizes bytes; empty or None where the sources had nothing
+    (`missing` says what and why)."""
+
+    pid: int
+    start_time: int  # the process's start, to the clock tick (pmm.store.start_key)
+    comm: str
+    state: str  # "running" or "exited"
+    made_at: float  # Unix time when gathered
+    now_ns: int  # CLOCK_BOOTTIME when gathered
+    monitored_from_ns: int | None = None
+    monitored_to_ns: int | None = None  # the exit, or the last sample; None: until now
+    # Unix time (ns) = boot-time ns + wall_offset_ns; None when the process ran
+    # in an earlier boot (or nothing ties its clock to the wall clock)
+    wall_offset_ns: int | None = None
+    cmdline: str = ""
+    sources: list[str] = field(default_factory=list)  # what was read, for people
+    missing: list[str] = field(default_factory=list)  # what is not in the report, and why
+    trend: Report | None = None  # samples, verdict, growing sites (trend.sites)
+    leaks: list[LeakGroup] = field(default_factory=list)  # live blocks by site, ages
+    stats: StatsTable | None = None  # allocations by size
+    stacks: dict[int, list[StackFrame]] = field(default_factory=dict)  # allocating call first
+    described: dict[int, str] = field(default_factory=dict)  # pmd's one-line descriptions
+    live_by_site: list[tuple[int, int]] = field(default_factory=list)  # (site, live bytes)
+    live_from: str = ""  # what live_by_site is, for people
+
+    @property
+    def monitored_s(self) -> float | None:
+        """Seconds monitored: from the first sight to the exit (or now)."""
+        if self.monitored_from_ns is None:
+            return None
+        end = self.monitored_to_ns if self.monitored_to_ns is not None else self.now_ns
+        return max(0, end - self.monitored_from_ns) / 1e9
+
+    def wall_time(self, boottime_ns_: int) -> float | None:
+        """The Unix time of a boot-time instant of this process (None: unknown)."""
+        if self.wall_offset_ns is None:
+            return None
+        return (boottime_ns_ + self.wall_offset_ns) / 1e9
+
+    def where(self, site: int) -> str:
+        """A site's one line: its first frame, else pmd's description, else 'site N'."""
+        stack = self.stacks.get(site)
+        if stack:
+            return stack[0].text
+        return self.described.get(site) or ("unknown site" if site == 0 else f"site {site}")
+
+
+@dataclass
+class _Module:
+    """What the module holds of the process."""
+
+    info: PidInfo
+    sites: list[Site]
+    groups: list[LeakGroup]
+    stats: StatsTable | None
+    time_ns: list[int]
+    vm: list[int]
+    rss: list[int]
+
+
+def _read_module(device: ModuleReader, info: PidInfo) -> _Module:
+    pid = info.pid
+    blocks = device.blocks(pid)
+    sites = device.sites(pid)
+    now_mono = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    groups = leaks_mod.group_blocks(blocks, {s.site: s for s in sites}, now_mono)
+    stats = build_table(device.stats(pid))
+    samples = device.samples(pid)
+    return _Module(info, sites, groups, stats, [s.time_ns for s in samples],
+                   [s.vm for s in samples], [s.rss for s in samples])
+
+
+def _pick_process(pid: int, info: PidInfo | None, procs: Sequence[ProcessRow],
+                  start_time: int | None) -> int | None:
+    """The start key of the process to report on: the module's, else the one
+    asked for, else the live one pmd knows, else pmd's latest."""
+    if info is not None:
+        return start_key(info.start_time_ns)
+    if start_time is not None:
+        return start_key(start_time)
+    if not procs:
+        return None
+    live = live_start(pid)
+    if live is not None and any(p.start_time == live[0] for p in procs):
+        return live[0]
+    return procs[0].start_time
+
+
+def _nothing(pid: int, module_said: str, store: Store | None, store_note: str) -> PmmError:
+    where = (f"pmd's database {store.path} has no record of it" if store is not None
+             else store_note or "no pmd database was read")
+    alive = live_start(pid) is not None
+    if alive:
+        return NotMonitored(f"nothing to report on pid {pid}: {module_said}, and {where} "
+                            f"(monitor it with `pmctl start {pid}` or run pmd)")
+    return NoSuchPid(f"no such process: pid {pid} does not exist, {module_said}, and {where}")
+
+
+def gather(
+    pid: int,
+    device: ModuleReader | None = None,
+    store: Store | None = None,
+    start_time: int | None = None,
+    device_note: str = "",
+    store_note: str = "",
+    stacks: StackFunction = site_stacks,
+) -> ReportData:
+    """The report's data on pid from the module (`device`, open) and pmd's
+    database (`store`, open), either of which may be None; device_note and
+    store_note say why one is missing ('the module is not loaded'), for the
+    report. start_time (ns) picks one of several processes that had the pid.
+    `stacks` names the sites' frames (`site_stacks`'s signature).
+
+    Raises NoSuchPid (the process does not exist) or NotMonitored (it runs)
+    when neither source holds anything of it."""
+    made_at = time.time()
+    now_ns = boottime_ns()
+    info: PidInfo | None = None
+    module_said = device_note or "the module was not asked"
+    if device is not None:
+        info = device.pid_info(pid)
+        if info is not None and start_time is not None and \
+                start_key(info.start_time_ns) != start_key(start_time):
+            info = None
+        module_said = "the module holds nothing of it"
+    procs = store.processes(pid) if store is not None else []
+    key = _pick_process(pid, info, procs, start_time)
+    proc = next((p for p in procs if p.start_time == key), None)
+    if key is None or (info is None and proc is None):
+        raise _nothing(pid, module_said, store, store_note)
+
+    d = ReportData(pid, key, "", "exited", made_at, now_ns)
+    mod: _Module | None = None
+    if info is not None and device is not None:
+        try:
+            mod = _read_module(device, info)
+        except (NoSuchPid, NotMonitored):
+            module_said = "the module dropped its records while they were read"
+        except PmmError as e:  # a refusal: the rest of the report stands
+            module_said = f"the module's records could not be read ({e})"
+    _header(d, mod, proc, store)
+
+    # samples: pmd's history when it has them, else the module's ring
+    series = store.series(pid, key) if store is not None and proc is not None else None
+    snaps = store.site_snapshots(pid, key) if store is not None and proc is not None else []
+    d.described = store.sites(pid, key) if store is not None and proc is not None else {}
+    if series is not None and len(series):
+        data = Data(pid, key, d.comm, "db", list(series.time_ns.tolist()),
+                    list(series.vm.tolist()), list(series.rss.tolist()),
+                    str(store.path) if store is not None else "", snaps, dict(d.described))
+    elif mod is not None and mod.time_ns:
+        data = Data(pid, key, d.comm, "kmod", mod.time_ns, mod.vm, mod.rss)
+    else:
+        data = None
+
+    if mod is not None:
+        d.sources.append("the module (live blocks, sites, sizes, samples)")
+        d.leaks = mod.groups
+        d.stats = mod.stats
+        d.live_by_site = [(g.site, g.bytes) for g in mod.groups if g.bytes > 0]
+        d.live_from = "the module's live blocks"
+    if store is not None and proc is not None:
+        d.sources.append(f"pmd's database {store.path}")
+    if mod is None:
+        why = module_said
+        if info is None and device is not None:
+            why += (" (it keeps an exited process's records for a while after its exit, "
+                    "not after `pmctl stop` or a restart)")
+        d.missing.append(f"No live blocks by site, ages or size table: {why}.")
+        if snaps:
+            last = max(t for _, t, _, _ in snaps)
+            d.live_by_site = [(s, b) for s, t, b, _ in snaps if t == last and b > 0]
+            d.live_from = "pmd's last site snapshot"
+
+    if proc is None:
+        d.missing.append(
+            "No growing sites and only the module's recent samples: "
+            + (f"pmd's database {store.path} has no record of this process."
+               if store is not None else f"{store_note or 'no pmd database was read'}."))
+    elif not snaps:
+        d.missing.append("No growing sites: pmd kept no site snapshots of this process (sites "
+                         "are tracked only in processes that run with the hook).")
+    if data is None:
+        d.missing.append("No memory samples: no chart and no verdict.")
+
+    if data is not None:
+        r = detect_on(data)
+        growing = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in data.snapshots),
+                              limit=GROWING_SITES)
+        available = mem_available() if d.state == "running" else None
+        exhausted = seconds_until_exhausted(r.slope, available) if (
+            available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
+        d.trend = Report(data, r, available, exhausted, growing)
+        if d.monitored_to_ns is None and d.state != "running" and data.time_ns:
+            d.monitored_to_ns = data.time_ns[-1]
+
+    d.stacks = stacks(pid, info.start_time_ns if info is not None else key,
+                      mod.sites if mod is not None else [], d.described, device=device,
+                      store=store)
+    return d
+
+
+def _header(d: ReportData, mod: _Module | None, proc: ProcessRow | None,
+            store: Store | None) -> None:
+    """The process's name, state and monitoring period, and how its boot-time
+    clock maps to the wall clock."""
+    live = live_start(d.pid)
+    alive = live is not None and live[0] == d.start_time
+    if mod is not None:
+        info = mod.info
+        d.comm = info.comm
+        d.state = "running" if info.state == STATE_RUNNING else "exited"
+        d.monitored_from_ns = info.monitor_start_ns
+        d.monitored_to_ns = info.exit_time_ns or None
+    if proc is not None:
+        d.comm = d.comm or proc.comm
+        d.cmdline = proc.cmdline
+        if mod is None:
+            d.state = "running" if alive and proc.exited is None else "exited"
+            d.monitored_from_ns = proc.started or None
+            d.monitored_to_ns = proc.exited
+    if mod is not None or alive:  # this boot's process: the clocks are this boot's
+        d.wall_offset_ns = int(d.made_at * 1e9) - d.now_ns
+    elif store is not None:
+        alert = next((a for a in store.alerts(d.pid) if a.start_time == d.start_time), None)
+        if alert is not None:  # pmd wrote both clocks of one instant
+            d.wall_offset_ns = int(alert.wall_time * 1e9) - alert.time
+

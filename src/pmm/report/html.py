@@ -1,0 +1,542 @@
+"""The report as one self-contained HTML file.
+
+plotly.js (vendored, `vendor/`) is inlined in the page and draws the two
+figures: rss and vm over time (line chart) and live bytes by call chain (an
+`icicle` trace in flame-graph orientation: all live bytes at the bottom, the
+outermost frames above, the allocating calls on top). The figures are plain
+JSON written here, in the page; everything else is HTML text, escaped. A
+Content-Security-Policy lets the page run only its own two scripts (by
+hash) and load nothing: the file shows the same with no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import html
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pmm
+from pmm.errors import PmmError
+from pmm.leaks import AGE_LABELS
+from pmm.output import human_age
+from pmm.report.data import ReportData
+from pmm.report.stacks import StackFrame
+from pmm.stats import HEADERS as SIZE_HEADERS
+from pmm.text import printable
+from pmm.trend import Verdict
+from pmm.trendreport import rests_on
+from pmm.units import human_bytes, human_rate
+
+PLOTLY_VERSION = "4.1.2"
+# of vendor/plotly.min.js, as npm's plotly.js-dist-min@4.1.2 ships it (vendor/README.md)
+PLOTLY_SHA256 = "2f645d1bade8182fce161b7f10f89402f8b315805250ff4a94672a28d23c390a"
+LICENSE_SHA256 = "8c45d9eaf50c2f72dd9c7ab9ef440788ba58a3538484b5c51c1f17d5128752e7"
+
+# a chart of more samples shows each slice's lowest and highest (the shape stays)
+CHART_POINTS = 4000
+AGE_TABLE_ROWS = 50
+FLAME_SITES = 500  # the largest sites drawn; the rest are one box
+
+MEMORY_CHART_ID = "memory-chart"
+FLAME_ID = "flame-graph"
+
+
+class DamagedVendorFile(PmmError):
+    """The vendored plotly.min.js is not the file pmm was released with."""
+
+
+def _vendor(name: str) -> bytes:
+    return resources.files("pmm.report").joinpath("vendor", name).read_bytes()
+
+
+@functools.cache
+def plotly_js() -> str:
+    """The vendored plotly.min.js, checked against PLOTLY_SHA256."""
+    raw = _vendor("plotly.min.js")
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != PLOTLY_SHA256:
+        raise DamagedVendorFile(
+            f"pmm's copy of plotly.min.js is damaged (sha256 {digest}, expected "
+            f"{PLOTLY_SHA256}): reinstall pmm")
+    return raw.decode("utf-8")
+
+
+def _csp_hash(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+
+
+def esc(s: object) -> str:
+    """Text from anywhere (a process's comm, a function name) as HTML text."""
+    return html.escape(printable(str(s)))
+
+
+def _plot_text(s: str) -> str:
+    """A label for plotly, which reads a few HTML-like tags in its text and
+    decodes entities after that: escaped, '<b>' stays text."""
+    return html.escape(printable(s), quote=False)
+
+
+def _json_for_script(obj: Any) -> str:
+    """JSON that cannot end its <script> element or open a comment."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# -- figures -------------------------------------------------------------------
+
+
+def _axis_unit(largest: float) -> tuple[str, float]:
+    for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if largest >= size:
+            return name, float(size)
+    return "B", 1.0
+
+
+def thin(n: int, series: Sequence[Sequence[int]], most: int = CHART_POINTS) -> list[int]:
+    """Indices of at most about `most` of n samples that keep the shape of
+    each series: in each of most/2 equal slices, each series' lowest and
+    highest sample (the first and last samples always)."""
+    if n <= most:
+        return list(range(n))
+    slices = max(1, most // (2 * max(1, len(series))))
+    keep = {0, n - 1}
+    for k in range(slices):
+        lo, hi = k * n // slices, (k + 1) * n // slices
+        if lo >= hi:
+            continue
+        for values in series:
+            part = values[lo:hi]
+            keep.add(lo + part.index(min(part)))
+            keep.add(lo + part.index(max(part)))
+    return sorted(keep)
+
+
+def _clock(d: ReportData, t0_ns: int, seconds: Iterable[float]) -> list[Any]:
+    """x values: local wall-clock times when known, else seconds."""
+    if d.wall_offset_ns is None:
+        return [round(s, 3) for s in seconds]
+    out = []
+    for s in seconds:
+        wall = (t0_ns + s * 1e9 + d.wall_offset_ns) / 1e9
+        out.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
+                   + f".{int(wall * 1000) % 1000:03d}")
+    return out
+
+
+def memory_figure(d: ReportData) -> dict[str, Any] | None:
+    """rss and vm over time, the lowest sample of each time slice and the
+    floor fitted through them (the verdict's evidence); None without samples."""
+    if d.trend is None or not len(d.trend.data):
+        return None
+    data, r = d.trend.data, d.trend.trend
+    t = data.seconds()
+    t0 = data.time_ns[0]
+    unit, scale = _axis_unit(max([*data.rss, *data.vm, 1]))
+    keep = thin(len(t), [data.rss, data.vm])
+    x = _clock(d, t0, [t[i] for i in keep])
+    hover = f"%{{y:.1f}} {unit}<extra>%{{fullData.name}}</extra>"
+    traces: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "name": "rss", "x": x,
+         "y": [round(data.rss[i] / scale, 3) for i in keep], "hovertemplate": hover,
+         "line": {"width": 1.5, "color": "#1f77b4"}},
+        {"type": "scatter", "mode": "lines", "name": "vm", "x": x,
+         "y": [round(data.vm[i] / scale, 3) for i in keep], "hovertemplate": hover,
+         "line": {"width": 1.2, "color": "#ff7f0e"}},
+    ]
+    if r.buckets:
+        traces.append({
+            "type": "scatter", "mode": "markers", "name": "lowest rss of each time slice",
+            "x": _clock(d, t0, [bt - r.t0 for bt in r.bucket_times]),
+            "y": [round(m / scale, 3) for m in r.bucket_minima], "hovertemplate": hover,
+            "marker": {"size": 6, "color": "#2ca02c"}})
+        traces.append({
+            "type": "scatter", "mode": "lines",
+            "name": f"fitted floor {human_rate(r.slope * 60)}",
+            "x": _clock(d, t0, [0.0, t[-1]]),
+            "y": [round(r.fit(r.t0) / scale, 3), round(r.fit(r.t0 + t[-1]) / scale, 3)],
+            "hovertemplate": hover, "line": {"dash": "dash", "width": 2, "color": "#d62728"}})
+    xaxis: dict[str, Any] = {"title": {"text": "local time" if d.wall_offset_ns is not None
+                                       else "seconds since the first sample"}}
+    if d.wall_offset_ns is not None:
+        xaxis["type"] = "date"
+    return {
+        "data": traces,
+        "layout": {
+            "height": 420, "margin": {"l": 70, "r": 20, "t": 30, "b": 60},
+            "xaxis": xaxis, "yaxis": {"title": {"text": unit}},
+            "legend": {"orientation": "h", "y": -0.2},
+            "hovermode": "x unified",
+        },
+    }
+
+
+def flame_rows(d: ReportData) -> list[tuple[list[str], int]]:
+    """(call chain outermost first, live bytes) per site, the largest
+    FLAME_SITES; the rest as one chain 'N more sites'."""
+    rows = sorted(d.live_by_site, key=lambda r: (-r[1], r[0]))
+    out: list[tuple[list[str], int]] = []
+    for site, size in rows[:FLAME_SITES]:
+        stack = d.stacks.get(site) or [StackFrame(d.where(site))]
+        out.append(([f.text for f in reversed(stack)], size))
+    rest = rows[FLAME_SITES:]
+    if rest:
+        out.append(([f"{len(rest)} more sites"], sum(b for _, b in rest)))
+    return out
+
+
+def flame_color(label: str) -> str:
+    """A flame graph's warm colour for a frame, the same for the same frame
+    wherever it is (so one function reads as one colour)."""
+    h = hashlib.blake2b(label.encode(), digest_size=3).digest()
+    return f"rgb({205 + h[0] % 50},{60 + h[1] % 150},{20 + h[2] % 50})"
+
+
+def flame_figure(d: ReportData) -> dict[str, Any] | None:
+    """Live bytes by call chain as a plotly icicle (flame-graph orientation);
+    None when no site has live bytes."""
+    rows = flame_rows(d)
+    total = sum(b for _, b in rows)
+    if total <= 0:
+        return None
+    ids, labels, parents, values = ["all"], ["all live bytes"], [""], [0]
+    index: dict[tuple[str, str], int] = {}
+    depth = 1
+    for chain, size in rows:
+        parent = "all"
+        values[0] += size
+        for text in chain:
+            key = (parent, text)
+            i = index.get(key)
+            if i is None:
+                i = len(ids)
+                index[key] = i
+                ids.append(f"n{i}")
+                labels.append(text)
+                parents.append(parent)
+                values.append(0)
+            values[i] += size
+            parent = ids[i]
+        depth = max(depth, len(chain) + 1)
+    share = [f"{human_bytes(v)}, {100.0 * v / total:.1f}%" for v in values]
+    colors = ["#e3e7ee", *(flame_color(label) for label in labels[1:])]
+    return {
+        "data": [{
+            "type": "icicle", "ids": ids, "labels": [_plot_text(s) for s in labels],
+            "parents": parents, "values": values, "branchvalues": "total",
+            "customdata": share, "sort": False,
+            "tiling": {"orientation": "v", "flip": "y"},
+            "texttemplate": "%{label}<br>%{customdata}",
+            "hovertemplate": "%{label}<br>%{customdata}<extra></extra>",
+            "textfont": {"size": 12, "color": "#1d2330"}, "pathbar": {"visible": False},
+            "marker": {"colors": colors, "line": {"color": "#ffffff", "width": 1}},
+        }],
+        # a row of about 36 px per frame, as flame graphs are drawn
+        "layout": {"height": max(150, min(1200, 36 * depth + 20)),
+                   "margin": {"l": 0, "r": 0, "t": 10, "b": 10}},
+        "config": {"displayModeBar": False},
+    }
+
+
+# -- HTML -------------------------------------------------------------------------
+
+CSS = """
+:root { --fg: #1d2330; --muted: #5d6778; --line: #d9dee7; --bg: #f6f7f9; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       color: var(--fg); background: var(--bg); }
+main { max-width: 1200px; margin: 0 auto; padding: 24px; }
+header h1 { margin: 0 0 4px; font-size: 26px; }
+header .cmd { color: var(--muted); font-family: ui-monospace, monospace; font-size: 13px;
+              word-break: break-all; }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px;
+          padding: 16px 20px; margin: 16px 0; }
+h2 { font-size: 18px; margin: 0 0 10px; }
+.facts { display: flex; flex-wrap: wrap; gap: 8px 28px; margin-top: 10px; }
+.facts div span { display: block; color: var(--muted); font-size: 12px; text-transform: uppercase;
+                  letter-spacing: .04em; }
+.state { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 13px;
+         background: #e8ebf0; vertical-align: middle; }
+.verdict { display: inline-block; padding: 4px 14px; border-radius: 6px; font-weight: 700;
+           font-size: 20px; color: #fff; margin-right: 12px; }
+.v-LEAK { background: #c62828; } .v-GROWING { background: #ef6c00; }
+.v-STABLE { background: #2e7d32; } .v-NOT-ENOUGH-DATA { background: #78828f; }
+.reason { font-size: 16px; }
+.missing { background: #fff8e1; border-color: #f3d77b; }
+.missing ul { margin: 4px 0 0; padding-left: 20px; }
+table { border-collapse: collapse; width: 100%; font-size: 14px; }
+th, td { padding: 5px 8px; border-bottom: 1px solid var(--line); text-align: left;
+         vertical-align: top; }
+th { color: var(--muted); font-weight: 600; font-size: 12px; text-transform: uppercase;
+     letter-spacing: .03em; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.total td { font-weight: 700; }
+.where { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px; }
+details summary { cursor: pointer; }
+ol.stack { margin: 6px 0 2px; padding-left: 34px; font-family: ui-monospace, monospace;
+           font-size: 13px; }
+ol.stack li { margin: 1px 0; }
+ol.stack .obj, ol.stack .inl { color: var(--muted); }
+.evidence td:first-child { color: var(--muted); width: 230px; }
+.note { color: var(--muted); font-size: 13px; margin: 6px 0 0; }
+footer { color: var(--muted); font-size: 12px; text-align: center; padding: 8px 0 24px; }
+"""
+
+BOOT_JS = """(function () {
+  var figures = JSON.parse(document.getElementById('pmm-figures').textContent);
+  var drawn = Object.keys(figures).map(function (id) {
+    var config = Object.assign({displaylogo: false, responsive: true}, figures[id].config);
+    return Plotly.newPlot(id, figures[id].data, figures[id].layout, config);
+  });
+  Promise.all(drawn).then(function () { document.body.dataset.figures = 'drawn'; },
+                          function (e) { console.error('pmm report: ' + e); });
+})();"""
+
+
+def _when(d: ReportData, boottime: int | None) -> str:
+    if boottime is None:
+        return "-"
+    wall = d.wall_time(boottime)
+    if wall is None:  # no tie to the wall clock (pmd kept none; an earlier boot)
+        return f"{human_age(boottime / 1e9)} after boot"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
+
+
+def _fact(label: str, value: str) -> str:
+    return f"<div><span>{esc(label)}</span>{value}</div>"
+
+
+def _header(d: ReportData) -> str:
+    monitored = d.monitored_s
+    period = "-" if monitored is None else esc(human_age(monitored))
+    ended = _when(d, d.monitored_to_ns) if d.state == "exited" else "still running"
+    facts = [
+        _fact("state", f'<span class="state">{esc(d.state)}</span>'),
+        _fact("monitored from", esc(_when(d, d.monitored_from_ns))),
+        _fact("exited" if d.state == "exited" else "now", esc(ended)),
+        _fact("monitored for", period),
+        _fact("report made", esc(time.strftime("%Y-%m-%d %H:%M:%S",
+                                               time.localtime(d.made_at)))),
+        _fact("start time (ns since boot)", esc(d.start_time)),
+    ]
+    cmd = f'<div class="cmd">{esc(d.cmdline)}</div>' if d.cmdline else ""
+    sources = esc("; ".join(d.sources) or "nothing")
+    return (f"<header><h1>pid {d.pid} ({esc(d.comm or '?')})</h1>{cmd}"
+            f'<div class="facts">{"".join(facts)}</div>'
+            f'<p class="note">From {sources}.</p></header>')
+
+
+def _missing(d: ReportData) -> str:
+    if not d.missing:
+        return ""
+    items = "".join(f"<li>{esc(m)}</li>" for m in d.missing)
+    return f'<section class="missing"><h2>Not in this report</h2><ul>{items}</ul></section>'
+
+
+def _verdict(d: ReportData) -> str:
+    if d.trend is None:
+        return ('<section id="verdict"><h2>Verdict</h2><p>No memory samples of this '
+                "process: no verdict.</p></section>")
+    rep, r = d.trend, d.trend.trend
+    cls = "v-" + str(r.verdict).replace(" ", "-")
+    rows: list[tuple[str, str]] = [("samples", rests_on(rep.data))]
+    if r.buckets:
+        pct = round(r.confidence * 100)
+        rows += [
+            ("growth rate of the rss floor", f"{human_rate(r.slope * 60)} ({pct}% confidence "
+             f"interval {human_rate(r.slope_low * 60)} .. {human_rate(r.slope_high * 60)})"),
+            ("growth over the window", f"{'+' if r.growth >= 0 else '-'}"
+             f"{human_bytes(abs(r.growth))} (it had to reach {human_bytes(r.min_growth)})"),
+            ("rate in the later part", human_rate(r.late_slope * 60)),
+            ("floor level", human_bytes(r.level)),
+            ("scatter of the floor", human_bytes(r.noise)),
+            ("time slices", str(r.buckets)),
+            ("confidence", f"{pct}%"),
+        ]
+    data = rep.data
+    if data.rss:
+        rows.append(("rss first .. last", f"{human_bytes(data.rss[0])} .. "
+                     f"{human_bytes(data.rss[-1])}"))
+        rows.append(("vm first .. last", f"{human_bytes(data.vm[0])} .. "
+                     f"{human_bytes(data.vm[-1])}"))
+    if rep.mem_available is not None and d.state == "running":
+        ex = rep.exhausted_in_s
+        when = (f", used up in {human_age(ex)} at this rate" if ex is not None
+                else ", not used up at this rate" if r.buckets else "")
+        rows.append(("MemAvailable now", f"{human_bytes(rep.mem_available)}{when}"))
+    source = {"db": f"pmd's database {data.db}", "kmod": "the module's sample ring"}.get(
+        data.source, data.source)
+    rows.append(("samples from", source))
+    table = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in rows)
+    return (f'<section id="verdict"><h2>Verdict</h2><p><span class="verdict {cls}">'
+            f'{esc(r.verdict)}</span><span class="reason">{esc(r.reason)}</span></p>'
+            f'<table class="evidence">{table}</table></section>')
+
+
+def _chart(d: ReportData, figures: dict[str, Any]) -> str:
+    fig = memory_figure(d)
+    if fig is None:
+        return ""
+    figures[MEMORY_CHART_ID] = fig
+    note = ""
+    if d.trend is not None and len(d.trend.data) > CHART_POINTS:
+        note = (f'<p class="note">{len(d.trend.data)} samples; the chart draws the lowest '
+                "and highest of each time slice.</p>")
+    return (f'<section id="memory"><h2>Memory over time</h2>'
+            f'<div id="{MEMORY_CHART_ID}"></div>{note}</section>')
+
+
+def _stack_html(stack: Sequence[StackFrame]) -> str:
+    items = []
+    for f in stack:
+        extra = "".join(f' <span class="inl">(inlined into {esc(i)})</span>' for i in f.inlined)
+        obj = f' <span class="obj">in {esc(f.object)}</span>' if f.object else ""
+        items.append(f"<li>{esc(f.text)}{extra}{obj}</li>")
+    return f'<ol class="stack" start="0">{"".join(items)}</ol>'
+
+
+def _site_cell(d: ReportData, site: int, open_: bool = False) -> str:
+    stack = d.stacks.get(site) or []
+    where = f'<span class="where">{esc(d.where(site))}</span>'
+    if len(stack) <= 1 and not (stack and (stack[0].object or stack[0].inlined)):
+        return where
+    return (f"<details{' open' if open_ else ''}><summary>{where}</summary>"
+            f"{_stack_html(stack)}</details>")
+
+
+def _growing(d: ReportData) -> str:
+    if d.trend is None or not d.trend.sites:
+        return ""
+    rows = []
+    for i, s in enumerate(d.trend.sites):
+        rows.append(
+            f'<tr><td class="n">{i + 1}</td><td class="n">{esc(human_rate(s.slope * 60))}</td>'
+            f'<td class="n">{esc(human_bytes(s.first_bytes))}</td>'
+            f'<td class="n">{esc(human_bytes(s.last_bytes))}</td>'
+            f'<td class="n">{s.last_blocks}</td><td class="n">{s.snapshots}</td>'
+            f"<td>{_site_cell(d, s.site, open_=i == 0)}</td></tr>")
+    head = ('<tr><th class="n">#</th><th class="n">rate</th><th class="n">first live</th>'
+            '<th class="n">last live</th><th class="n">blocks</th><th class="n">snapshots</th>'
+            "<th>site (call chain, allocating call first)</th></tr>")
+    return (f'<section id="growing"><h2>Sites whose live bytes grow fastest</h2>'
+            f"<table>{head}{''.join(rows)}</table>"
+            '<p class="note">From pmd\'s site snapshots: each site\'s rate is the Theil-Sen '
+            "slope of its live bytes over time.</p></section>")
+
+
+def _flame(d: ReportData, figures: dict[str, Any]) -> str:
+    fig = flame_figure(d)
+    if fig is None:
+        return ""
+    figures[FLAME_ID] = fig
+    return (f'<section id="flame"><h2>Live bytes by call chain</h2><div id="{FLAME_ID}">'
+            f'</div><p class="note">From {esc(d.live_from)}: all live bytes at the bottom, '
+            "each call above its caller, the allocating calls on top; the width is the live "
+            "bytes. Click a box to zoom into it.</p></section>")
+
+
+def _ages(d: ReportData) -> str:
+    if not d.leaks:
+        return ""
+    shown = d.leaks[:AGE_TABLE_ROWS]
+    head = ('<tr><th class="n">bytes</th><th class="n">blocks</th><th class="n">oldest</th>'
+            + "".join(f'<th class="n">{esc(lbl)}</th>' for lbl in AGE_LABELS)
+            + "<th>site</th></tr>")
+    rows = []
+    for g in shown:
+        hist = "".join(f'<td class="n">{v}</td>' for v in g.histogram)
+        rows.append(f'<tr><td class="n">{esc(human_bytes(g.bytes))}</td>'
+                    f'<td class="n">{g.blocks}</td>'
+                    f'<td class="n">{esc(human_age(g.oldest_age_s))}</td>{hist}'
+                    f"<td>{_site_cell(d, g.site)}</td></tr>")
+    total_bytes = sum(g.bytes for g in d.leaks)
+    total_blocks = sum(g.blocks for g in d.leaks)
+    more = len(d.leaks) - len(shown)
+    note = f" The {len(shown)} largest of {len(d.leaks)} sites." if more > 0 else ""
+    return (f'<section id="ages"><h2>Live blocks by site, with their ages</h2>'
+            f"<p>{esc(human_bytes(total_bytes))} in {total_blocks} live blocks, "
+            f"{len(d.leaks)} site{'' if len(d.leaks) == 1 else 's'}.{esc(note)}</p>"
+            f"<table>{head}{''.join(rows)}</table>"
+            '<p class="note">Blocks per age: younger than 1 s, 10 s, 100 s, 1000 s, and older '
+            "(as `pmctl leaks` shows them).</p></section>")
+
+
+def _sizes(d: ReportData) -> str:
+    if d.stats is None:
+        return ""
+    st = d.stats
+    head = "<tr>" + "".join(f'<th{"" if i == 0 else " class=n"}>{esc(h)}</th>'
+                            for i, h in enumerate(SIZE_HEADERS)) + "</tr>"
+    rows = []
+    for r in (*st.rows, st.totals):
+        label = r.label if r.label == "Totals" or not r.max_size else f"{r.label} bytes"
+        cells = [r.malloc, r.calloc, r.realloc, r.free, r.alloc_bytes, r.freed_bytes,
+                 r.inuse_bytes]
+        cls = ' class="total"' if r is st.totals else ""
+        rows.append(f"<tr{cls}><td>{esc(label)}</td>"
+                    + "".join(f'<td class="n">{c}</td>' for c in cells) + "</tr>")
+    return (f'<section id="sizes"><h2>Allocations by size</h2>'
+            f"<table>{head}{''.join(rows)}</table>"
+            f'<p class="note">Exact bytes. Failed allocations: {st.failed_allocs}; '
+            f"unmatched frees: {st.unmatched_frees}; frees of blocks older than "
+            f"monitoring: {st.older_frees}.</p></section>")
+
+
+def render(d: ReportData) -> str:
+    """The report as one HTML page: no file or address it needs beyond itself."""
+    figures: dict[str, Any] = {}
+    body = "".join([
+        _header(d), _missing(d), _verdict(d), _chart(d, figures), _growing(d),
+        _flame(d, figures), _ages(d), _sizes(d),
+    ])
+    # plotly only when there is something to draw
+    scripts = [plotly_js(), BOOT_JS] if figures else []
+    csp = ("default-src 'none'; script-src " + (" ".join(_csp_hash(s) for s in scripts)
+                                               or "'none'")
+           + "; style-src 'unsafe-inline'; img-src data: blob:")
+    title = f"pmm report: pid {d.pid} ({d.comm or '?'})"
+    verdict = f": {d.trend.trend.verdict}" if d.trend is not None else ""
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title + verdict)}</title><style>{CSS}</style></head><body><main>",
+        body,
+        f"<footer>pmm {esc(pmm.__version__)}; charts by plotly.js {PLOTLY_VERSION} "
+        "(MIT licence, Plotly, Inc.), included in this file.</footer></main>",
+        f'<script type="application/json" id="pmm-figures">{_json_for_script(figures)}'
+        "</script>" if figures else "",
+        *(f"<script>{s}</script>" for s in scripts),
+        "</body></html>\n",
+    ]
+    return "".join(parts)
+
+
+def verdict_of(d: ReportData) -> Verdict | None:
+    """The verdict the report gives (None without samples)."""
+    return d.trend.trend.verdict if d.trend is not None else None
+
+
+def write_report(text: str, path: Path) -> None:
+    """Writes the page to path whole or not at all: into a new file next to
+    it (created as any new file, 0666 less the umask), renamed over it."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,104 @@
+"""The call chains the report shows: per site, its frames as text.
+
+`site_stacks` is the report's one place that symbolizes: whatever names a
+frame (the process's memory map today; an object and file offset that
+outlive the process later) changes here only. The rest of the report sees
+`StackFrame`s, plain text.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pmm.model import Site
+from pmm.symbolize import Frame, Symbolizer, maps_for, user_frames
+
+if TYPE_CHECKING:
+    from pmm.report.data import ModuleReader
+    from pmm.store import Store
+
+# "leak() leak.c:30", as pmd stores a site's description (and as Frame.describe says it)
+_DESCRIBED = re.compile(r"(?P<func>.+\)) (?P<where>[^ ]+:\d+)")
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    """One frame as the report shows it: 'leak() leak.c:30', or without
+    debug info 'libfoo.so+0x1139 (leak_in_lib+0x19)'; the object it is in
+    when known, and the calls it was inlined into (innermost first)."""
+
+    text: str
+    object: str | None = None
+    inlined: tuple[str, ...] = ()
+
+    @classmethod
+    def from_frame(cls, f: Frame) -> StackFrame:
+        """The frame of a symbolized `pmm.symbolize.Frame`."""
+        inlined = tuple(
+            f"{loc.func or '?'}{'' if (loc.func or '').endswith(')') else '()'}"
+            + (f" {loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc.file and loc.line else "")
+            for loc in f.lines[1:])
+        return cls(f.describe(), f.object, inlined)
+
+    @classmethod
+    def from_description(cls, where: str) -> StackFrame:
+        """The one frame a stored one-line description gives."""
+        return cls(where)
+
+    @property
+    def location(self) -> str | None:
+        """'leak.c:30' when the text names a source line, else None."""
+        m = _DESCRIBED.fullmatch(self.text)
+        return m.group("where") if m else None
+
+
+def _shim_frame(s: Site) -> StackFrame:
+    """Where the program said the site is (pmm_hooks.h's function, file, line)."""
+    return StackFrame(f"{s.func or '?'}() {s.file}:{s.line}")
+
+
+def site_stacks(
+    pid: int,
+    start_time_ns: int | None,
+    sites: Sequence[Site],
+    described: Mapping[int, str],
+    device: ModuleReader | None = None,
+    store: Store | None = None,
+) -> dict[int, list[StackFrame]]:
+    """Per site id, its call chain as the report shows it, the allocating
+    call first (the allocator's own frames left out).
+
+    sites: the module's sites of the process (frames as addresses), named
+    with the process's memory map (live, or saved while it ran); described:
+    pmd's stored one-line descriptions, the only thing known of a site the
+    module no longer holds (one frame). A site the program described itself
+    (pmm_hooks.h) shows that first. device and store are the sources the
+    caller has open, for symbolizers that read them (unused here)."""
+    del device, store  # the map-based symbolizer needs neither
+    out: dict[int, list[StackFrame]] = {}
+    framed = [s for s in sites if s.frames]
+    symbolized: dict[int, Frame] = {}
+    if framed:
+        sym = Symbolizer(maps_for(pid, start_time_ns))
+        try:
+            symbolized = sym.symbolize(a for s in framed for a in s.frames)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            symbolized = {}
+    for s in sites:
+        frames = user_frames([symbolized.get(a) or Frame(a) for a in s.frames])
+        stack = [StackFrame.from_frame(f) for f in frames]
+        if s.has_source:
+            stack = [_shim_frame(s), *stack[1:]]
+        elif described.get(s.site) and not any(f.object for f in frames):
+            # no map to name the addresses with: pmd named it while it could
+            stack = [StackFrame.from_description(described[s.site])]
+        if stack:
+            out[s.site] = stack
+    for site, where in described.items():
+        if site not in out and where:
+            out[site] = [StackFrame.from_description(where)]
+    return out

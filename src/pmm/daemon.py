@@ -202,15 +202,18 @@ class PostmortemWorker:
                 return
             kind, key, arg = req
             try:
+                # the device only for the reads: symbolizing may take seconds,
+                # and an open /dev/pmm keeps the module from unloading
                 with self.open_device() as dev:
-                    if kind == "harvest":
-                        rec = postmortem.collect(dev, key[0], key[1], self._symbolizer())
-                        self.results.append(rec if rec is not None
-                                            else HarvestFailed(key, arg, None))
-                    else:
-                        wheres = postmortem.describe(dev, key[0], key[1], arg,
-                                                     self._symbolizer())
-                        self.results.append(SiteDescriptions(key, wheres))
+                    snap = postmortem.snapshot(dev, key[0], key[1], kind == "harvest")
+                if kind == "harvest":
+                    rec = postmortem.collect(snap, key[0], key[1], self._symbolizer())
+                    self.results.append(rec if rec is not None
+                                        else HarvestFailed(key, arg, None))
+                else:
+                    wheres = postmortem.describe(snap, key[0], key[1], arg,
+                                                 self._symbolizer())
+                    self.results.append(SiteDescriptions(key, wheres))
             except Exception as e:  # noqa: BLE001 - the thread serves every request
                 if kind == "harvest":
                     self.results.append(HarvestFailed(key, arg, f"{type(e).__name__}: {e}"))
@@ -408,10 +411,11 @@ class Daemon:
             from pmm.symbolize import Symbolizer
 
             with self.open_device() as dev:
-                # from the module's objects and offsets: no absolute address
-                # into the group-readable database or the log
-                where = postmortem.describe(dev, pid, start, [site],
-                                            Symbolizer(disk_cache=False)).get(site, "")
+                snap = postmortem.snapshot(dev, pid, start, harvest=False)
+            # from the module's objects and offsets: no absolute address
+            # into the group-readable database or the log
+            where = postmortem.describe(snap, pid, start, [site],
+                                        Symbolizer(disk_cache=False)).get(site, "")
             if where:
                 self.store.set_site(pid, start, site, where)
             return where

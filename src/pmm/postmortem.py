@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pmm import leaks, sitestack
@@ -67,6 +68,61 @@ class ModuleReader(Protocol):
 
     def stats(self, pid: int) -> StatsInfo:
         """Its statistics per allocation size."""
+
+
+@dataclass
+class ModuleSnapshot:
+    """One process's entry as read from the module at one time: a
+    ModuleReader that no longer holds the device, so that symbolizing (which
+    may take seconds) does not keep /dev/pmm open and the module unloadable."""
+
+    pid: int
+    info: PidInfo | None
+    site_list: list[Site] = field(default_factory=list)
+    object_list: list[ObjectFile] = field(default_factory=list)
+    block_list: list[Block] = field(default_factory=list)
+    stats_info: StatsInfo | None = None
+
+    def pid_info(self, pid: int) -> PidInfo | None:
+        """The entry as read (None for another pid)."""
+        return self.info if pid == self.pid else None
+
+    def sites(self, pid: int) -> list[Site]:
+        """The sites as read."""
+        return self.site_list if pid == self.pid else []
+
+    def objects(self, pid: int) -> list[ObjectFile]:
+        """The objects as read."""
+        return self.object_list if pid == self.pid else []
+
+    def blocks(self, pid: int) -> list[Block]:
+        """The blocks as read (none unless asked for)."""
+        return self.block_list if pid == self.pid else []
+
+    def stats(self, pid: int) -> StatsInfo:
+        """The statistics as read."""
+        if self.stats_info is None or pid != self.pid:
+            raise LookupError(f"no statistics of pid {pid} were read")
+        return self.stats_info
+
+
+def snapshot(dev: ModuleReader, pid: int, start_time_key: int,
+             harvest: bool) -> ModuleSnapshot:
+    """Reads what `collect` (harvest) or `describe` needs of the process from
+    the module, and nothing when the pid is now another process (or, for a
+    harvest, still runs)."""
+    info = dev.pid_info(pid)
+    snap = ModuleSnapshot(pid, info)
+    if not _same_process(info, start_time_key):
+        return snap
+    if harvest and (info is None or info.state != STATE_EXITED):
+        return snap
+    snap.site_list = dev.sites(pid)
+    snap.object_list = dev.objects(pid)
+    if harvest:
+        snap.stats_info = dev.stats(pid)
+        snap.block_list = dev.blocks(pid)
+    return snap
 
 
 def _frames(sites: Iterable[Site], objects: list[ObjectFile],
@@ -245,5 +301,5 @@ def stats_from_db(store: Store, pid: int) -> StatsInfo | None:
     )
 
 
-__all__ = ["FREE_OPS", "SOURCE", "ModuleReader", "collect", "describe", "harvest",
-           "leaks_from_db", "stats_from_db"]
+__all__ = ["FREE_OPS", "SOURCE", "ModuleReader", "ModuleSnapshot", "collect", "describe",
+           "harvest", "leaks_from_db", "snapshot", "stats_from_db"]

@@ -47,11 +47,14 @@ def holders_of_device(path: str = "/dev/pmm") -> list[int]:
 def unload_module() -> None:
     """rmmod pmm. A test that failed may have left a process holding /dev/pmm:
     kill it, so one failure does not turn every later test into an error."""
-    for _ in range(50):
+    for attempt in range(80):
         if not module_loaded():
             return
         if subprocess.run(["rmmod", "pmm"], capture_output=True).returncode == 0:
             return
+        if attempt < 30:  # a reader (pmd harvesting an exit) may be about to close it
+            time.sleep(0.1)
+            continue
         for pid in holders_of_device():
             try:
                 os.kill(pid, 9)

@@ -172,6 +172,10 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         for p in procs:
             p.kill()
             p.wait()
+        # once pmd kept what the exits left (it reads them from the module)
+        for p in procs:
+            assert pmd.wait_log(f"pid {p.pid} (", 60), pmd.text()
+        assert wait_for(lambda: pmd.text().count("kept its") >= len(procs), 300), pmd.text()
         unload_module()
         assert pmd.wait_log("lost genl family pmm", 30), pmd.text()
         load_module()

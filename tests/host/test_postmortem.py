@@ -170,15 +170,17 @@ class FakeModule:
     entries: dict[int, Entry] = field(default_factory=dict)
     block_reads: int = 0
     fail_blocks: bool = False
+    is_open: bool = False
 
     def open(self) -> FakeModule:
         return self
 
     def __enter__(self) -> FakeModule:
+        self.is_open = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        self.is_open = False
 
     def _entry(self, pid: int) -> Entry:
         if pid not in self.entries:
@@ -356,6 +358,32 @@ def test_exited_event_keeps_sites_named_by_file_line_and_no_address(
     assert [(p.comm, p.exited) for p in st.processes(PID)] == [("leak", exit_ns)]
     st.close()
     assert_no_address(db, program)
+
+
+def test_the_device_is_closed_while_symbolizing(program: Program, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Symbolizing may take seconds: pmd holds /dev/pmm only for its reads,
+    so the module can be unloaded meanwhile."""
+    from pmm import sitestack
+
+    db = tmp_path / "pmm.db"
+    module = FakeModule({PID: make_entry(program)})
+    seen: list[bool] = []
+    real = sitestack.site_frames
+
+    def site_frames(*args: Any, **kw: Any) -> Any:
+        seen.append(module.is_open)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sitestack, "site_frames", site_frames)
+    st = Store.open(db)
+    d = new_daemon(st, db, module)
+    d.handle_event(Event(cmd=uapi.Cmd.EXITED, pid=PID, start_time=START_NS,
+                         time=module.entries[PID].info.exit_time_ns, comm="leak"))
+    assert d.wait_for_worker(60)
+    d.flush_now()
+    assert d.harvests == 1 and seen == [False]
+    st.close()
 
 
 def test_restarted_pmd_harvests_an_exited_entry_once(

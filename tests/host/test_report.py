@@ -14,6 +14,7 @@ graph's labels are checked, and a screenshot is kept in build/test-output/.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,8 +37,8 @@ from pmm.errors import NoSuchPid, NotMonitored
 from pmm.model import SITE_F_SOURCE, Block, Bucket, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
 from pmm.report import html as rhtml
-from pmm.store import ProcessRow, SampleRow, Store, start_key
-from pmm.symbolize import NS_PER_TICK, proc_start_ticks
+from pmm.store import ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
+from pmm.symbolize import NS_PER_TICK, Symbolizer, maps_for, proc_start_ticks
 
 TOP = Path(__file__).resolve().parents[2]
 VENDOR = TOP / "src" / "pmm" / "report" / "vendor"
@@ -201,6 +202,38 @@ def fill_db(db: Path, pid: int, start: int, end_ns: int, comm: str = "leak",
     st.close()
 
 
+def add_exit_record(db: Path, pid: int, start: int, exit_ns: int,
+                    frames: list[dict[str, Any]]) -> None:
+    """What pmd keeps at the exit: site 7 (300 blocks of 4 KiB) with the
+    program's call chain (as pmd stores frames: no address), site 9 freed
+    before the exit, and the statistics by size."""
+    info = PidInfo(pid, 1, 2, "leak", start, start + 10**9, exit_ns, 300, 300 * 4096, 1441,
+                   0, 0, 0, 600, 64 << 20, 8 << 20)
+    stats = StatsInfo(pid, tuple(Bucket(malloc_count=n, free_count=f, alloc_bytes=n * z,
+                                        free_bytes=f * z)
+                                 for n, f, z in ((0, 0, 16), (0, 0, 256), (0, 0, 1024),
+                                                 (900, 600, 4096), (0, 0, 1), (0, 0, 1),
+                                                 (0, 0, 1))), 2, 0)
+    sites = (ExitSiteRow(LEAK_SITE, live_bytes=300 * 4096, live_blocks=300,
+                         alloc_bytes=900 * 4096, free_bytes=600 * 4096,
+                         alloc_count={"MALLOC": 900}, oldest_age_s=590.0, newest_age_s=0.5,
+                         histogram=(1, 2, 27, 270, 0), frames=tuple(frames),
+                         where="leak() leak.c:30"),
+             ExitSiteRow(GROW_SITE, alloc_bytes=512, free_bytes=512, alloc_count={"MALLOC": 1},
+                         histogram=(0, 0, 0, 0, 0)))
+    st = Store.open(db)
+    st.write_exit(ExitRecord(pid, start, "leak", exit_ns, exit_ns, info.to_dict(exit_ns),
+                             sites=sites, stats=stats.to_dict()))
+    st.close()
+
+
+def stored_frames(program: tuple[int, int, list[int]]) -> list[dict[str, Any]]:
+    """The program's call chain as pmd stores it: symbolized, addresses left out."""
+    pid, start_ns, chain = program
+    named = Symbolizer(maps_for(pid, start_ns)).symbolize(chain)
+    return [dataclasses.replace(named[a], addr=0).as_dict() for a in chain]
+
+
 def figures(page: str) -> dict[str, Any]:
     m = re.search(r'<script type="application/json" id="pmm-figures">(.*?)</script>', page)
     assert m is not None
@@ -344,8 +377,39 @@ def test_gather_from_the_database_alone(tmp_path: Path) -> None:
     assert d.leaks == [] and d.stats is None
     assert d.monitored_s == pytest.approx(599.0)
     assert d.wall_offset_ns is None  # nothing ties that boot's clock to the wall clock
-    assert d.missing == ["No live blocks by site, ages or size table: the module is not "
-                         "loaded."]
+    assert d.missing == ["No live blocks by site with their ages and no size table: the module "
+                         "is not loaded, and pmd's database holds no record of its exit."]
+    assert "Not in this report" in rp.render(d)
+
+
+def test_gather_from_pmds_record_of_the_exit(program: tuple[int, int, list[int]],
+                                             tmp_path: Path) -> None:
+    """Long after the exit: pmd's samples, snapshots and what it kept at the
+    exit give the age and size tables and the whole call chain."""
+    db = tmp_path / "pmm.db"
+    end = 700 * 10**9
+    fill_db(db, DEAD_PID, 0, end, exited=end)
+    add_exit_record(db, DEAD_PID, 0, end, stored_frames(program))
+    st = Store.open(db, readonly=True)
+    try:
+        d = rp.gather(DEAD_PID, None, st, device_note="the module is not loaded")
+    finally:
+        st.close()
+    assert d.missing == []
+    assert d.sources == [f"pmd's database {db}",
+                         "pmd's record of its exit (live blocks by site, sizes)"]
+    assert [(g.site, g.bytes, g.blocks, g.histogram) for g in d.leaks] == [
+        (LEAK_SITE, 300 * 4096, 300, (1, 2, 27, 270, 0))]
+    assert d.leaks_at_exit and d.live_from == "pmd's record of the process at its exit"
+    assert d.live_by_site == [(LEAK_SITE, 300 * 4096)]
+    assert d.stats is not None and d.stats.totals.malloc == 900
+    assert d.stats.totals.inuse_bytes == 300 * 4096 and d.stats.failed_allocs == 2
+    texts = [f.text for f in d.stacks[LEAK_SITE]]
+    assert texts[:3] == ["leak() leak.c:30", f"grow() leak.c:{line_of('/* grow */')}",
+                         f"main() leak.c:{line_of('/* main */')}"]
+    page = rp.render(d)
+    assert "ages as of the exit, from pmd's record of it" in page
+    assert "Not in this report" not in page
 
 
 def test_gather_refuses_a_process_nobody_knows(tmp_path: Path) -> None:
@@ -457,9 +521,13 @@ def test_report_in_chromium(program: tuple[int, int, list[int]], tmp_path: Path,
 # -- the command ----------------------------------------------------------------------
 
 
-def test_cli_report_from_the_database_alone(tmp_path: Path, browser: Browser) -> None:
+def test_cli_report_from_the_database_alone(program: tuple[int, int, list[int]],
+                                            tmp_path: Path, browser: Browser) -> None:
+    """The process is long gone and the module has nothing: all from pmd's
+    database (its samples, site snapshots and its record of the exit)."""
     db = tmp_path / "pmm.db"
     fill_db(db, DEAD_PID, 0, 700 * 10**9, exited=700 * 10**9)
+    add_exit_record(db, DEAD_PID, 0, 700 * 10**9, stored_frames(program))
     out = tmp_path / "r.html"
     r = runner.invoke(app, ["report", str(DEAD_PID), "--db", str(db), "-o", str(out)],
                       env=NO_DEVICE)
@@ -467,16 +535,20 @@ def test_cli_report_from_the_database_alone(tmp_path: Path, browser: Browser) ->
     lines = r.output.splitlines()
     assert re.fullmatch(rf"wrote {out} \(4\.\d MiB\): pid {DEAD_PID} \(leak, exited\), LEAK",
                         lines[0]), lines
-    assert lines[1:] == ["  not in it: No live blocks by site, ages or size table: the module "
-                         "is not loaded."]
+    assert lines[1:] == []
     assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
     seen = load(browser, out)
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(OUTPUT / "report-from-db.png")
     assert seen["problems"] == [] and seen["drawn"] == "drawn" and seen["plots"] == 2
     only_the_file(seen["requests"], out)
     text = seen["text"]
-    assert "Not in this report" in text and "the module is not loaded" in text
+    assert "Not in this report" not in text
     assert "leak() leak.c:30" in text and "LEAK" in text
-    assert any("leak() leak.c:30" in t for t in seen["flame"])
+    assert "1.2 MiB in 300 live blocks, 1 site." in text  # the age table, as of the exit
+    assert "Allocations by size" in text and "Failed allocations: 2" in text
+    flame = " ".join(seen["flame"])
+    assert "leak() leak.c:30" in flame and f"main() leak.c:{line_of('/* main */')}" in flame
 
     r = runner.invoke(app, ["report", str(DEAD_PID), "--db", str(db), "-o", str(out),
                             "--json"], env=NO_DEVICE)
@@ -484,9 +556,9 @@ def test_cli_report_from_the_database_alone(tmp_path: Path, browser: Browser) ->
     doc = json.loads(r.output)
     assert doc == {"output": str(out), "bytes": out.stat().st_size, "pid": DEAD_PID,
                    "start_time": 0, "comm": "leak", "state": "exited", "verdict": "LEAK",
-                   "sources": [f"pmd's database {db}"],
-                   "missing": ["No live blocks by site, ages or size table: the module is "
-                               "not loaded."]}
+                   "sources": [f"pmd's database {db}",
+                               "pmd's record of its exit (live blocks by site, sizes)"],
+                   "missing": []}
 
 
 def current_umask() -> int:

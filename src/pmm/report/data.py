@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from pmm import leaks as leaks_mod
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.leaks import LeakGroup
-from pmm.model import STATE_RUNNING, Block, PidInfo, Sample, Site, StatsInfo
+from pmm.model import STATE_RUNNING, Block, Bucket, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
 from pmm.report.stacks import StackFrame, site_stacks
 from pmm.stats import StatsTable, build_table
@@ -79,6 +79,7 @@ class ReportData:
     missing: list[str] = field(default_factory=list)  # what is not in the report, and why
     trend: Report | None = None  # samples, verdict, growing sites (trend.sites)
     leaks: list[LeakGroup] = field(default_factory=list)  # live blocks by site, ages
+    leaks_at_exit: bool = False  # leaks are pmd's record at the exit (ages as of then)
     stats: StatsTable | None = None  # allocations by size
     stacks: dict[int, list[StackFrame]] = field(default_factory=dict)  # allocating call first
     described: dict[int, str] = field(default_factory=dict)  # pmd's one-line descriptions
@@ -224,12 +225,19 @@ def gather(
     if store is not None and proc is not None:
         d.sources.append(f"pmd's database {store.path}")
     if mod is None:
-        why = module_said
-        if info is None and device is not None:
-            why += (" (it keeps an exited process's records for a while after its exit, "
-                    "not after `pmctl stop` or a restart)")
-        d.missing.append(f"No live blocks by site, ages or size table: {why}.")
-        if snaps:
+        kept = _exit_record(d, store, proc)
+        lacking = [what for what, have in (("live blocks by site with their ages",
+                                            bool(d.leaks)), ("size table", d.stats is not None))
+                   if not have]
+        if lacking:
+            why = module_said
+            if info is None and device is not None:
+                why += (" (it keeps an exited process's records for a while after its exit, "
+                        "not after `pmctl stop` or a restart)")
+            if store is not None and proc is not None and not kept:
+                why += ", and pmd's database holds no record of its exit"
+            d.missing.append(f"No {' and no '.join(lacking)}: {why}.")
+        if not d.live_by_site and snaps:
             last = max(t for _, t, _, _ in snaps)
             d.live_by_site = [(s, b) for s, t, b, _ in snaps if t == last and b > 0]
             d.live_from = "pmd's last site snapshot"
@@ -260,6 +268,40 @@ def gather(
                       mod.sites if mod is not None else [], d.described, device=device,
                       store=store)
     return d
+
+
+def _exit_record(d: ReportData, store: Store | None, proc: ProcessRow | None) -> bool:
+    """What pmd kept of the process at its exit, once the module dropped it:
+    its live blocks by site (ages as of the exit) and its size table. False
+    when pmd kept nothing (an older pmd, or it was not running then)."""
+    if store is None or proc is None:
+        return False
+    rows = store.exit_sites(d.pid, d.start_time)
+    stats = store.exit_stats(d.pid, d.start_time)
+    groups = [LeakGroup(site=r.site, blocks=r.live_blocks, bytes=r.live_bytes,
+                        oldest_age_s=r.oldest_age_s or 0.0, newest_age_s=r.newest_age_s or 0.0,
+                        histogram=tuple(r.histogram), desc=None)
+              for r in rows if sum(r.histogram)]  # no live block at the exit: not a leak
+    groups.sort(key=lambda g: (-g.bytes, -g.blocks, g.site))
+    d.leaks = groups
+    if groups:
+        d.leaks_at_exit = True
+        d.live_by_site = [(g.site, g.bytes) for g in groups if g.bytes > 0]
+        d.live_from = "pmd's record of the process at its exit"
+    if stats is not None:
+        d.stats = build_table(StatsInfo(
+            pid=d.pid,
+            buckets=tuple(Bucket(malloc_count=b["malloc"], calloc_count=b["calloc"],
+                                 realloc_count=b["realloc"], free_count=b["free"],
+                                 alloc_bytes=b["alloc_bytes"], free_bytes=b["freed_bytes"])
+                          for b in stats["buckets"]),
+            failed_allocs=int(stats["failed_allocs"]),
+            unmatched_frees=int(stats["unmatched_frees"]),
+            older_frees=int(stats.get("older_frees", 0))))
+    if groups or stats is not None:
+        d.sources.append("pmd's record of its exit (live blocks by site, sizes)")
+        return True
+    return bool(rows)
 
 
 def _header(d: ReportData, mod: _Module | None, proc: ProcessRow | None,

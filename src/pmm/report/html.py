@@ -462,12 +462,13 @@ def _ages(d: ReportData) -> str:
     total_blocks = sum(g.blocks for g in d.leaks)
     more = len(d.leaks) - len(shown)
     note = f" The {len(shown)} largest of {len(d.leaks)} sites." if more > 0 else ""
+    at_exit = "; ages as of the exit, from pmd's record of it" if d.leaks_at_exit else ""
     return (f'<section id="ages"><h2>Live blocks by site, with their ages</h2>'
             f"<p>{esc(human_bytes(total_bytes))} in {total_blocks} live blocks, "
             f"{len(d.leaks)} site{'' if len(d.leaks) == 1 else 's'}.{esc(note)}</p>"
             f"<table>{head}{''.join(rows)}</table>"
             '<p class="note">Blocks per age: younger than 1 s, 10 s, 100 s, 1000 s, and older '
-            "(as `pmctl leaks` shows them).</p></section>")
+            f"(as `pmctl leaks` shows them){at_exit}.</p></section>")
 
 
 def _sizes(d: ReportData) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pmm.model import Site
+from pmm.store import start_key
 from pmm.symbolize import Frame, Symbolizer, maps_for, user_frames
 
 if TYPE_CHECKING:
@@ -61,6 +62,15 @@ def _shim_frame(s: Site) -> StackFrame:
     return StackFrame(f"{s.func or '?'}() {s.file}:{s.line}")
 
 
+def _stack(frames: Sequence[Frame], shim: Site | None) -> list[StackFrame]:
+    """A site's frames as shown: the allocator's own left out, and where the
+    program said the site is (pmm_hooks.h) first."""
+    stack = [StackFrame.from_frame(f) for f in user_frames(frames)]
+    if shim is not None and shim.has_source:
+        stack = [_shim_frame(shim), *stack[1:]]
+    return stack
+
+
 def site_stacks(
     pid: int,
     start_time_ns: int | None,
@@ -73,12 +83,12 @@ def site_stacks(
     call first (the allocator's own frames left out).
 
     sites: the module's sites of the process (frames as addresses), named
-    with the process's memory map (live, or saved while it ran); described:
-    pmd's stored one-line descriptions, the only thing known of a site the
-    module no longer holds (one frame). A site the program described itself
-    (pmm_hooks.h) shows that first. device and store are the sources the
-    caller has open, for symbolizers that read them (unused here)."""
-    del device, store  # the map-based symbolizer needs neither
+    with the process's memory map (live, or saved while it ran). A site the
+    module no longer holds: its frames as pmd stored them at the process's
+    exit (store), else pmd's one-line description (described), one frame. A
+    site the program described itself (pmm_hooks.h) shows that first.
+    device: the module, for symbolizers that read it (unused here)."""
+    del device  # the map-based symbolizer does not need it
     out: dict[int, list[StackFrame]] = {}
     framed = [s for s in sites if s.frames]
     symbolized: dict[int, Frame] = {}
@@ -89,15 +99,19 @@ def site_stacks(
         except (OSError, ValueError, subprocess.SubprocessError):
             symbolized = {}
     for s in sites:
-        frames = user_frames([symbolized.get(a) or Frame(a) for a in s.frames])
-        stack = [StackFrame.from_frame(f) for f in frames]
-        if s.has_source:
-            stack = [_shim_frame(s), *stack[1:]]
-        elif described.get(s.site) and not any(f.object for f in frames):
+        frames = [symbolized.get(a) or Frame(a) for a in s.frames]
+        if not s.has_source and described.get(s.site) and not any(f.object for f in frames):
             # no map to name the addresses with: pmd named it while it could
-            stack = [StackFrame.from_description(described[s.site])]
-        if stack:
+            out[s.site] = [StackFrame.from_description(described[s.site])]
+        elif stack := _stack(frames, s):
             out[s.site] = stack
+    if store is not None and start_time_ns is not None:
+        for row in store.exit_sites(pid, start_key(start_time_ns)):
+            if row.site in out:
+                continue
+            shim = Site(row.site, flags=row.flags, file=row.file, func=row.func, line=row.line)
+            if stack := _stack([Frame.from_dict(f) for f in row.frames], shim):
+                out[row.site] = stack
     for site, where in described.items():
         if site not in out and where:
             out[site] = [StackFrame.from_description(where)]

@@ -949,18 +949,6 @@ def _register_report() -> None:
 _register_report()
 
 
-def _register_report() -> None:
-    """`pmctl report` lives in pmctl/report_cli.py (another part); pmctl works without it."""
-    try:
-        from pmctl.report_cli import report_command
-    except ImportError:  # pragma: no cover - report not installed
-        return
-    command("report")(report_command)
-
-
-_register_report()
-
-
 # -- entry point -----------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 from pmctl.cli import app, main
 from pmm import report as rp
 from pmm.errors import NoSuchPid, NotMonitored
-from pmm.model import SITE_F_SOURCE, Block, Bucket, PidInfo, Sample, Site, StatsInfo
+from pmm.model import SITE_F_SOURCE, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
 from pmm.report import html as rhtml
 from pmm.store import ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
@@ -146,6 +146,9 @@ class ModuleEntry:
 
     def sites(self, pid: int) -> list[Site]:
         return self._sites
+
+    def objects(self, pid: int) -> list[ObjectFile]:
+        return []  # frames the module did not place: named with the process's map
 
     def stats(self, pid: int) -> StatsInfo:
         return self._stats

@@ -88,3 +88,21 @@ def test_cxx_site_is_named_past_operator_new() -> None:
     text = leakreport.frames_as_text(entry["frames"])
     assert text[-1] == f"#1 level8(long) deep.cc:{leak}", text
     assert all("0x7f3a" not in t for t in text)
+
+
+def test_report_stacks_by_object_after_the_process() -> None:
+    """The HTML report's call chains come from the module's objects and
+    offsets: named with no process and no map."""
+    from pmm.report.stacks import site_stacks
+
+    leak = marked_line(PM / "deep.cc", "LEAK: deep")
+    at_leak = return_offsets(BIN / "pm-deep", leak)[0]
+    objs = objects()
+
+    class Module:
+        def objects(self, pid: int) -> list[ObjectFile]:
+            return objs
+
+    site = Site(site=9, frames=(ADDR,), locs=((3, at_leak),))
+    stacks = site_stacks(4194000, None, [site], {}, device=Module())  # type: ignore[arg-type]
+    assert [f.text for f in stacks[9]] == [f"level8(long) deep.cc:{leak}"]

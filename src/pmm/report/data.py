@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from pmm import leaks as leaks_mod
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.leaks import LeakGroup
-from pmm.model import STATE_RUNNING, Block, Bucket, PidInfo, Sample, Site, StatsInfo
+from pmm.model import STATE_RUNNING, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
 from pmm.report.stacks import StackFrame, site_stacks
 from pmm.stats import StatsTable, build_table
@@ -49,6 +49,9 @@ class ModuleReader(Protocol):
 
     def sites(self, pid: int) -> list[Site]:
         """The pid's sites."""
+
+    def objects(self, pid: int) -> list[ObjectFile]:
+        """The files the pid's sites' frames are in."""
 
     def stats(self, pid: int) -> StatsInfo:
         """The pid's allocations by size."""

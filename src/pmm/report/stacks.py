@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from pmm.model import Site
 from pmm.store import start_key
-from pmm.symbolize import Frame, Symbolizer, maps_for, user_frames
+from pmm.symbolize import Frame, maps_for, user_frames
+from pmm.uapi import MAX_FRAMES
 
 if TYPE_CHECKING:
     from pmm.report.data import ModuleReader
@@ -82,24 +83,29 @@ def site_stacks(
     """Per site id, its call chain as the report shows it, the allocating
     call first (the allocator's own frames left out).
 
-    sites: the module's sites of the process (frames as addresses), named
-    with the process's memory map (live, or saved while it ran). A site the
-    module no longer holds: its frames as pmd stored them at the process's
-    exit (store), else pmd's one-line description (described), one frame. A
-    site the program described itself (pmm_hooks.h) shows that first.
-    device: the module, for symbolizers that read it (unused here)."""
-    del device  # the map-based symbolizer does not need it
+    sites: the module's sites of the process, their frames named through
+    the objects and file offsets the module found for them (device), which
+    works after the process exited; a frame it could not place, with the
+    process's memory map (live, or saved while it ran). A site the module
+    no longer holds: its frames as pmd stored them at the process's exit
+    (store), else pmd's one-line description (described), one frame. A site
+    the program described itself (pmm_hooks.h) shows that first."""
+    from pmm.sitestack import site_frames
+
     out: dict[int, list[StackFrame]] = {}
     framed = [s for s in sites if s.frames]
-    symbolized: dict[int, Frame] = {}
+    by_site: dict[int, list[Frame]] = {}
     if framed:
-        sym = Symbolizer(maps_for(pid, start_time_ns))
+        objects = device.objects(pid) if device is not None else []
+        unplaced = any(loc is None for s in framed for loc in s.locs) or any(
+            not s.locs for s in framed)
+        maps = maps_for(pid, start_time_ns) if unplaced else None
         try:
-            symbolized = sym.symbolize(a for s in framed for a in s.frames)
+            by_site = site_frames(framed, objects, MAX_FRAMES, maps=maps)
         except (OSError, ValueError, subprocess.SubprocessError):
-            symbolized = {}
+            by_site = {}
     for s in sites:
-        frames = [symbolized.get(a) or Frame(a) for a in s.frames]
+        frames = by_site.get(s.site) or [Frame(a) for a in s.frames]
         if not s.has_source and described.get(s.site) and not any(f.object for f in frames):
             # no map to name the addresses with: pmd named it while it could
             out[s.site] = [StackFrame.from_description(described[s.site])]

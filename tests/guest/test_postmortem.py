@@ -33,7 +33,7 @@ from pmm.device import Device
 pytestmark = pytest.mark.usefixtures("pmm")
 PM = TOP / "tests" / "progs" / "postmortem"
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
-COUNT = 50
+COUNT = 2000  # blocks each leaks: more bytes than any start-up allocation (stdio, libstdc++)
 
 
 def leak_line(source: str, name: str) -> int:
@@ -149,6 +149,11 @@ def test_sites_outlive_the_process(tmp: Path, monkeypatch: pytest.MonkeyPatch) -
             assert first_where(from_db[pid]) == first_where(from_module[pid])
             assert from_db[pid]["live_bytes"] == from_module[pid]["live_bytes"]
         assert "kept its" not in pmd.text(), pmd.text()
+        # the HTML report of a process the module dropped: from the database
+        html = tmp / "deep.html"
+        r = pmctl("report", str(pids[1]), "--db", str(db), "-o", str(html))
+        assert r.exit_code == 0, r.stderr
+        assert PROGRAMS[1][2] in html.read_text(), "the leaking line is in the report"
         # the stats of an expired process come from the database too
         st = pmctl_json("stats", str(pids[0]), "--db", str(db))
         assert sum(b["malloc"] for b in st["buckets"]) >= COUNT, st

@@ -55,7 +55,6 @@ value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import os
 import sys
@@ -69,7 +68,7 @@ import typer
 from typer.core import TyperCommand
 
 import pmm
-from pmctl.exitcodes import ExitCode, exit_code_for
+from pmctl.exitcodes import ExitCode, err, handle_errors
 from pmm import leaks as leaks_mod
 from pmm import stats as stats_mod
 from pmm import uapi
@@ -238,36 +237,6 @@ def interval_option(help_: str) -> Any:
 
 
 # -- errors and output -------------------------------------------------------
-
-def err(msg: str) -> None:
-    # messages can quote what a process supplied (an object path, a name)
-    sys.stderr.write(f"pmctl: {printable(msg)}\n")
-    sys.stderr.flush()
-
-
-def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turns PmmError (and anything unexpected) into one line on stderr and
-    its exit code; never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PmmError as e:
-            err(str(e))
-            raise typer.Exit(exit_code_for(e)) from None
-        except (typer.Exit, typer.Abort, typer.TyperException):
-            raise
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        except BrokenPipeError:
-            raise typer.Exit(int(ExitCode.GENERIC)) from None
-        except Exception as e:  # noqa: BLE001 - the CLI's last resort
-            err(f"internal error: {type(e).__name__}: {e} (please report this)")
-            raise typer.Exit(int(ExitCode.GENERIC)) from None
-
-    return wrapper
-
 
 def refuse(option: str, why: str) -> typer.BadParameter:
     """A usage error for an option that does not apply."""

@@ -28,11 +28,22 @@ code  name                   meaning
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
 from enum import IntEnum
+from typing import ParamSpec, TypeVar
+
+import typer
 
 from pmm import errors
 from pmm.attach import AttachError, AttachFailure
+from pmm.errors import PmmError
 from pmm.run import CommandNotRunnable
+from pmm.text import printable
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ExitCode(IntEnum):
@@ -89,3 +100,34 @@ def exit_code_for(e: errors.PmmError) -> int:
         if cls in _BY_CLASS:
             return _BY_CLASS[cls]
     return ExitCode.GENERIC
+
+
+def err(msg: str) -> None:
+    """One line on stderr, `pmctl: MESSAGE`, escaped (messages can quote what
+    a process supplied: an object path, a name)."""
+    sys.stderr.write(f"pmctl: {printable(msg)}\n")
+    sys.stderr.flush()
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turns PmmError (and anything unexpected) into one line on stderr and
+    its exit code; never a traceback. Every command wears it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except PmmError as e:
+            err(str(e))
+            raise typer.Exit(exit_code_for(e)) from None
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except BrokenPipeError:
+            raise typer.Exit(int(ExitCode.GENERIC)) from None
+        except Exception as e:  # noqa: BLE001 - the CLI's last resort
+            err(f"internal error: {type(e).__name__}: {e} (please report this)")
+            raise typer.Exit(int(ExitCode.GENERIC)) from None
+
+    return wrapper

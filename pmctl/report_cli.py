@@ -20,15 +20,13 @@ anywhere); 6 the process runs but neither source holds anything of it.
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pmctl.exitcodes import exit_code_for
+from pmctl.exitcodes import handle_errors
 from pmm.errors import ModuleNotLoaded, PmmError
 from pmm.output import dump_json
 from pmm.text import printable
@@ -38,20 +36,8 @@ if TYPE_CHECKING:
     from pmm.device import Device
     from pmm.store import Store
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
-def _errors(fn: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PmmError as e:
-            typer.echo(f"pmctl: {printable(str(e))}", err=True)
-            raise typer.Exit(exit_code_for(e)) from None
-
-    return wrapper
 
 
 def _refuse(why: str) -> typer.BadParameter:
@@ -105,7 +91,7 @@ def _open_store(db: Path | None) -> tuple[Store | None, str]:
         return None, str(e)
 
 
-@_errors
+@handle_errors
 def report_command(
     pid: Annotated[int, typer.Argument(
         metavar="PID", help="Process id (the tgid).", min=1, show_default=False)],

@@ -39,18 +39,17 @@ first sample.
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from pmctl.exitcodes import exit_code_for
+from pmctl.exitcodes import handle_errors
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
 from pmm.output import dump_json, human_age
 from pmm.text import printable
@@ -118,22 +117,7 @@ def _duration(minimum: float, allow_zero: bool = False) -> Callable[[str], float
     return parse
 
 
-# -- errors and signals ------------------------------------------------------------
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _errors(fn: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PmmError as e:
-            typer.echo(f"pmctl: {printable(str(e))}", err=True)
-            raise typer.Exit(exit_code_for(e)) from None
-
-    return wrapper
+# -- signals ------------------------------------------------------------------------
 
 
 class _StopRequest:
@@ -335,7 +319,7 @@ def _document(rep: Report, code: int) -> dict[str, Any]:
     return doc
 
 
-@_errors
+@handle_errors
 def trend_command(
     ctx: typer.Context,
     pid: Annotated[int, typer.Argument(

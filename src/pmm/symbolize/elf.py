@@ -60,9 +60,9 @@ _PHDR = {1: "IIIIIIII", 2: "IIQQQQQQ"}
 _SH_INFO_AT = {1: 28, 2: 44}
 
 
-def _read_load_segments(f: BinaryIO) -> list[LoadSegment] | None:
-    """The PT_LOAD entries of an ELF file's program headers; None if not ELF
-    or truncated."""
+def _elf_header(f: BinaryIO) -> tuple[int, str, tuple[int, ...]] | None:
+    """An ELF file's class (1: 32-bit, 2: 64-bit), byte order ('<', '>') and
+    header fields after e_ident (e_type .. e_shstrndx); None if not ELF."""
     ident = f.read(16)
     if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
             or ident[5] not in (1, 2):
@@ -73,7 +73,17 @@ def _read_load_segments(f: BinaryIO) -> list[LoadSegment] | None:
     raw = f.read(ehdr.size)
     if len(raw) < ehdr.size:
         return None
-    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, _, _, _ = ehdr.unpack(raw)
+    return cls, order, ehdr.unpack(raw)
+
+
+def _read_load_segments(f: BinaryIO) -> list[LoadSegment] | None:
+    """The PT_LOAD entries of an ELF file's program headers; None if not ELF
+    or truncated."""
+    header = _elf_header(f)
+    if header is None:
+        return None
+    cls, order, fields = header
+    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, _, _, _ = fields
     if phnum == _PN_XNUM:
         f.seek(shoff + _SH_INFO_AT[cls])
         raw = f.read(4)
@@ -360,18 +370,11 @@ _ELF_CACHE_MAX = 256
 
 
 def _read_elf(path: str, f: BinaryIO) -> ElfFile | None:
-    ident = f.read(16)
-    if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
-            or ident[5] not in (1, 2):
+    header = _elf_header(f)
+    if header is None:
         return None
-    cls = ident[4]
-    order = "<" if ident[5] == 1 else ">"
-    ehdr = struct.Struct(order + _EHDR[cls])
-    raw = f.read(ehdr.size)
-    if len(raw) < ehdr.size:
-        return None
-    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx = \
-        ehdr.unpack(raw)
+    cls, order, fields = header
+    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx = fields
     shdr = struct.Struct(order + _SHDR[cls])
 
     def table(off: int, entsize: int, count: int, size: int) -> list[bytes] | None:

@@ -8,26 +8,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-from test_symbolize_objects import BIN, PM, build_id, marked_line, return_offsets
+# the programs built once, and no symbol source but the files themselves
+from test_symbolize_objects import (  # noqa: F401 - built, own_env: autouse fixtures
+    BIN,
+    PM,
+    build_id,
+    built,
+    marked_line,
+    own_env,
+    return_offsets,
+)
 
 from pmm import leakreport
 from pmm.model import ObjectFile, Site
 from pmm.sitestack import describe_site, site_frames
 
 ADDR = 0x7F3A12345678  # an absolute address the process had: must never be shown
-
-
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(PM)], check=True, timeout=300)
-
-
-@pytest.fixture(autouse=True)
-def own_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PMM_DEBUG_DIRS", "")
-    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
 
 
 def libstdcxx() -> Path:

@@ -224,7 +224,8 @@ def pprof_totals(prof: Path, tmp: Path) -> dict[str, int]:
     assert types_line, out
     names = [t.split("/")[0] for t in types_line.group(1).split()]
     totals = dict.fromkeys(names, 0)
-    for m in re.finditer(r"^\s+((?:\d+\s+)+): ", out, re.M):
+    samples = out[types_line.end():out.index("\nLocations")]
+    for m in re.finditer(r"^\s+(\d+(?:\s+\d+)*): ", samples, re.M):
         for name, v in zip(names, m.group(1).split(), strict=True):
             totals[name] += int(v)
     return totals

@@ -396,6 +396,13 @@ def test_objects_of_an_exited_process(dev: Dev) -> None:
     assert uapi.loc_obj(s.loc[0]) == o.obj == 1
     assert os.path.basename(o.path.decode()).startswith("libc.")
     assert dev.err(uapi.READ_OBJECTS, uapi.Read(pid=4194000, capacity=1, buf=0)) == errno.ESRCH
+    # the entry expires: its objects go with it
+    dev.set_config(exited_ttl_s=1)
+    assert len(dev.objects(pid)) == 1  # a read: the new TTL runs from here
+    assert wait_for(lambda: all(p.pid != pid for p in dev.pids()))
+    buf = (uapi.Object * 1)()
+    r = uapi.Read(pid=pid, capacity=1, buf=ctypes.addressof(buf))
+    assert dev.err(uapi.READ_OBJECTS, r) == errno.ESRCH
 
 
 def test_register_site_refusals(dev: Dev) -> None:

@@ -139,9 +139,9 @@ def test_sites_outlive_the_process(tmp: Path, monkeypatch: pytest.MonkeyPatch) -
         # 3. the module drops the entries: pmd's database alone
         with Device.open() as dev:
             dev.set_config(exited_ttl_s=1)
-            for p in pids:  # a new TTL applies from an entry's next read
-                dev.stats(p)
-            assert kmod_dev.wait_for(lambda: all(dev.pid_info(p) is None for p in pids), 30)
+            for pid in pids:  # a new TTL applies from an entry's next read
+                dev.stats(pid)
+            assert kmod_dev.wait_for(lambda: all(dev.pid_info(x) is None for x in pids), 30)
         from_db = {pid: pmctl_json("leaks", str(pid), "--db", str(db), "--depth", "8")
                    for pid in pids}
         for d in from_db.values():

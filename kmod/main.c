@@ -57,9 +57,12 @@ static int __init pmm_init(void)
 	ret = pmm_sites_init();
 	if (ret)
 		return ret;
-	ret = pmm_pairing_init();
+	ret = pmm_objects_init();
 	if (ret)
 		goto out_sites_exit;
+	ret = pmm_pairing_init();
+	if (ret)
+		goto out_objects_exit;
 	ret = pmm_registry_init();
 	if (ret)
 		goto out_pairing_exit;
@@ -93,6 +96,8 @@ out_registry_exit:
 	pmm_registry_exit();
 out_pairing_exit:
 	pmm_pairing_exit();
+out_objects_exit:
+	pmm_objects_exit();
 out_sites_exit:
 	pmm_sites_exit();
 	return ret;
@@ -101,7 +106,7 @@ out_sites_exit:
 /*
  * The mirror of init, but for the processes: they go after the interfaces
  * (nothing can start one any more), and the registry's drain work may still
- * free their tables, so pairing's and sites' caches go last.
+ * free their tables, so pairing's, objects' and sites' caches go last.
  */
 static void __exit pmm_exit(void)
 {
@@ -113,6 +118,7 @@ static void __exit pmm_exit(void)
 	pmm_access_exit();
 	pmm_registry_exit();
 	pmm_pairing_exit();
+	pmm_objects_exit();
 	pmm_sites_exit();
 	pr_info("unloaded\n");
 }

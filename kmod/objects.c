@@ -11,7 +11,8 @@
  *
  * The object table is under the process's lock; reading a file and
  * d_path happen outside it (they may sleep on I/O), and so does the mmap
- * lock, which is never taken inside the process's lock.
+ * lock, which is never taken inside the process's lock. A known file is
+ * found by its mapped inode, with no I/O: the file is read once.
  */
 #include <linux/slab.h>
 #include <linux/mm.h>
@@ -37,7 +38,8 @@ static bool note_build_id(const u8 *buf, size_t len, size_t align,
 		const u32 *h = (const u32 *)(buf + off);
 		u32 namesz = h[0], descsz = h[1], type = h[2];
 		size_t name = off + 3 * sizeof(u32);
-		size_t desc = name + ALIGN((size_t)namesz, align);
+		/* as binfmt_elf and binutils: the header and name, aligned */
+		size_t desc = off + ALIGN(3 * sizeof(u32) + (size_t)namesz, align);
 
 		if (namesz > len || descsz > len || desc + descsz > len)
 			return false;
@@ -98,17 +100,55 @@ out:
 }
 
 /*
- * The identity of f as stat() reports it: on a stacked file system (such as
- * overlayfs) the mapped file's own inode is the lower one, with another
- * device number than the path the process and its readers see.
+ * An object in the process's table: what readers get, and the key it is
+ * found by, the mapped inode's (with its generation, so that a reused inode
+ * number is another file). The key needs no I/O; readers get the identity
+ * stat() reports instead (on overlayfs the mapped inode is the lower one,
+ * with another device number than the path the process and its readers see).
+ */
+struct pmm_obj_ent {
+	struct pmm_object o;
+	dev_t key_dev;
+	unsigned long key_ino;
+	u32 key_gen;
+};
+
+static struct kmem_cache *pmm_obj_cache;
+
+int pmm_objects_init(void)
+{
+	pmm_obj_cache = kmem_cache_create("pmm_object",
+					  sizeof(struct pmm_obj_ent), 0,
+					  SLAB_ACCOUNT, NULL);
+	return pmm_obj_cache ? 0 : -ENOMEM;
+}
+
+void pmm_objects_exit(void)
+{
+	kmem_cache_destroy(pmm_obj_cache);
+}
+
+static void object_key(struct file *f, struct pmm_obj_ent *e)
+{
+	struct inode *inode = file_inode(f);
+
+	e->key_dev = inode->i_sb->s_dev;
+	e->key_ino = inode->i_ino;
+	e->key_gen = inode->i_generation;
+}
+
+/*
+ * The identity of f as stat() reports it, from what the file system has
+ * in memory (no round trip to a network or FUSE server from inside the
+ * process's malloc).
  */
 static void object_identity(struct file *f, struct pmm_object *o)
 {
 	struct inode *inode = file_inode(f);
 	struct kstat st;
 
-	if (!vfs_getattr(&f->f_path, &st, STATX_INO | STATX_SIZE,
-			 AT_STATX_SYNC_AS_STAT)) {
+	if (!vfs_getattr_nosec(&f->f_path, &st, STATX_INO | STATX_SIZE,
+			       AT_STATX_DONT_SYNC)) {
 		o->dev = new_encode_dev(st.dev);
 		o->ino = st.ino;
 		o->size = st.size;
@@ -137,27 +177,31 @@ static void object_describe(struct file *f, struct pmm_object *o)
 			}
 			if (strscpy(o->path, path, sizeof(o->path)) < 0)
 				o->flags |= PMM_OBJ_F_PATH_CUT;
+		} else if (PTR_ERR(path) == -ENAMETOOLONG) {
+			o->flags |= PMM_OBJ_F_PATH_CUT;
 		}
 		kfree(buf);
 	}
 	read_build_id(f, o);
 }
 
-/* The object of the file o describes (by its identity), or 0. */
-static u32 object_find(struct pmm_proc *p, const struct pmm_object *o)
+/* The number of the object keyed as e is, or 0: under the process's lock. */
+static u32 object_find(struct pmm_proc *p, const struct pmm_obj_ent *e)
 {
 	u32 i;
 
 	for (i = 0; i < p->nobjs; i++)
-		if (p->objs[i]->ino == o->ino && p->objs[i]->dev == o->dev)
-			return p->objs[i]->obj;
+		if (p->objs[i]->key_ino == e->key_ino &&
+		    p->objs[i]->key_dev == e->key_dev &&
+		    p->objs[i]->key_gen == e->key_gen)
+			return p->objs[i]->o.obj;
 	return 0;
 }
 
-/* Adds o under the process's lock: its number, or 0 (retired, full). */
-static u32 object_add(struct pmm_proc *p, struct pmm_object *o)
+/* Adds e under the process's lock: its number, or 0 (retired, full). */
+static u32 object_add(struct pmm_proc *p, struct pmm_obj_ent *e)
 {
-	struct pmm_object **objs;
+	struct pmm_obj_ent **objs;
 	u32 cap;
 
 	if (!p->blocks || p->nobjs >= PMM_MAX_OBJECTS)
@@ -172,41 +216,45 @@ static u32 object_add(struct pmm_proc *p, struct pmm_object *o)
 		p->objs = objs;
 		p->objs_cap = cap;
 	}
-	o->obj = ++p->nobjs;
-	p->objs[o->obj - 1] = o;
-	pmm_kmem_add(sizeof(*o));
-	return o->obj;
+	e->o.obj = ++p->nobjs;
+	p->objs[e->o.obj - 1] = e;
+	pmm_kmem_add(kmem_cache_size(pmm_obj_cache));
+	return e->o.obj;
 }
 
 /*
  * The number of f's object in p, adding it when new; 0 when it cannot. A
- * new file is read (path, build-id) outside the process's lock.
+ * new file is read (identity, path, build-id) outside the process's lock.
+ * The lock is the record path's (pmm_proc_lock: this thread applies what
+ * others queued meanwhile, as every holder does).
  */
 static u32 object_of(struct pmm_proc *p, struct file *f)
 {
-	struct pmm_object *o;
-	bool added = false;
+	struct pmm_obj_ent key, *e;
 	u32 obj;
 
-	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
-	if (!o)
+	object_key(f, &key);
+	pmm_proc_lock(p);
+	obj = object_find(p, &key);
+	pmm_proc_unlock(p);
+	if (obj)
+		return obj;
+	e = kmem_cache_zalloc(pmm_obj_cache, GFP_KERNEL);
+	if (!e)
 		return 0;
-	object_identity(f, o);
-	mutex_lock(&p->lock);
-	obj = object_find(p, o);
-	mutex_unlock(&p->lock);
+	object_key(f, e);
+	object_identity(f, &e->o);
+	object_describe(f, &e->o);
+	pmm_proc_lock(p);
+	obj = object_find(p, e);	/* another thread's meanwhile? */
 	if (!obj) {
-		object_describe(f, o);
-		mutex_lock(&p->lock);
-		obj = object_find(p, o);	/* another thread's meanwhile? */
-		if (!obj) {
-			obj = object_add(p, o);
-			added = obj != 0;
-		}
-		mutex_unlock(&p->lock);
+		obj = object_add(p, e);
+		if (obj)
+			e = NULL;	/* the table's now */
 	}
-	if (!added)
-		kfree(o);
+	pmm_proc_unlock(p);
+	if (e)
+		kmem_cache_free(pmm_obj_cache, e);
 	return obj;
 }
 
@@ -224,12 +272,16 @@ void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 	struct file *last = NULL;
 	u32 i, obj = 0;
 
+	BUILD_BUG_ON(PMM_MAX_OBJECTS >= 1ULL << (64 - PMM_LOC_OBJ_SHIFT));
 	memset(loc, 0, depth * sizeof(*loc));
 	if (!mm || mmap_read_lock_killable(mm))
 		return;
 	for (i = 0; i < depth; i++) {
-		vma = vma_lookup(mm, frames[i]);
+		/* the call, one byte back: a noreturn call may end a mapping */
+		vma = frames[i] ? vma_lookup(mm, frames[i] - 1) : NULL;
+		/* files only: a device mapping's offset may be a bus address */
 		if (!vma || !vma->vm_file ||
+		    (vma->vm_flags & (VM_IO | VM_PFNMAP)) ||
 		    !S_ISREG(file_inode(vma->vm_file)->i_mode))
 			continue;
 		loc[i] = frames[i] - vma->vm_start +
@@ -248,7 +300,7 @@ void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 		if (!last || file_inode(files[i]) != file_inode(last))
 			obj = object_of(p, files[i]);
 		last = files[i];
-		loc[i] = obj ? (u64)obj << PMM_LOC_OBJ_SHIFT | loc[i] : 0;
+		loc[i] = obj ? ((u64)obj << PMM_LOC_OBJ_SHIFT) | loc[i] : 0;
 	}
 	for (i = 0; i < depth; i++)
 		if (files[i])
@@ -259,7 +311,7 @@ void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 struct pmm_object *pmm_object_at(struct pmm_proc *p, u64 index)
 {
 	lockdep_assert_held(&p->lock);
-	return index < p->nobjs ? p->objs[index] : NULL;
+	return index < p->nobjs ? &p->objs[index]->o : NULL;
 }
 
 /* Frees a process's objects (its lock held, or the last put). */
@@ -268,8 +320,8 @@ void pmm_objects_free(struct pmm_proc *p)
 	u32 i;
 
 	for (i = 0; i < p->nobjs; i++)
-		kfree(p->objs[i]);
-	pmm_kmem_add(-(long)(p->nobjs * sizeof(struct pmm_object) +
+		kmem_cache_free(pmm_obj_cache, p->objs[i]);
+	pmm_kmem_add(-(long)(p->nobjs * kmem_cache_size(pmm_obj_cache) +
 			     p->objs_cap * sizeof(*p->objs)));
 	kfree(p->objs);
 	p->objs = NULL;

@@ -177,7 +177,7 @@ struct pmm_proc {
 	u32 site_bits;
 	struct pmm_site_stats *site_cache[PMM_SITE_CACHE];
 	u32 nsites;
-	struct pmm_object **objs;	/* objects.c: nobjs of objs_cap */
+	struct pmm_obj_ent **objs;	/* objects.c: nobjs of objs_cap */
 	u32 nobjs;
 	u32 objs_cap;
 	struct pmm_sample *ring;	/* ring_size entries, NULL before the first */
@@ -281,6 +281,9 @@ site_get(struct pmm_proc *p, u32 id)
 }
 
 /* objects.c: the files a site's frames are in */
+struct pmm_obj_ent;
+int pmm_objects_init(void);
+void pmm_objects_exit(void);
 void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 		       u64 *loc);
 struct pmm_object *pmm_object_at(struct pmm_proc *p, u64 index);

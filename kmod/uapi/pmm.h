@@ -296,7 +296,8 @@ struct pmm_site_stats {
 
 /*
  * A file a site's frame was in (PMM_READ_OBJECTS), numbered from 1 in the
- * order the kernel first saw it. path is as the process saw it (its root),
+ * order the kernel first saw it. Objects are only added, each before the
+ * first site that names it: read the sites first, then the objects. path is as the process saw it (its root),
  * at that time; dev (major:minor as the kernel encodes it in stat's
  * st_dev), ino and size identify the file that was mapped.
  */
@@ -380,7 +381,8 @@ struct pmm_read {
 #define PMM_MONITORED_PIDS	_IOWR(PMM_IOC_MAGIC, 4, struct pmm_read)
 #define PMM_REGISTER_SITE	_IOW(PMM_IOC_MAGIC, 5, struct pmm_site)
 #define PMM_READ_BLOCKS		_IOWR(PMM_IOC_MAGIC, 6, struct pmm_read)
-#define PMM_READ_SITES		_IOWR(PMM_IOC_MAGIC, 7, struct pmm_read)
+/* 7 was READ_SITES of ABI 2 (a smaller pmm_site_stats): now ENOTTY */
+#define PMM_READ_SITES		_IOWR(PMM_IOC_MAGIC, 12, struct pmm_read)
 #define PMM_READ_SAMPLES	_IOWR(PMM_IOC_MAGIC, 8, struct pmm_read)
 #define PMM_GET_STATS		_IOWR(PMM_IOC_MAGIC, 9, struct pmm_stats)
 /* Returns 1 if the caller is monitored, 0 if not (cheap; for the hook). */

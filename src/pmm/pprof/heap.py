@@ -17,14 +17,13 @@ computes it, and no real address of the process is in the file.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pmm.files import replace_file
 
 if TYPE_CHECKING:
     from pmm.pprof import profile_pb2
@@ -271,17 +270,6 @@ def build_profile(
     return gzip.compress(encoded, mtime=0)
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it (os.umask would, for
-    every thread, for a moment)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    return 0o022
-
-
 def write_profile(
     path: str | os.PathLike[str],
     samples: Iterable[PprofSample],
@@ -294,22 +282,11 @@ def write_profile(
     """Writes build_profile(...) to `path` atomically: a temporary file in
     the same directory, flushed to disk, then renamed over `path`, so a
     reader sees the old profile or the whole new one, never part of it. The
-    file's mode is 0666 less the umask, as for any file the user creates.
+    file's mode is 0666 less the umask, as for any file the user creates
+    (pmm.files.replace_file).
     Raises OSError when the directory cannot be written, ValueError as
     build_profile does (nothing is written then)."""
     data = build_profile(
         samples, period=period, time_ns=time_ns, duration_ns=duration_ns, comments=comments
     )
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with open(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(path, data, sync=True)

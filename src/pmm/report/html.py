@@ -12,13 +12,10 @@ hash) and load nothing: the file shows the same with no network.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import hashlib
 import html
 import json
-import os
-import secrets
 import time
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -27,6 +24,7 @@ from typing import Any
 
 import pmm
 from pmm.errors import PmmError
+from pmm.files import replace_file
 from pmm.leaks import AGE_LABELS
 from pmm.output import human_age
 from pmm.report.data import ReportData
@@ -528,16 +526,6 @@ def verdict_of(d: ReportData) -> Verdict | None:
 
 
 def write_report(text: str, path: Path) -> None:
-    """Writes the page to path whole or not at all: into a new file next to
-    it (created as any new file, 0666 less the umask), renamed over it."""
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Writes the page to path whole or not at all (created as any new file,
+    0666 less the umask: pmm.files.replace_file)."""
+    replace_file(path, text)

@@ -17,12 +17,12 @@ temporary file that os.replace() moves into place.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import stat
-import tempfile
 from pathlib import Path
+
+from pmm.files import replace_file
 
 
 def _tmp_root() -> Path:
@@ -117,18 +117,9 @@ def read_text(path: Path) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Replaces a cache file: a new 0600 temporary file in the same
-    directory (O_EXCL, so never someone's symlink), then os.replace (which
-    replaces a symlink at `path` rather than writing through it)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replaces a cache file, private to its user (0600; pmm.files.replace_file:
+    never written through someone's symlink)."""
+    replace_file(path, text, mode=0o600)
 
 
 def sym_cache_file(path: str, backend: str) -> Path | None:

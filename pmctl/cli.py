@@ -69,12 +69,13 @@ from typer.core import TyperCommand
 
 import pmm
 from pmctl.exitcodes import ExitCode, err, handle_errors
+from pmctl.paths import check_output
 from pmm import leaks as leaks_mod
 from pmm import stats as stats_mod
 from pmm import uapi
 from pmm.device import Device
 from pmm.errors import PmmError
-from pmm.model import Block, ConfigInfo, PidInfo
+from pmm.model import Block, ConfigInfo, PidInfo, StatsInfo
 from pmm.output import dump_json, format_table, human_age
 from pmm.procsampler import boottime_ns
 from pmm.text import printable
@@ -741,9 +742,8 @@ def leaks(
     """
     from pmm import leakreport
 
-    if pprof is not None and not os.access(pprof.parent if str(pprof.parent) else ".",
-                                           os.W_OK):
-        raise refuse("--pprof", f"cannot write to {pprof.parent}")
+    if pprof is not None:
+        check_output(pprof, "'--pprof'", "heap.pb.gz", renamed_over=True)
     report = leakreport.gather(Device.open, open_db_for(db), pid, now_monotonic_ns(),
                                0 if pprof is not None else limit, db_named=db is not None)
     if pprof is not None:
@@ -796,26 +796,16 @@ def stats(pid: PidArg, db: DbOpt = None, json_: JsonOpt = False) -> None:
     failed allocations. From the module while it keeps the process, else from
     what pmd saved when the process exited.
     """
-    st = None
-    try:
+    from pmm import postmortem
+
+    def read_module() -> StatsInfo:
         with Device.open() as dev:
             dev.require_monitored(pid)
-            st = dev.stats(pid)
-    except PmmError as module_error:
-        from pmm import postmortem
+            return dev.stats(pid)
 
-        try:
-            store = open_db_for(db)()
-        except PmmError:
-            if db is not None:
-                raise
-            raise module_error from None
-        try:
-            st = postmortem.stats_from_db(store, pid)
-        finally:
-            store.close()
-        if st is None:
-            raise module_error from None
+    st = postmortem.module_else_database(
+        read_module, lambda store: postmortem.stats_from_db(store, pid), open_db_for(db),
+        db_named=db is not None)
     if json_:
         echo_json(st.to_dict())
     else:

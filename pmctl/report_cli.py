@@ -20,13 +20,13 @@ anywhere); 6 the process runs but neither source holds anything of it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pmctl.exitcodes import handle_errors
+from pmctl.paths import check_output
 from pmm.errors import ModuleNotLoaded, PmmError
 from pmm.output import dump_json
 from pmm.text import printable
@@ -38,29 +38,6 @@ if TYPE_CHECKING:
 
 
 
-
-
-def _refuse(why: str) -> typer.BadParameter:
-    return typer.BadParameter(why, param_hint="'-o' / '--output'")
-
-
-def check_output(path: Path) -> None:
-    """The report's file can be written (its directory exists and this user
-    may create files in it, or the file exists and may be replaced): usage
-    errors before anything is read."""
-    if path.is_dir():
-        raise _refuse(f"{path} is a directory: give the file to write, e.g. "
-                      f"{path / 'report.html'}")
-    where = path.parent
-    if not where.exists():
-        raise _refuse(f"cannot write {path}: its directory {where} does not exist")
-    if not where.is_dir():
-        raise _refuse(f"cannot write {path}: {where} is not a directory")
-    # written next to it, then renamed over it: the directory must take a new file
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise _refuse(f"cannot write {path}: this user cannot create files in {where}")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise _refuse(f"cannot write {path}: this user may not write it")
 
 
 def _open_device() -> tuple[Device | None, str]:
@@ -122,7 +99,7 @@ def report_command(
     """
     from pmm.report import gather, render, verdict_of, write_report
 
-    check_output(output)
+    check_output(output, "'-o' / '--output'", "report.html", renamed_over=True)
     device, device_note = _open_device()
     store, store_note = _open_store(db)
     try:

@@ -39,7 +39,6 @@ first sample.
 from __future__ import annotations
 
 import enum
-import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ from typing import Annotated, Any
 import typer
 
 from pmctl.exitcodes import handle_errors
+from pmctl.paths import check_output
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
 from pmm.output import dump_json, human_age
 from pmm.text import printable
@@ -209,25 +209,6 @@ def _check_watch(watch: float, interval: float, quiet: bool) -> None:
                    "--interval", err=True)
 
 
-def _check_plot_path(plot: Path) -> None:
-    """The plot's file can be written (its directory exists and this user may
-    create files in it), checked before any sampling, not after a watch."""
-    if plot.is_dir():
-        raise _refuse("--plot", f"{plot} is a directory: give the file to write, e.g. "
-                      f"{plot / 'trend.png'}")
-    where = plot.parent
-    if not where.exists():
-        raise _refuse("--plot", f"cannot write {plot}: its directory {where} does not exist")
-    if not where.is_dir():
-        raise _refuse("--plot", f"cannot write {plot}: {where} is not a directory")
-    if plot.exists():
-        if not os.access(plot, os.W_OK):
-            raise _refuse("--plot", f"cannot write {plot}: this user may not write it")
-    elif not os.access(where, os.W_OK | os.X_OK):
-        raise _refuse("--plot", f"cannot write {plot}: this user cannot create files in "
-                      f"{where}")
-
-
 def _stored(pid: int, path: Path, named: bool, source: Source, start_time: int | None,
             since: float | None) -> Data:
     """The samples pmd or the module kept of pid; NotMonitored/NoSuchPid when
@@ -370,7 +351,7 @@ def trend_command(
     if watch is not None:
         _check_watch(watch, interval, quiet=json_)
     if plot is not None:  # before a watch, not after it
-        _check_plot_path(plot)
+        check_output(plot, "'--plot'", "trend.png", renamed_over=False)
         require_matplotlib()
     if watch is not None:
         d = _watched(pid, watch, interval, report_every, quiet=json_)

@@ -10,14 +10,14 @@ where it came from. `pprof_samples` turns it into pprof's samples.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pmm import leaks as leaks_mod
-from pmm.errors import PmmError
-from pmm.model import OP_NAMES, Site
-from pmm.pprof import PprofFrame, PprofLine, PprofSample
+from pmm.pprof import UNKNOWN_STACK, PprofFrame, PprofLine, PprofSample
+from pmm.symbolize import Frame
+from pmm.uapi import MAX_FRAMES
 
 if TYPE_CHECKING:
     from pmm.device import Device
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 SOURCE_MODULE = "module"
 SOURCE_DB = "pmd database"
-# ops whose count is a free, not an allocation (pmm_site_stats.alloc_count)
-FREE_OPS = frozenset({"FREE", "MUNMAP"})
 
 
 @dataclass
@@ -59,21 +57,13 @@ class LeakReport:
         return d
 
 
-def _alloc_figures(site: Site | None) -> dict[str, int]:
-    if site is None:
-        return {"alloc_blocks": 0, "alloc_bytes": 0}
-    n = sum(c for op, c in enumerate(site.alloc_count)
-            if c and OP_NAMES.get(op, "") not in FREE_OPS)
-    return {"alloc_blocks": n, "alloc_bytes": site.alloc_bytes}
-
-
 def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int) -> LeakReport:
     """pid's report from the module (NotMonitored/NoSuchPid when it has no
     entry): its blocks grouped by site, the first `limit` sites (0: all)
     symbolized with all their frames, through their objects (which works
     after the process exited) or, for frames the module could not place,
     the process's saved map."""
-    from pmm.sitestack import site_frames
+    from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import maps_for
 
     info = dev.require_monitored(pid)
@@ -83,15 +73,14 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int) -> LeakRepo
     groups = leaks_mod.group_blocks(blocks, sites, now_mono_ns)
     shown = groups[:limit] if limit else groups
     described = [g.desc for g in shown if g.desc is not None]
-    needs_map = any(loc is None for s in described for loc in s.locs) or any(
-        not s.locs and s.frames for s in described)
-    maps = maps_for(pid, info.start_time_ns) if needs_map else None
-    frames = site_frames(described, objects, depth=32, maps=maps)
+    maps = maps_for(pid, info.start_time_ns) if needs_map(described) else None
+    frames = site_frames(described, objects, depth=MAX_FRAMES, maps=maps)
     entries = []
     for g in shown:
         fr = frames.get(g.site, [])
         e = g.to_dict(fr, len(fr))
-        e.update(_alloc_figures(g.desc))
+        e["alloc_blocks"] = g.desc.alloc_calls if g.desc else 0
+        e["alloc_bytes"] = g.desc.alloc_bytes if g.desc else 0
         entries.append(e)
     return LeakReport(
         pid=pid, comm=info.comm, state=info.state_name,
@@ -118,52 +107,31 @@ def from_db(store: Store, pid: int, limit: int) -> LeakReport | None:
     )
 
 
-def gather(dev_open: Any, store_open: Any, pid: int, now_mono_ns: int,
-           limit: int, db_named: bool = False) -> LeakReport:
-    """The module's report of pid if it has one, else pmd's database's.
-    `dev_open()` opens the device, `store_open()` the database (either may
-    raise PmmError); when neither has pid, the module's error is raised, or
-    the database's when the user named the database (`db_named`) and it
-    cannot be read."""
-    try:
+def gather(dev_open: Callable[[], Device], store_open: Callable[[], Store], pid: int,
+           now_mono_ns: int, limit: int, db_named: bool = False) -> LeakReport:
+    """The module's report of pid if it has one, else pmd's database's
+    (pmm.postmortem.module_else_database says which error tells of neither)."""
+    from pmm import postmortem
+
+    def read_module() -> LeakReport:
         with dev_open() as dev:
             return from_module(dev, pid, now_mono_ns, limit)
-    except PmmError as module_error:
-        try:
-            store = store_open()
-        except PmmError:
-            if db_named:
-                raise
-            raise module_error from None
-        try:
-            report = from_db(store, pid, limit)
-        finally:
-            store.close()
-        if report is None:
-            raise module_error from None
-        return report
+
+    return postmortem.module_else_database(
+        read_module, lambda store: from_db(store, pid, limit), store_open, db_named)
 
 
 # -- pprof ---------------------------------------------------------------------
 
 
-def _pprof_frame(f: Mapping[str, Any]) -> PprofFrame:
-    lines = tuple(PprofLine(x.get("func"), x.get("file"), x.get("line"))
-                  for x in (f.get("lines") or ()))
-    if not lines and (f.get("func") or f.get("file")):
-        lines = (PprofLine(f.get("func"), f.get("file"), f.get("line")),)
-    obj = f.get("object")
-    off = f.get("offset")
-    if f.get("symbol") and not lines:
-        label = str(f["symbol"])
-    elif obj and off is not None:
-        label = f"{obj.rsplit('/', 1)[-1]}+0x{off:x}"
-    elif f.get("addr"):
-        label = f"0x{f['addr']:x}"
-    else:
-        label = "[unknown]"
-    return PprofFrame(object=obj, build_id=f.get("build_id"), offset=off, lines=lines,
-                      label=label)
+def _pprof_frame(d: Mapping[str, Any]) -> PprofFrame:
+    f = Frame.from_dict(d)
+    lines = tuple(PprofLine(loc.func, loc.file, loc.line) for loc in f.lines)
+    if not lines and (f.func or f.file):
+        lines = (PprofLine(f.func, f.file, f.line),)
+    where = f.where()
+    return PprofFrame(object=f.object, build_id=f.build_id, offset=f.offset, lines=lines,
+                      label=f.symbol or (where if where != "?" else UNKNOWN_STACK))
 
 
 def pprof_samples(report: LeakReport) -> list[PprofSample]:
@@ -190,34 +158,12 @@ def pprof_samples(report: LeakReport) -> list[PprofSample]:
 
 
 def frames_as_text(frames: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each frame on one line, inlined calls first ('#0 leak() leak.c:30'):
-    for `pmctl leaks --depth N`."""
+    """Each frame on one line, the calls inlined into it first ('#0 leak()
+    leak.c:30'): for `pmctl leaks --depth N`."""
     out = []
-    for i, f in enumerate(frames):
-        lines = f.get("lines") or []
-        for inl in lines[:-1]:
-            out.append(f"#{i} {_call(inl.get('func'))} "
-                       f"{(inl.get('file') or '?').rsplit('/', 1)[-1]}:{inl.get('line')} (inlined)")
-        out.append(f"#{i} {f.get('where') or _where(f)}")
+    for i, d in enumerate(frames):
+        f = Frame.from_dict(d)
+        out += [f"#{i} {Frame(0, func=loc.func, file=loc.file, line=loc.line).describe()} "
+                "(inlined)" for loc in f.lines[:-1]]
+        out.append(f"#{i} {f.describe()}")
     return out
-
-
-def _where(f: Mapping[str, Any]) -> str:
-    func, file, line = f.get("func"), f.get("file"), f.get("line")
-    obj, off = f.get("object"), f.get("offset")
-    objname = obj.rsplit("/", 1)[-1] if obj else None
-    if func and file and line:
-        return f"{_call(func)} {file.rsplit('/', 1)[-1]}:{line}"
-    if objname and off is not None:
-        sym = f" ({f['symbol']})" if f.get("symbol") else (f" ({_call(func)})" if func else "")
-        return f"{objname}+0x{off:x}{sym}"
-    if f.get("addr"):
-        return f"0x{f['addr']:x}"
-    return "?"
-
-
-def _call(func: str | None) -> str:
-    """'leak()' for a C function, 'level8(long)' as C++ demangles it."""
-    if not func:
-        return "?()"
-    return func if func.endswith(")") else f"{func}()"

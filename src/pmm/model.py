@@ -31,6 +31,8 @@ OP_NAMES: dict[int, str] = {
     12: "MREMAP",
 }
 OP_NR = 13
+# ops whose pmm_site_stats.alloc_count is of frees, not allocations
+FREE_OP_NAMES = frozenset({"FREE", "MUNMAP"})
 OP_MALLOC, OP_CALLOC, OP_REALLOC, OP_FREE = 1, 2, 3, 4
 
 STATE_RUNNING = 1
@@ -194,6 +196,12 @@ class Site:
     # per frame: (object number, file offset), or None when the frame was in
     # no file's mapping (pmm_site_stats.loc); empty for an older module
     locs: tuple[tuple[int, int] | None, ...] = ()
+
+    @property
+    def alloc_calls(self) -> int:
+        """The calls that allocated at the site (weighted; frees left out)."""
+        return sum(n for op, n in enumerate(self.alloc_count)
+                   if op_name(op) not in FREE_OP_NAMES)
 
     @property
     def has_source(self) -> bool:

@@ -25,12 +25,14 @@ Pure library: the caller (pmd) chooses the thread and the database writer.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pmm import leaks, sitestack
+from pmm.errors import PmmError
 from pmm.model import (
+    FREE_OP_NAMES,
     OP_NR,
     STATE_EXITED,
     Block,
@@ -46,9 +48,10 @@ from pmm.store import ExitRecord, ExitSiteRow, Store, start_key
 from pmm.symbolize import Frame, Symbolizer
 from pmm.uapi import MAX_FRAMES
 
+T = TypeVar("T")
+
 SOURCE = "pmd database"  # what `pmctl leaks --json` says it read from
 # operations counted in a site's alloc_count that free rather than allocate
-FREE_OPS = frozenset({"FREE", "MUNMAP"})
 
 
 class ModuleReader(Protocol):
@@ -273,7 +276,7 @@ def leaks_from_db(store: Store, pid: int,
     groups.sort(key=lambda x: (-x[0].bytes, -x[0].blocks, x[0].site))
     for g, row in groups:
         e = g.to_dict([Frame.from_dict(f) for f in row.frames[:depth]], depth)
-        e["alloc_blocks"] = sum(n for op, n in row.alloc_count.items() if op not in FREE_OPS)
+        e["alloc_blocks"] = sum(n for op, n in row.alloc_count.items() if op not in FREE_OP_NAMES)
         e["alloc_bytes"] = row.alloc_bytes
         entries.append(e)
     return {**info, "start_time": start, "source": SOURCE}, entries
@@ -301,5 +304,30 @@ def stats_from_db(store: Store, pid: int) -> StatsInfo | None:
     )
 
 
-__all__ = ["FREE_OPS", "SOURCE", "ModuleReader", "ModuleSnapshot", "collect", "describe",
-           "harvest", "leaks_from_db", "snapshot", "stats_from_db"]
+def module_else_database(read_module: Callable[[], T], read_db: Callable[[Store], T | None],
+                         open_store: Callable[[], Store], db_named: bool = False) -> T:
+    """What the module says of a process, else what pmd's database kept of
+    it (the module drops an exited process after its TTL, and everything at
+    a reboot). When neither has it, the module's error is raised, or the
+    database's when the user named the database (`db_named`) and it cannot
+    be read."""
+    try:
+        return read_module()
+    except PmmError as module_error:
+        try:
+            store = open_store()
+        except PmmError:
+            if db_named:
+                raise
+            raise module_error from None
+        try:
+            found = read_db(store)
+        finally:
+            store.close()
+        if found is None:
+            raise module_error from None
+        return found
+
+
+__all__ = ["SOURCE", "ModuleReader", "ModuleSnapshot", "collect", "describe",
+           "harvest", "leaks_from_db", "module_else_database", "snapshot", "stats_from_db"]

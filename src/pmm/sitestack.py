@@ -30,6 +30,13 @@ def object_ref(o: ObjectFile) -> ObjectRef:
     return ObjectRef(path=o.path or None, build_id=o.build_id)
 
 
+def needs_map(sites: Iterable[Site]) -> bool:
+    """Whether a frame of these sites was not placed in a file by the module
+    (or the module is older than ABI 3): only then is the process's saved
+    map worth reading."""
+    return any(s.frames and (not s.locs or None in s.locs) for s in sites)
+
+
 def site_frames(
     sites: Iterable[Site],
     objects: Sequence[ObjectFile] | Mapping[int, ObjectFile],
@@ -42,37 +49,39 @@ def site_frames(
     docstring for which way each frame goes)."""
     objs = objects if isinstance(objects, Mapping) else {o.obj: o for o in objects}
     sym = symbolizer or Symbolizer(maps)
-    site_list = list(sites)
-    by_object: list[tuple[ObjectRef, int]] = []
-    by_address: list[int] = []
-    for s in site_list:
-        for i, addr in enumerate(s.frames[:depth]):
-            loc = s.locs[i] if i < len(s.locs) else None
-            if loc is not None and loc[0] in objs:
-                by_object.append((object_ref(objs[loc[0]]), loc[1]))
-            elif addr and maps:
-                by_address.append(addr)
+    # per site, each frame as (object, offset) when the module placed it, else its address
+    keyed: dict[int, list[tuple[ObjectRef, int] | int]] = {}
+    for s in sites:
+        keyed[s.site] = [
+            (object_ref(objs[loc[0]]), loc[1]) if loc is not None and loc[0] in objs else addr
+            for addr, loc in zip(s.frames[:depth], _padded(s.locs, depth), strict=False)
+        ]
+    by_object = [k for ks in keyed.values() for k in ks if isinstance(k, tuple)]
+    by_address = [k for ks in keyed.values() for k in ks if isinstance(k, int) and k and maps]
     try:
         resolved = sym.symbolize_objects(by_object) if by_object else {}
         mapped = sym.symbolize(by_address) if by_address else {}
     except (OSError, ValueError, subprocess.SubprocessError):
         resolved, mapped = {}, {}
     out: dict[int, list[Frame]] = {}
-    for s in site_list:
+    for site, ks in keyed.items():
         frames: list[Frame] = []
-        for i, addr in enumerate(s.frames[:depth]):
-            loc = s.locs[i] if i < len(s.locs) else None
-            if loc is not None and loc[0] in objs:
-                ref = object_ref(objs[loc[0]])
-                frames.append(resolved.get((ref, loc[1]))
-                              or Frame(0, ref.path, loc[1], build_id=ref.build_id))
-            elif addr in mapped:
-                f = mapped[addr]
+        for k in ks:
+            if isinstance(k, tuple):
+                ref, off = k
+                frames.append(resolved.get(k) or Frame(0, ref.path, off, build_id=ref.build_id))
+            elif k in mapped:
+                f = mapped[k]
                 frames.append(f if addresses or f.object else Frame(0))
             else:
-                frames.append(Frame(addr if addresses else 0))
-        out[s.site] = frames
+                frames.append(Frame(k if addresses else 0))
+        out[site] = frames
     return out
+
+
+def _padded(locs: Sequence[tuple[int, int] | None], n: int) -> list[tuple[int, int] | None]:
+    """locs to n entries (a module older than ABI 3 gives none)."""
+    return [*locs[:n], *([None] * (n - len(locs)))]
 
 
 def describe_site(site: Site, frames: Sequence[Frame]) -> str:
@@ -99,9 +108,7 @@ def describe_module_sites(dev: Device, pid: int, wanted: Iterable[int] | None = 
     info = dev.require_monitored(pid)
     sites = [s for s in dev.sites(pid) if want is None or s.site in want]
     objects = dev.objects(pid)
-    unplaced = any(loc is None for s in sites for loc in s.locs) or any(
-        s.frames and not s.locs for s in sites)
-    maps = maps_for(pid, info.start_time_ns) if addresses and unplaced else None
+    maps = maps_for(pid, info.start_time_ns) if addresses and needs_map(sites) else None
     frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps, addresses=addresses)
     out = {}
     for s in sites:

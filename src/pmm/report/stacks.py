@@ -90,16 +90,14 @@ def site_stacks(
     no longer holds: its frames as pmd stored them at the process's exit
     (store), else pmd's one-line description (described), one frame. A site
     the program described itself (pmm_hooks.h) shows that first."""
-    from pmm.sitestack import site_frames
+    from pmm.sitestack import needs_map, site_frames
 
     out: dict[int, list[StackFrame]] = {}
     framed = [s for s in sites if s.frames]
     by_site: dict[int, list[Frame]] = {}
     if framed:
         objects = device.objects(pid) if device is not None else []
-        unplaced = any(loc is None for s in framed for loc in s.locs) or any(
-            not s.locs for s in framed)
-        maps = maps_for(pid, start_time_ns) if unplaced else None
+        maps = maps_for(pid, start_time_ns) if needs_map(framed) else None
         try:
             by_site = site_frames(framed, objects, MAX_FRAMES, maps=maps)
         except (OSError, ValueError, subprocess.SubprocessError):

@@ -9,7 +9,8 @@ packages=(build-essential bc flex bison libelf-dev libssl-dev dwarves cpio kmod
 	qemu-system-x86 busybox-static linux-image-amd64 linux-headers-amd64
 	sparse sqlite3 xz-utils perl g++ heaptrack valgrind binutils file procps util-linux strace linux-source-6.1
 	libjemalloc2 libunwind-dev python3-pip
-	debuginfod elfutils golang-go chromium)
+	debuginfod elfutils golang-go chromium
+	prometheus dkms)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

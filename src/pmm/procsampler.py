@@ -1,11 +1,19 @@
 """Samples a process from /proc when the module does not (absent, or the
-process is not monitored): /proc/PID/statm for vm and rss (pages, exact),
-/proc/PID/status for the rss split (anon, file, shmem; kB) and
-/proc/PID/stat for the start time that keys the process."""
+process is not monitored): /proc/PID/status gives vm, rss and its split
+(anon, file, shmem; kB, exact) and /proc/PID/stat the start time that keys
+the process.
+
+A sampled process's /proc/PID directory stays open between samples (at most
+OPEN_DIRS of them), so a sample reads one file: a file opened through that
+directory is that very process's, and fails once it is gone, so a reused pid
+is never mistaken for it. pmd samples hundreds of processes a second this way.
+"""
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +21,8 @@ from pathlib import Path
 from pmm.store import TICK_NS, ProcessRow, SampleRow
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+READ_SIZE = 16384
+OPEN_DIRS = 512  # open /proc/PID directories kept; beyond, the least recently sampled close
 
 
 class ProcessGone(Exception):
@@ -54,24 +64,6 @@ def parse_stat(text: str) -> ProcStat:
     return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[19]) * TICK_NS)
 
 
-def parse_status_kb(text: str, keys: tuple[str, ...]) -> dict[str, int | None]:
-    """The given 'Key:   123 kB' lines of /proc/PID/status, in bytes (None if absent)."""
-    out: dict[str, int | None] = dict.fromkeys(keys)
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        if k in out:
-            parts = v.split()
-            if parts:
-                out[k] = int(parts[0]) * 1024
-    return out
-
-
-def parse_statm(text: str) -> tuple[int, int]:
-    """(vm, rss) in bytes from /proc/PID/statm."""
-    f = text.split()
-    return int(f[0]) * PAGE, int(f[1]) * PAGE
-
-
 def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
     """pid's /proc/PID/stat parsed; ProcessGone if the pid does not exist or
     the file cannot be parsed."""
@@ -81,22 +73,99 @@ def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
         raise ProcessGone(f"{proc}/{pid}/stat") from None
 
 
+_STATUS_FIELDS = re.compile(rb"^(State|VmSize|VmRSS|RssAnon|RssFile|RssShmem):\s*(\S+)",
+                            re.MULTILINE)
+
+
+def parse_status_sample(text: bytes) -> tuple[str, int, int, int, int, int]:
+    """(state, vm, rss, rss_anon, rss_file, rss_shmem) from /proc/PID/status,
+    sizes in bytes; a process without memory (a kernel thread) has 0s."""
+    f = dict(_STATUS_FIELDS.findall(text))
+
+    def kb(key: bytes) -> int:
+        return int(f.get(key, b"0")) * 1024
+
+    state = f.get(b"State", b"?")[:1].decode("ascii", "replace")
+    return (state, kb(b"VmSize"), kb(b"VmRSS"), kb(b"RssAnon"), kb(b"RssFile"),
+            kb(b"RssShmem"))
+
+
+class _OpenDirs:
+    """Open /proc/PID directories by (proc, pid, start time): see the module's
+    docstring. Only pmd's loop thread samples."""
+
+    def __init__(self, limit: int = OPEN_DIRS) -> None:
+        self.limit = limit
+        self.fds: collections.OrderedDict[tuple[str, int, int], int] = \
+            collections.OrderedDict()
+
+    def get(self, proc: str, pid: int, start_time: int) -> int:
+        key = (proc, pid, start_time)
+        fd = self.fds.get(key)
+        if fd is not None:
+            self.fds.move_to_end(key)
+            return fd
+        try:
+            fd = os.open(f"{proc}/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, ProcessLookupError):
+            raise ProcessGone(f"{proc}/{pid}") from None
+        try:
+            st = parse_stat(_read_at(fd, "stat").decode("utf-8", "replace"))
+        except (ProcessGone, ValueError, IndexError):
+            os.close(fd)
+            raise ProcessGone(f"{proc}/{pid}/stat") from None
+        if st.start_time != start_time:
+            os.close(fd)
+            raise ProcessGone(f"pid {pid} is another process now")
+        self.fds[key] = fd
+        while len(self.fds) > self.limit:
+            os.close(self.fds.popitem(last=False)[1])
+        return fd
+
+    def drop(self, proc: str, pid: int, start_time: int) -> None:
+        fd = self.fds.pop((proc, pid, start_time), None)
+        if fd is not None:
+            os.close(fd)
+
+
+_open_dirs = _OpenDirs()
+
+
+def _read_at(dir_fd: int, name: str) -> bytes:
+    """The whole of a /proc file under an open /proc/PID directory; ProcessGone
+    when that process is gone."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProcessGone(name) from None
+    try:
+        # these files are made in one piece (single_open): a read that does
+        # not fill the buffer got all of it
+        chunks = [os.read(fd, READ_SIZE)]
+        while len(chunks[-1]) == READ_SIZE:
+            chunks.append(os.read(fd, READ_SIZE))
+    except ProcessLookupError:
+        raise ProcessGone(name) from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def sample(pid: int, start_time: int | None = None, proc: str = "/proc") -> SampleRow:
     """One sample of pid. If start_time is given and the pid now names another
     process (or a zombie), ProcessGone."""
-    st = read_stat(pid, proc)
-    if start_time is not None and st.start_time != start_time:
-        raise ProcessGone(f"pid {pid} is another process now")
-    if st.state in ("Z", "X"):
-        raise ProcessGone(f"pid {pid} exited")
-    now = boottime_ns()
+    if start_time is None:
+        start_time = read_stat(pid, proc).start_time
+    fd = _open_dirs.get(proc, pid, start_time)
     try:
-        vm, rss = parse_statm(_read(f"{proc}/{pid}/statm"))
-    except (ValueError, IndexError):
-        raise ProcessGone(f"{proc}/{pid}/statm") from None
-    split = parse_status_kb(_read(f"{proc}/{pid}/status"), ("RssAnon", "RssFile", "RssShmem"))
-    return SampleRow(pid, st.start_time, now, vm, rss, split["RssAnon"], split["RssFile"],
-                     split["RssShmem"], source="proc")
+        now = boottime_ns()
+        state, vm, rss, anon, file, shmem = parse_status_sample(_read_at(fd, "status"))
+        if state in ("Z", "X"):
+            raise ProcessGone(f"pid {pid} exited")
+    except (ProcessGone, ValueError):
+        _open_dirs.drop(proc, pid, start_time)
+        raise ProcessGone(f"pid {pid} exited") from None
+    return SampleRow(pid, start_time, now, vm, rss, anon, file, shmem, source="proc")
 
 
 def describe(pid: int, start_time: int | None = None, proc: str = "/proc",

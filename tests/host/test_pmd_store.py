@@ -290,3 +290,29 @@ def test_pmd_takes_a_new_or_its_own_database(tmp_path: Path) -> None:
         st.write(samples=[SampleRow(1, 2, 3, 4, 5)])
         assert st.sample_count() == 1
         st.close()
+
+
+def test_sample_keeps_one_directory_open_per_process_and_closes_it_at_exit() -> None:
+    fds_before = len(os.listdir("/proc/self/fd"))
+    p = subprocess.Popen(["sleep", "30"])
+    start = procsampler.read_stat(p.pid).start_time
+    for _ in range(3):
+        s = procsampler.sample(p.pid, start)
+    with open(f"/proc/{p.pid}/statm") as f:
+        vm_pages, rss_pages = (int(x) for x in f.read().split()[:2])
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert (s.vm, s.rss) == (vm_pages * page, rss_pages * page)
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 1
+    p.kill()
+    p.wait()
+    with pytest.raises(procsampler.ProcessGone):
+        procsampler.sample(p.pid, start)
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_parse_status_sample_of_a_kernel_thread_and_a_process() -> None:
+    kthread = b"Name:\tkthreadd\nUmask:\t0000\nState:\tS (sleeping)\nTgid:\t2\n"
+    assert procsampler.parse_status_sample(kthread) == ("S", 0, 0, 0, 0, 0)
+    proc = (b"Name:\tx\nState:\tZ (zombie)\nVmPeak:\t  999 kB\nVmSize:\t   100 kB\n"
+            b"VmRSS:\t  12 kB\nRssAnon:\t 4 kB\nRssFile:\t 8 kB\nRssShmem:\t 0 kB\n")
+    assert procsampler.parse_status_sample(proc) == ("Z", 102400, 12288, 4096, 8192, 0)

@@ -223,6 +223,10 @@ _NLA = struct.Struct("=HH")
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 _SIZES = {"uint32": 4, "uint64": 8, "none": 0}
+# attribute number -> its exact payload size, for the fixed-size attributes
+# (PAD's length is the kernel's alignment business)
+_ATTR_SIZES = {int(a): _SIZES[k] for a, k in _NLA_TYPES.items()
+               if k in _SIZES and a != uapi.Attr.PAD}
 
 
 def check_attrs(buf: bytes, start: int, end: int, nested: bool = False) -> None:
@@ -239,12 +243,14 @@ def check_attrs(buf: bytes, start: int, end: int, nested: bool = False) -> None:
             raise MalformedEvent(f"attribute {t} has a bad length {n}")
         kind = _NLA_TYPES.get(t)
         if kind is not None:
-            name = f"PMM_A_{uapi.Attr(t).name}"
             size = n - _NLA.size
-            if kind in _SIZES and size != _SIZES[kind] and not (t == uapi.Attr.PAD):
-                raise MalformedEvent(f"attribute {name} has {size} bytes, not {_SIZES[kind]}")
+            want = _ATTR_SIZES.get(t)
+            if want is not None and size != want:
+                raise MalformedEvent(f"attribute PMM_A_{uapi.Attr(t).name} has {size} bytes, "
+                                     f"not {want}")
             if kind == "asciiz" and (size == 0 or buf[off + n - 1] != 0):
-                raise MalformedEvent(f"attribute {name} is not a NUL-terminated string")
+                raise MalformedEvent(f"attribute PMM_A_{uapi.Attr(t).name} is not a "
+                                     "NUL-terminated string")
             if kind == "site":
                 if nested:
                     raise MalformedEvent("PMM_A_SITE nested in a site")

@@ -14,7 +14,8 @@
 # PREFIX/libexec/pmm/pmm-inject (pmctl attach, pmctl run --no-preload),
 # PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
 # its dependencies), PREFIX/bin/{pmctl,pmd}, /etc/udev/rules.d/60-pmm.rules,
-# /etc/systemd/system/pmd.service; every file is listed in PREFIX/share/pmm/manifest,
+# /etc/systemd/system/pmd.service (run as user pmd, created if missing), /etc/default/pmd
+# (kept when present); every file is listed in PREFIX/share/pmm/manifest,
 # which `uninstall` reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -118,12 +119,24 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 	done
 	if [ -f pmd/pmd.service ]; then
 		unit=$(mktemp)
-		sed "s|/usr/local/bin/pmd|$prefix/bin/pmd|g; s|/usr/local/share/doc/pmm|$prefix/share/doc/pmm|g" pmd/pmd.service >"$unit"
+		sed "s|/usr/bin/pmd|$prefix/bin/pmd|g; s|/usr/share/doc/pmm-tools|$prefix/share/doc/pmm|g" pmd/pmd.service >"$unit"
 		if [ -n "${PMM_GROUP:-}" ]; then # pmd gives its database to this group
-			sed -i "s|^StateDirectory=pmm$|&\nEnvironment=PMM_GROUP=$PMM_GROUP|" "$unit"
+			sed -i "s|^Group=pmm$|Group=$PMM_GROUP|; s|^StateDirectory=pmm$|&\nEnvironment=PMM_GROUP=$PMM_GROUP|" "$unit"
 		fi
 		put 0644 "$unit" /etc/systemd/system/pmd.service
 		rm -f "$unit"
+		# the unit runs pmd as user pmd, primary group the database's
+		if [ -z "$destdir" ] && ! getent passwd pmd >/dev/null; then
+			getent group "${PMM_GROUP:-pmm}" >/dev/null || groupadd --system "${PMM_GROUP:-pmm}"
+			useradd --system --gid "${PMM_GROUP:-pmm}" --home-dir /nonexistent --no-create-home \
+				--shell /usr/sbin/nologin --comment "pmm monitoring daemon" pmd
+		fi
+		if [ ! -e "$destdir/etc/default/pmd" ]; then # the admin's settings are kept
+			put 0644 packaging/pmd.default /etc/default/pmd
+		fi
+		if [ -f docs/fleet.md ]; then
+			put 0644 docs/fleet.md "$prefix/share/doc/pmm/fleet.md"
+		fi
 	fi
 fi
 

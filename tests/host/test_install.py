@@ -42,6 +42,7 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
         "usr/local/lib/pmm/python/pmd/main.py",
         "etc/udev/rules.d/60-pmm.rules",
         "etc/systemd/system/pmd.service",
+        "etc/default/pmd",
         "usr/local/share/pmm/manifest",
     ]
     for rel in expected:
@@ -50,11 +51,13 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
     rules = (stage / "etc/udev/rules.d/60-pmm.rules").read_text()
     assert 'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmm", MODE="0660"' in rules
     unit = (stage / "etc/systemd/system/pmd.service").read_text().splitlines()
-    assert "ExecStart=/usr/local/bin/pmd --db /var/lib/pmm/pmm.db" in unit
-    # the database is the group's to read, no one else's
-    for line in ("StateDirectoryMode=0750", "UMask=0027", "Environment=PMM_GROUP=pmm"):
+    assert "ExecStart=/usr/local/bin/pmd --db /var/lib/pmm/pmm.db $PMD_OPTS" in unit
+    assert "Documentation=file:///usr/local/share/doc/pmm/README.md" in unit
+    # the database is the group's to read, no one else's: pmd's primary group
+    for line in ("User=pmd", "Group=pmm", "StateDirectoryMode=0750", "UMask=0027",
+                 "Environment=PMM_GROUP=pmm"):
         assert line in unit
-    assert "CAP_CHOWN" in next(ln for ln in unit if ln.startswith("CapabilityBoundingSet="))
+    assert (stage / "etc/default/pmd").read_text().count("PMD_OPTS=") >= 1
     wrapper = (stage / "usr/local/bin/pmctl").read_text()
     assert 'sys.path.insert(0, \\"/usr/local/lib/pmm/python\\")' in wrapper
     assert "PYTHONPATH" not in wrapper  # the user's own is kept

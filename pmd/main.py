@@ -6,8 +6,10 @@ escaped) and says why pmd cannot start in one line, "pmd: ...", as pmctl
 does.
 
 Exit status: 0 after SIGTERM/SIGINT with everything written; 1 if a --pid
-names no process, the database cannot be opened or the last rows could not
-be written; 2 bad arguments (nothing to watch included). pmd has no exit
+names no process, the database cannot be opened, the metrics endpoint cannot
+listen (port in use, no such address) or its textfile cannot be written, or
+the last rows could not be written; 2 bad arguments (nothing to watch, a
+malformed --metrics, an unknown --pprof-allow-user included). pmd has no exit
 status of its own for a missing pid (pmctl's 5): a daemon's callers tell
 only success, failure and misuse apart.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pwd
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -59,6 +62,16 @@ def duration(text: str) -> float:
         raise typer.BadParameter(f"{text} is out of range: {format_duration(MIN_INTERVAL)} to "
                                  f"{format_duration(MAX_INTERVAL)}")
     return seconds
+
+
+def user_id(text: str) -> int:
+    """--pprof-allow-user's value: a user name or a numeric uid."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise typer.BadParameter(f"no such user: {text!r}") from None
 
 
 def err(msg: str) -> None:
@@ -122,8 +135,8 @@ def setup_logging(verbose: bool) -> logging.Handler:
     "and exits.",
     epilog="Durations take a unit: 100ms, 2s, 5m, 1h; a bare number is seconds. "
     "Exit status: 0 stopped by SIGTERM/SIGINT with everything written; 1 a --pid names no "
-    "process, the database cannot be opened or the last rows could not be written; 2 bad "
-    "arguments.",
+    "process, the database cannot be opened, the metrics endpoint cannot listen or its "
+    "textfile cannot be written, or the last rows could not be written; 2 bad arguments.",
 )
 @handle_errors
 def pmd(
@@ -152,6 +165,28 @@ def pmd(
         "--max-pending", metavar="N", min=1,
         help="Samples kept in memory while the database cannot be written (the oldest "
         "go first).")] = 200_000,
+    # a str parsed below: typer takes a tuple-typed option for two words
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", metavar="ADDRESS:PORT", show_default=False,
+        help="Serve Prometheus metrics at http://ADDRESS:PORT/metrics (OpenMetrics when "
+        "asked), each monitored process's live heap as a pprof profile at "
+        "/debug/pprof/heap?pid=N, and the processes as Prometheus HTTP service discovery "
+        "at /debug/pprof/targets; e.g. 127.0.0.1:9466 ([::1]:9466 for IPv6; port 0 takes a "
+        "free one, logged). Off by default. /metrics is open to whoever can connect: an "
+        "address beyond localhost shows every monitored process's memory figures to the "
+        "network.")] = None,
+    metrics_textfile: Annotated[Path | None, typer.Option(
+        "--metrics-textfile", metavar="FILE", show_default=False, dir_okay=False,
+        help="Also write the metrics to FILE every 15 s and at exit, replaced whole (for "
+        "node_exporter's textfile collector, which reads *.prom files), without pmd's "
+        "process_* metrics; at exit pmm_pmd_up is 0 and no process is listed.")] = None,
+    pprof_allow_user: Annotated[list[str] | None, typer.Option(
+        "--pprof-allow-user", metavar="USER", show_default=False,
+        help="Also serve heap profiles to this local user (name or uid), for every "
+        "process: e.g. a Pyroscope, Alloy or Parca agent's user; repeat for more. Without "
+        "it a profile names a process's call sites only to root and the process's owner "
+        "connecting over loopback (the user is read from the kernel's socket table).")]
+        = None,
     no_genl: Annotated[bool, typer.Option(
         "--no-genl", help="Do not listen to the module's events (generic netlink); "
         "sample only the --pid processes.")] = False,
@@ -165,12 +200,28 @@ def pmd(
         err("nothing to watch: --no-genl without --pid; give --pid PID, or drop --no-genl "
             "to record the processes the module monitors (see `pmd --help`)")
         raise typer.Exit(USAGE)
+    try:
+        allowed = frozenset(user_id(u) for u in pprof_allow_user or [])
+    except typer.BadParameter as e:
+        err(f"--pprof-allow-user: {e.message} (see `pmd --help`)")
+        raise typer.Exit(USAGE) from None
+    address = None
+    if metrics is not None:
+        from pmm.metrics import parse_address
+
+        try:
+            address = parse_address(metrics)
+        except ValueError as e:
+            err(f"--metrics: {e} (see `pmd --help`)")
+            raise typer.Exit(USAGE) from None
     handler = setup_logging(verbose)
     explicit = db is not None or bool(os.environ.get("PMM_DB"))
     path = db or default_db_path(writer=True)
     opts = Options(db=path, pids=list(dict.fromkeys(pid or [])), interval=interval,
                    commit_interval=commit_interval, detect_every=detect_every,
-                   window=window, genl=not no_genl, max_pending=max_pending)
+                   window=window, genl=not no_genl, max_pending=max_pending,
+                   metrics_address=address, metrics_textfile=metrics_textfile,
+                   pprof_allow_uids=allowed)
     try:
         rc = serve(opts, create_parents=not explicit)
     finally:

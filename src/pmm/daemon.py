@@ -40,6 +40,17 @@ other rows, so the database keeps one writer. A harvest that fails is
 counted, and logged the first time it fails that way (one line); the entry
 is not read again.
 
+Metrics (`Options.metrics_address`, `Options.metrics_textfile`; pmm.metrics):
+the loop publishes an immutable snapshot of its processes (latest sample,
+the detector's last trend) and counters at most every PUBLISH_PERIOD
+seconds; the HTTP and textfile threads read only that, never the loop's
+state.
+
+Service managers: `Daemon.notify_ready` is called once, when pmd is ready
+(the listener connected or not, before the loop), and `Daemon.notify_status`
+every STATUS_PERIOD seconds with a one-line status (`status_line`); both do
+nothing unless set.
+
 `serve(options)` is the whole daemon: it opens the database (StoreError if it
 cannot), runs the loop until SIGTERM or SIGINT and returns the exit status.
 Log records go to the "pmd" logger; they quote what monitored processes
@@ -77,10 +88,11 @@ from pmm.store import (
     StoreError,
     start_key,
 )
-from pmm.trend import Params, Verdict, detect, site_growth
+from pmm.trend import Params, Trend, Verdict, detect, site_growth
 from pmm.units import format_duration, human_bytes, human_rate
 
 if TYPE_CHECKING:
+    from pmm.metrics import Exporter, Snapshot
     from pmm.postmortem import ModuleReader
     from pmm.symbolize import Symbolizer
 
@@ -93,6 +105,8 @@ OpenDevice = Callable[[], AbstractContextManager["ModuleReader"]]
 
 MAX_PENDING_HARVESTS = 256  # records waiting for a writable database
 SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
+PUBLISH_PERIOD = 0.5  # seconds between snapshots for the metrics readers
+STATUS_PERIOD = 10.0  # seconds between notify_status calls
 
 
 def open_module_device() -> AbstractContextManager[ModuleReader]:
@@ -227,12 +241,20 @@ class PostmortemWorker:
 
 @dataclass
 class ProcState:
-    """What pmd keeps in memory per process: the detector's window."""
+    """What pmd keeps in memory per process: the detector's window, and its
+    latest figures and trend (for the metrics)."""
 
     key: Key
     comm: str
     source: str
     window: int
+    unit: str = ""  # its systemd unit ('' none)
+    start_unix: float = 0.0  # unix time it started
+    rss_now: int = 0
+    vm_now: int = 0
+    live_bytes: int | None = None  # None: the module does not track its heap
+    live_blocks: int | None = None
+    trend: Trend | None = None  # the detector's last result
     t: collections.deque[float] = field(init=False)
     rss: collections.deque[float] = field(init=False)
     snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
@@ -262,14 +284,22 @@ class Options:
     max_pending: int = 200_000
     prune_interval: float = 30.0  # seconds between checks for lost exits
     params: Params = field(default_factory=Params)
+    metrics_address: tuple[str, int] | None = None  # HTTP endpoint (pmm.metrics)
+    metrics_textfile: Path | None = None  # node_exporter textfile
+    pprof_allow_uids: frozenset[int] = frozenset()  # may read every process's profile
 
 
 class Daemon:
     """The loop and its state; `run()` returns the exit status."""
 
     def __init__(self, store: Store, opts: Options,
-                 open_device: OpenDevice = open_module_device) -> None:
+                 open_device: OpenDevice = open_module_device,
+                 exporter: Exporter | None = None) -> None:
         self.store = store
+        self.exporter = exporter  # publish()ed to when set
+        # a service manager's hooks (sdnotify): ready once, status periodically
+        self.notify_ready: Callable[[], None] = lambda: None
+        self.notify_status: Callable[[str], None] = lambda _line: None
         self.opts = opts
         self.open_device = open_device
         self.worker = PostmortemWorker(open_device)
@@ -288,6 +318,7 @@ class Daemon:
         self.pending_snaps: list[tuple[int, int, int, int, int, int]] = []
         self.dropped_rows = 0
         self.unsaid_drops: collections.Counter[str] = collections.Counter()
+        self.events = 0
         self.malformed = 0
         self.failed_events = 0
         self.bad_rows = 0
@@ -304,6 +335,9 @@ class Daemon:
         self.seen_lost = 0  # Listener.lost and .connects at the last prune
         self.seen_connects = 0
         self.written = 0
+        self.last_commit_unix = time.time()  # the database held every row then
+        self.next_publish = now
+        self.next_status = now
 
     # -- events and samples -------------------------------------------------
 
@@ -321,7 +355,10 @@ class Daemon:
                              source)
         except procsampler.ProcessGone:
             pass
-        st = ProcState(key, row.comm, source, self.opts.window)
+        from pmm.proclabels import boot_unix_time, systemd_unit
+
+        st = ProcState(key, row.comm, source, self.opts.window, unit=systemd_unit(pid),
+                       start_unix=boot_unix_time() + start / 1e9)
         self.procs[key] = st
         self.pending_procs.append(row)
         # a restarted pmd must not alert twice for the same process
@@ -339,6 +376,8 @@ class Daemon:
         st = self._proc((s.pid, s.start_time), s.source, comm)
         if s.source == "kmod":
             st.last_kmod_ns = s.time
+        st.rss_now, st.vm_now = s.rss, s.vm
+        st.live_bytes, st.live_blocks = s.live_bytes, s.live_blocks
         self.pending_samples.append(s)
         st.t.append(s.time / 1e9)
         st.rss.append(float(s.rss))
@@ -356,6 +395,7 @@ class Daemon:
             st.since_detect = self.opts.detect_every  # try again at the next sample
             return
         r = detect(st.t, st.rss, self.opts.params)
+        st.trend = r
         if str(r.verdict) != st.verdict:
             log.info("pid %d (%s): %s after %d samples (rss %s): %s", st.key[0],
                      st.comm or "?", r.verdict, len(st.t),
@@ -538,6 +578,7 @@ class Daemon:
     def handle_event_safely(self, ev: Event | MalformedEvent) -> None:
         """handle_event, except that a failure is logged and the event skipped:
         one event pmd cannot handle must not stop the loop."""
+        self.events += 1
         try:
             self.handle_event(ev)
         except Exception as e:  # noqa: BLE001 - whatever arrives, pmd keeps running
@@ -625,6 +666,7 @@ class Daemon:
         pending. Rows the database refuses (BadRowError) are logged and
         dropped, the others written."""
         if not self.pending():
+            self.last_commit_unix = time.time()
             return
         samples = list(self.pending_samples)
         try:
@@ -638,6 +680,7 @@ class Daemon:
         self.pending_exits = []
         self.pending_snaps = []
         self.pending_sites = []
+        self.last_commit_unix = time.time()
         # after the process rows: a record's process is in the database
         while self.pending_harvests:
             r = self.pending_harvests[0]
@@ -735,6 +778,59 @@ class Daemon:
                           "writable", n, what, self.dropped_rows)
         self.unsaid_drops.clear()
 
+    # -- what others read -----------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The processes and counters as the metrics show them (immutable:
+        the loop's state is never shared with the readers' threads)."""
+        from pmm.metrics import DaemonFigures, ProcessFigures, Snapshot
+
+        procs = []
+        for st in self.procs.values():
+            t = st.trend
+            procs.append(ProcessFigures(
+                pid=st.key[0], start_time=st.key[1], comm=st.comm, unit=st.unit,
+                start_unix=st.start_unix, rss=st.rss_now, vm=st.vm_now,
+                live_bytes=st.live_bytes, live_blocks=st.live_blocks, verdict=st.verdict,
+                slope=t.slope if t else None, slope_low=t.slope_low if t else None,
+                slope_high=t.slope_high if t else None))
+        listener = self.listener
+        return Snapshot(tuple(procs), DaemonFigures(
+            events=self.events, malformed_events=self.malformed,
+            failed_events=self.failed_events,
+            lost_events=listener.lost if listener is not None else 0,
+            module_connected=listener is not None and listener.connected,
+            samples_written=self.written, pending_rows=self.pending(),
+            dropped_rows=self.dropped_rows, write_failures=self.write_failures,
+            last_commit_unix=self.last_commit_unix, harvests=self.harvests,
+            harvest_failures=self.harvest_failures))
+
+    def publish(self) -> None:
+        """Hands the exporter a new snapshot (when there is one)."""
+        if self.exporter is not None:
+            self.exporter.publish(self.snapshot())
+
+    def status_line(self) -> str:
+        """One line on how pmd is doing, for a service manager's status."""
+        leaking = sum(1 for st in self.procs.values() if st.verdict == str(Verdict.LEAK))
+        module = "module connected" if self.listener is not None and \
+            self.listener.connected else "module not connected"
+        line = (f"{len(self.procs)} process{'' if len(self.procs) == 1 else 'es'}, "
+                f"{leaking} leaking; {module}; {self.written} samples written")
+        if self.write_failures:
+            line += f"; database not writable ({self.pending()} rows waiting)"
+        return line
+
+    def _periodic(self, now: float) -> None:
+        """What the loop does for its readers: a snapshot every
+        PUBLISH_PERIOD, a status every STATUS_PERIOD."""
+        if now >= self.next_publish:
+            self.next_publish = now + PUBLISH_PERIOD
+            self.publish()
+        if now >= self.next_status:
+            self.next_status = now + STATUS_PERIOD
+            self.notify_status(self.status_line())
+
     # -- the loop -----------------------------------------------------------
 
     def run(self) -> int:
@@ -766,6 +862,11 @@ class Daemon:
                          "; sampling /proc meanwhile" if self.targets else "")
         log.info("pmd running: db %s, %d pid(s) from /proc every %s", self.store.path,
                  len(self.targets), format_duration(self.opts.interval))
+        self.publish()
+        if self.exporter is not None:
+            self.exporter.start()
+        # ready: the one place a service manager is told so
+        self.notify_ready()
         try:
             while not self.stop_signal:
                 if listener is not None:
@@ -810,6 +911,7 @@ class Daemon:
                     self.flush()
                 elif self.write_failures:
                     self._bound_pending(say=False)  # between retries too
+                self._periodic(now)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -829,6 +931,10 @@ class Daemon:
         except StoreError as e:
             log.error("%s: %d rows could not be written", e, self.pending())
             return 1
+        finally:
+            if self.exporter is not None:
+                self.publish()
+                self.exporter.close()
         if self.harvest_failures:
             log.info("the sites of %d exited processes could not be kept",
                      self.harvest_failures)
@@ -855,14 +961,28 @@ def serve(opts: Options, create_parents: bool = False) -> int:
     NoSuchPid when a pid of opts.pids names no process (a mistyped pid would
     leave pmd watching nothing), before the database is touched; StoreError
     when the database cannot be opened; create_parents makes its missing
-    directories first (for the default path, not for one given)."""
+    directories first (for the default path, not for one given);
+    pmm.metrics.MetricsError when the metrics endpoint cannot listen or the
+    textfile's directory cannot be written."""
     missing = missing_pids(opts.pids)
     if missing:
         listed = ", ".join(map(str, missing))
         raise NoSuchPid(f"no such process: pid {listed}" if len(missing) == 1
                         else f"no such processes: pids {listed}")
-    store = Store.open(opts.db, create_parents=create_parents)
+    exporter = None
+    if opts.metrics_address is not None or opts.metrics_textfile is not None:
+        from pmm.metrics import Exporter
+
+        # bound before the database is opened: a port in use is said at once
+        exporter = Exporter(opts.metrics_address, opts.metrics_textfile,
+                            opts.pprof_allow_uids)
     try:
-        return Daemon(store, opts).run()
+        store = Store.open(opts.db, create_parents=create_parents)
+    except BaseException:
+        if exporter is not None:
+            exporter.close()
+        raise
+    try:
+        return Daemon(store, opts, exporter=exporter).run()
     finally:
         store.close()

@@ -57,14 +57,16 @@ class LeakReport:
         return d
 
 
-def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int) -> LeakReport:
+def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int,
+                disk_cache: bool = True) -> LeakReport:
     """pid's report from the module (NotMonitored/NoSuchPid when it has no
     entry): its blocks grouped by site, the first `limit` sites (0: all)
     symbolized with all their frames, through their objects (which works
     after the process exited) or, for frames the module could not place,
-    the process's saved map."""
+    the process's saved map. disk_cache=False: the symbolizer keeps its
+    answers in memory only (pmd: root's home is not its to fill)."""
     from pmm.sitestack import needs_map, site_frames
-    from pmm.symbolize import maps_for
+    from pmm.symbolize import Symbolizer, maps_for
 
     info = dev.require_monitored(pid)
     blocks = dev.blocks(pid)
@@ -74,7 +76,8 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int) -> LeakRepo
     shown = groups[:limit] if limit else groups
     described = [g.desc for g in shown if g.desc is not None]
     maps = maps_for(pid, info.start_time_ns) if needs_map(described) else None
-    frames = site_frames(described, objects, depth=MAX_FRAMES, maps=maps)
+    frames = site_frames(described, objects, depth=MAX_FRAMES, maps=maps,
+                         symbolizer=Symbolizer(maps, disk_cache=disk_cache))
     entries = []
     for g in shown:
         fr = frames.get(g.site, [])

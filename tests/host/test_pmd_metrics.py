@@ -1,0 +1,464 @@
+"""pmd's metrics endpoint without the module: a real Prometheus scrapes pmd
+while a leaking and a healthy program run and finds the leak verdict, the
+growth and the leak alert for the leaker only; the exposition's names,
+labels and state set; OpenMetrics on request; the node_exporter textfile
+(atomic, and what pmd leaves at exit); bad --metrics values; who may read a
+heap profile (403 for user nobody); the service discovery JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from as_user import as_user
+from prometheus_client.parser import text_string_to_metric_families
+
+from pmm.metrics import Exporter, ProcessFigures, Snapshot, peer_uid, process_owner
+from pmm.model import ConfigInfo
+from pmm.trendsource import mem_available
+
+TOP = Path(__file__).resolve().parents[2]
+RULES = TOP / "examples" / "prometheus" / "pmm-alerts.yml"
+NOBODY = pwd.getpwnam("nobody")
+
+PROCESS_METRICS = {
+    "pmm_process_rss_bytes", "pmm_process_vm_bytes", "pmm_process_heap_live_bytes",
+    "pmm_process_heap_live_blocks", "pmm_process_verdict",
+    "pmm_process_rss_growth_bytes_per_second", "pmm_process_rss_growth_low_bytes_per_second",
+    "pmm_process_rss_growth_high_bytes_per_second", "pmm_process_exhaustion_seconds",
+    "pmm_process_start_time_seconds"}
+MODULE_METRICS = {
+    "pmm_module_monitored_processes", "pmm_module_records_accepted_total",
+    "pmm_module_records_dropped_total", "pmm_module_unmatched_frees_total",
+    "pmm_module_older_frees_total", "pmm_module_kernel_memory_bytes",
+    "pmm_module_records_queued"}
+PMD_METRICS = {
+    "pmm_pmd_up", "pmm_pmd_events_total", "pmm_pmd_malformed_events_total",
+    "pmm_pmd_failed_events_total", "pmm_pmd_lost_events_total", "pmm_pmd_module_connected",
+    "pmm_pmd_samples_written_total", "pmm_pmd_pending_rows", "pmm_pmd_dropped_rows_total",
+    "pmm_pmd_write_failures", "pmm_pmd_last_commit_timestamp_seconds",
+    "pmm_pmd_harvests_total", "pmm_pmd_harvest_failures_total", "pmm_pmd_processes"}
+
+# rss grows 256 KiB (written, so resident) every 50 ms
+LEAKER = ("import time\nkept = []\nprint('ready', flush=True)\nwhile True:\n"
+          "    kept.append(bytes(range(256)) * 1024)\n    time.sleep(0.05)\n")
+
+
+def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Each sample name's (labels, value) pairs, as Prometheus's parser reads them."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out: {what}")
+
+
+class Pmd:
+    """pmd --no-genl with --metrics on a free port; its log in a file."""
+
+    def __init__(self, tmp: Path, pids: list[int], *args: str) -> None:
+        self.log = tmp / "pmd.log"
+        self.f = open(self.log, "w")  # noqa: SIM115
+        pid_args = [a for p in pids for a in ("--pid", str(p))]
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(tmp / "pmm.db"),
+             "--interval", "50ms", "--detect-every", "10", "--window", "60", *pid_args,
+             *args], stderr=self.f, cwd=TOP, env=dict(os.environ, PMM_DEVICE=str(tmp / "no")))
+        self.url = ""
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def wait_url(self) -> str:
+        m = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", self.text())
+                     or self.p.poll() is not None, 30, "pmd's endpoint")
+        assert m is not True, self.text()
+        self.url = m.group(1)
+        return self.url
+
+    def stop(self) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(timeout=30)
+        self.f.close()
+        return rc
+
+
+@pytest.fixture()
+def programs() -> Iterator[tuple[int, int]]:
+    """(leaker's pid, healthy program's pid)."""
+    leak = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
+    healthy = subprocess.Popen(["sleep", "300"])
+    try:
+        assert leak.stdout is not None and leak.stdout.readline() == "ready\n"
+        yield leak.pid, healthy.pid
+    finally:
+        for p in (leak, healthy):
+            p.kill()
+            p.wait()
+
+
+def get(url: str, headers: dict[str, str] | None = None, method: str = "GET",
+        ) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- a real Prometheus -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, target: str) -> Iterator[str]:
+    port = free_port()
+    rules = f"rule_files: [{json.dumps(str(RULES))}]\n" if RULES.exists() else ""
+    (tmp / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n" + rules +
+        f"scrape_configs:\n  - job_name: pmd\n    static_configs: [{{targets: ['{target}']}}]\n")
+    log = open(tmp / "prometheus.log", "w")  # noqa: SIM115
+    p = subprocess.Popen(["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={tmp / 'tsdb'}",
+                          f"--web.listen-address=127.0.0.1:{port}"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert p.poll() is None, (tmp / "prometheus.log").read_text()
+            with contextlib.suppress(OSError):
+                return get(f"{base}/-/ready")[0] == 200
+            return False
+        wait_for(ready, 60, "Prometheus ready")
+        yield base
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+        log.close()
+
+
+def query(base: str, q: str) -> list[dict[str, Any]]:
+    status, _, body = get(f"{base}/api/v1/query?query={urllib.parse.quote(q)}")
+    assert status == 200, body
+    result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+    return result
+
+
+def pids_of(result: list[dict[str, Any]]) -> set[str]:
+    return {r["metric"]["pid"] for r in result}
+
+
+def test_prometheus_finds_the_leak_for_the_leaker_only(
+        tmp_path: Path, programs: tuple[int, int]) -> None:
+    leaker, healthy = programs
+    pmd = Pmd(tmp_path, [leaker, healthy], "--metrics", "127.0.0.1:0")
+    try:
+        target = pmd.wait_url().removeprefix("http://")
+        with prometheus(tmp_path, target) as base:
+            wait_for(lambda: pids_of(query(base, 'pmm_process_verdict{verdict="leak"} == 1')),
+                     60, f"a leak verdict in Prometheus; pmd: {pmd.text()}")
+            assert pids_of(query(base, 'pmm_process_verdict{verdict="leak"} == 1')) == \
+                {str(leaker)}
+            assert pids_of(query(base, "pmm_process_rss_growth_bytes_per_second > 0")) == \
+                {str(leaker)}
+            assert pids_of(query(base, 'pmm_process_verdict{verdict="stable"} == 1')) == \
+                {str(healthy)}
+            assert pids_of(query(base, "pmm_process_exhaustion_seconds > 0")) == {str(leaker)}
+            up = query(base, "pmm_pmd_up")
+            assert [r["value"][1] for r in up] == ["1"]
+            if RULES.exists():
+                def leak_alerts() -> list[dict[str, Any]]:
+                    body = json.loads(get(f"{base}/api/v1/alerts")[2])
+                    return [a for a in body["data"]["alerts"]
+                            if a["labels"]["alertname"] == "PmmProcessLeaking"]
+                alerts = wait_for(leak_alerts, 30, "the leak alert")
+                assert {a["labels"]["pid"] for a in alerts} == {str(leaker)}
+                assert {a["state"] for a in alerts} <= {"pending", "firing"}
+    finally:
+        assert pmd.stop() == 0, pmd.text()
+
+
+# -- the exposition ----------------------------------------------------------------
+
+
+def figures(pid: int, verdict: str, slope: float | None, live: int | None) -> ProcessFigures:
+    return ProcessFigures(pid=pid, start_time=pid * 10_000_000, comm=f"prog{pid}",
+                          unit="app.service" if live else "", start_unix=1.7e9 + pid,
+                          rss=pid * 4096, vm=pid * 8192, live_bytes=live,
+                          live_blocks=live and live // 16, verdict=verdict, slope=slope,
+                          slope_low=slope and slope / 2, slope_high=slope and slope * 2)
+
+
+CONFIG = ConfigInfo(interval_ms=1000, scan=0, start_pid=0, stop_pid=0, max_pids=64,
+                    max_blocks_per_pid=1, max_sites_per_pid=1, max_samples_per_pid=1,
+                    max_pids_per_uid=1, exited_ttl_s=1, abi_version=3, monitored_pids=2,
+                    records_accepted=1001, records_dropped=3, unmatched_frees=4,
+                    kmem_bytes=65536, records_queued=5, older_frees=6)
+
+
+def exposition(snap: Snapshot, read_config: Callable[[], ConfigInfo] | None) -> str:
+    from prometheus_client import generate_latest
+
+    ex = Exporter(read_config=read_config)
+    ex.publish(snap)
+    return generate_latest(ex.registry).decode()
+
+
+def test_exposition_names_labels_and_state_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    snap = Snapshot((figures(11, "LEAK", 2048.0, 4096), figures(12, "STABLE", 0.0, None),
+                     figures(13, "", None, None)))
+    text = exposition(snap, lambda: CONFIG)
+    got = samples(text)
+    pmm_names = {n for n in got if n.startswith("pmm_")}
+    assert pmm_names == (PROCESS_METRICS | MODULE_METRICS | PMD_METRICS | {"pmm_module_loaded"})
+    assert "process_resident_memory_bytes" in got  # pmd's own, from prometheus_client
+    rss = {lab["pid"]: (lab, v) for lab, v in got["pmm_process_rss_bytes"]}
+    assert rss["11"] == ({"pid": "11", "comm": "prog11", "start_time": "110000000",
+                          "unit": "app.service"}, 11 * 4096)
+    assert rss["12"][0]["unit"] == ""
+    # the state set: one verdict at 1 per process, every verdict listed
+    by_pid: dict[str, dict[str, float]] = {}
+    for lab, v in got["pmm_process_verdict"]:
+        by_pid.setdefault(lab["pid"], {})[lab["verdict"]] = v
+    assert by_pid == {
+        "11": {"leak": 1, "growing": 0, "stable": 0, "not_enough_data": 0},
+        "12": {"leak": 0, "growing": 0, "stable": 1, "not_enough_data": 0},
+        "13": {"leak": 0, "growing": 0, "stable": 0, "not_enough_data": 1}}
+    # live heap only where the module tracks it; growth only once detected
+    assert [lab["pid"] for lab, _ in got["pmm_process_heap_live_bytes"]] == ["11"]
+    assert got["pmm_process_heap_live_blocks"][0][1] == 256
+    assert {lab["pid"]: v for lab, v in got["pmm_process_rss_growth_bytes_per_second"]} == \
+        {"11": 2048.0, "12": 0.0}
+    assert got["pmm_process_rss_growth_low_bytes_per_second"][0][1] == 1024.0
+    assert got["pmm_process_rss_growth_high_bytes_per_second"][0][1] == 4096.0
+    # exhaustion: MemAvailable / slope, for the leak only
+    [(lab, left)] = got["pmm_process_exhaustion_seconds"]
+    avail = mem_available()
+    assert lab["pid"] == "11" and avail is not None
+    assert abs(left * 2048.0 - avail) / avail < 0.1
+    assert got["pmm_process_start_time_seconds"][0][1] == 1.7e9 + 11
+    assert got["pmm_module_loaded"] == [({}, 1.0)]
+    assert got["pmm_module_records_accepted_total"] == [({}, 1001.0)]
+    assert got["pmm_module_older_frees_total"] == [({}, 6.0)]
+    assert got["pmm_module_kernel_memory_bytes"] == [({}, 65536.0)]
+    assert got["pmm_pmd_processes"] == [({}, 3.0)]
+    assert got["pmm_pmd_up"] == [({}, 1.0)]
+
+
+def test_module_not_loaded_leaves_its_metrics_out(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMM_DEVICE", str(tmp_path / "pmm"))  # no such device
+    got = samples(exposition(Snapshot(), None))
+    assert got["pmm_module_loaded"] == [({}, 0.0)]
+    assert not [n for n in got if n.startswith("pmm_module_") and n != "pmm_module_loaded"]
+
+
+def test_endpoint_negotiates_targets_and_refuses(tmp_path: Path,
+                                                programs: tuple[int, int]) -> None:
+    leaker, healthy = programs
+    pmd = Pmd(tmp_path, [leaker, healthy], "--metrics", "127.0.0.1:0")
+    try:
+        url = pmd.wait_url()
+        host = url.removeprefix("http://")
+        wait_for(lambda: len(samples(get(f"{url}/metrics")[2].decode())
+                             .get("pmm_process_rss_bytes", [])) == 2, 20, "both processes")
+        status, headers, body = get(f"{url}/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        status, headers, body = get(f"{url}/metrics", {
+            "Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"})
+        assert headers["Content-Type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n") and b"pmm_process_verdict{" in body
+        status, headers, body = get(f"{url}/debug/pprof/targets")
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        got = json.loads(body)
+        assert [t["targets"] for t in got] == [[host], [host]]
+        assert sorted((t["labels"]["__param_pid"], t["labels"]["pid"], t["labels"]["comm"])
+                      for t in got) == sorted([(str(leaker), str(leaker), "python3"),
+                                               (str(healthy), str(healthy), "sleep")])
+        assert all(t["labels"]["start_time"].isdigit() for t in got)
+        assert get(f"{url}/nothing")[0] == 404
+        assert get(f"{url}/metrics", method="POST")[0] == 405
+        # the profile: 400 without a pid, 404 for one pmd does not watch, 503 for
+        # root (allowed) with no module, 403 for user nobody
+        assert get(f"{url}/debug/pprof/heap")[0] == 400
+        assert get(f"{url}/debug/pprof/heap?pid=x")[0] == 400
+        assert get(f"{url}/debug/pprof/heap?pid=1")[0] == 404
+        status, _, body = get(f"{url}/debug/pprof/heap?pid={healthy}")
+        assert status == 503 and b"not loaded" in body
+        status, body_text = as_nobody_get(f"{url}/debug/pprof/heap?pid={healthy}")
+        assert status == 403, body_text
+        assert "--pprof-allow-user" in body_text and body_text.count("\n") == 1
+        # /metrics is open to anyone who can connect
+        assert as_nobody_get(f"{url}/metrics")[0] == 200
+    finally:
+        assert pmd.stop() == 0, pmd.text()
+
+
+def as_nobody_get(url: str) -> tuple[int, str]:
+    def fetch() -> list[Any]:
+        status, _, body = get(url)
+        return [status, body.decode(errors="replace")]
+    out = as_user(NOBODY.pw_uid, NOBODY.pw_gid, fetch)
+    return int(out[0]), str(out[1])
+
+
+def test_profile_served_to_allowed_user_and_owner(tmp_path: Path) -> None:
+    mine = subprocess.Popen(["setpriv", f"--reuid={NOBODY.pw_uid}",
+                             f"--regid={NOBODY.pw_gid}", "--clear-groups", "sleep", "300"])
+    roots = subprocess.Popen(["sleep", "300"])
+    try:
+        wait_for(lambda: process_owner(mine.pid) == NOBODY.pw_uid, 10, "setpriv")
+        assert process_owner(roots.pid) == 0
+        pmd = Pmd(tmp_path, [mine.pid, roots.pid], "--metrics", "127.0.0.1:0")
+        try:
+            url = pmd.wait_url()
+            wait_for(lambda: b"sleep" in get(f"{url}/debug/pprof/targets")[2], 20, "targets")
+            # the owner passes the check (503: no module here), root's is refused
+            assert as_nobody_get(f"{url}/debug/pprof/heap?pid={mine.pid}")[0] == 503
+            assert as_nobody_get(f"{url}/debug/pprof/heap?pid={roots.pid}")[0] == 403
+        finally:
+            assert pmd.stop() == 0
+        pmd = Pmd(tmp_path, [roots.pid], "--metrics", "127.0.0.1:0",
+                  "--pprof-allow-user", "nobody")
+        try:
+            url = pmd.wait_url()
+            wait_for(lambda: b"sleep" in get(f"{url}/debug/pprof/targets")[2], 20, "targets")
+            assert as_nobody_get(f"{url}/debug/pprof/heap?pid={roots.pid}")[0] == 503
+        finally:
+            assert pmd.stop() == 0
+    finally:
+        for p in (mine, roots):
+            p.kill()
+            p.wait()
+
+
+def test_peer_uid_comes_from_the_socket_table() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        addr = srv.getsockname()
+        seen: list[int | None] = []
+
+        def accept() -> None:
+            conn, peer = srv.accept()
+            with conn:
+                seen.append(peer_uid(conn.getsockname(), peer))
+                conn.recv(1)
+
+        t = threading.Thread(target=accept)
+        t.start()
+
+        def connect() -> bool:
+            with socket.create_connection(addr) as c:
+                time.sleep(0.3)
+                c.send(b"x")
+            return True
+
+        assert as_user(NOBODY.pw_uid, NOBODY.pw_gid, connect) is True
+        t.join()
+    assert seen == [NOBODY.pw_uid]
+
+
+# -- the textfile and the command line -----------------------------------------------
+
+
+def test_textfile_atomic_and_left_at_exit(tmp_path: Path, programs: tuple[int, int]) -> None:
+    _, healthy = programs
+    prom = tmp_path / "pmd.prom"
+    pmd = Pmd(tmp_path, [healthy], "--metrics-textfile", str(prom))
+    try:
+        wait_for(lambda: prom.exists(), 30, f"the textfile; pmd: {pmd.text()}")
+        got = samples(prom.read_text())
+        assert got["pmm_pmd_up"] == [({}, 1.0)]
+        assert not [n for n in got if n.startswith("process_")]  # node_exporter has its own
+    finally:
+        assert pmd.stop() == 0, pmd.text()
+    got = samples(prom.read_text())
+    assert got["pmm_pmd_up"] == [({}, 0.0)]
+    assert "pmm_process_rss_bytes" not in got
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pmd.prom")) == \
+        ["pmd.prom"]
+    # a reader never sees part of a file: each write replaces it whole
+    before = prom.read_text()
+    ex = Exporter(textfile=prom)
+    ex.publish(Snapshot(tuple(figures(i, "STABLE", 0.0, i) for i in range(1, 400))))
+    stop = threading.Event()
+    reads: list[str] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            reads.append(prom.read_text())
+
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        for _ in range(30):
+            assert ex.write_textfile()
+    finally:
+        stop.set()
+        t.join()
+    full = prom.read_text()
+    assert len(full) > 100_000 and len(reads) > 30
+    assert all(r in (before, full) for r in reads)
+
+
+@pytest.mark.parametrize("value", ["9466", "localhost", "127.0.0.1:65536", "127.0.0.1:x",
+                                   "::1:9466", ":9466"])
+def test_bad_metrics_address_is_a_usage_error(value: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "pmd.main", "--no-genl", "--pid", "1",
+                        "--metrics", value], capture_output=True, text=True, cwd=TOP)
+    assert r.returncode == 2, r
+    assert r.stderr.startswith("pmd: --metrics: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_port_in_use_and_unwritable_textfile_fail_at_start(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, says in (
+                (["--metrics", f"127.0.0.1:{port}"], f"127.0.0.1:{port}: cannot listen: the "
+                 "port is in use"),
+                (["--metrics", "no-such-host.invalid:9466"], "no such address"),
+                (["--metrics-textfile", str(tmp_path / "none" / "pmd.prom")],
+                 "no such directory"),
+                (["--metrics-textfile", "/proc/pmd.prom"], "cannot write in /proc")):
+            r = subprocess.run([sys.executable, "-m", "pmd.main", "--no-genl", "--pid", "1",
+                                "--db", str(tmp_path / "pmm.db"), *args],
+                               capture_output=True, text=True, cwd=TOP, timeout=60)
+            assert r.returncode == 1, r
+            assert says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "pmm.db").exists()  # said before the database was opened

@@ -5,6 +5,7 @@
 #   make demo       the main job: find a leak, end to end
 #   make bench      benchmarks (figures, not pass/fail)
 #   make check      linters: W=1, sparse, checkpatch, ruff, mypy
+#   make deb        Debian packages in build/deb/: pmm-dkms, libpmmhook, pmm-tools
 #   make test-debug the in-guest suite on a KASAN/lockdep/kmemleak/UBSAN kernel
 
 KVER ?= $(shell scripts/kver.sh 2>/dev/null)
@@ -13,7 +14,7 @@ PY := .venv/bin/python
 SUBDIRS := hooklib examples tests/progs bench
 
 .PHONY: all setup kmod userspace test test-host test-vm bench demo check clean \
-	debug-kernel test-debug install uninstall
+	debug-kernel test-debug install uninstall deb
 
 all: kmod userspace
 
@@ -68,6 +69,9 @@ install: all
 
 uninstall:
 	scripts/install.sh uninstall
+
+deb: setup
+	scripts/build-deb.sh
 
 clean:
 	$(MAKE) -C kmod KVER=$(KVER) clean

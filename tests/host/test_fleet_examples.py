@@ -155,11 +155,20 @@ def get(url: str) -> tuple[int, Any]:
 
 
 class Prometheus:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, fleet_time: int) -> None:
         self.base = base
+        self.fleet_time = fleet_time  # a moment inside the backfilled fleet
 
-    def query(self, expr: str) -> tuple[int, Any]:
-        return get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    def query(self, expr: str, at: int | None = None) -> tuple[int, Any]:
+        params = {"query": expr} | ({"time": str(at)} if at is not None else {})
+        return get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode(params))
+
+    def fleet_query(self, expr: str) -> list[dict[str, Any]]:
+        """The samples of expr at the fleet's moment."""
+        status, body = self.query(expr, self.fleet_time)
+        assert status == 200 and body["status"] == "success", (expr, body)
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
 
     def rule_groups(self) -> list[dict[str, Any]]:
         status, body = get(f"{self.base}/api/v1/rules")
@@ -168,13 +177,78 @@ class Prometheus:
         return groups
 
 
+# A host's half hour as pmd exports it: comm -> (pid, verdict, growth in B/s,
+# seconds to exhaustion)
+FLEET = {
+    "leaky": ("100", "leak", 4096.0, 1800.0),
+    "grower": ("200", "growing", 1024.0, 7200.0),
+    "healthy": ("300", "stable", 0.0, None),
+    "newbie": ("400", "not_enough_data", None, None),
+}
+VERDICTS = ("leak", "growing", "stable", "not_enough_data")
+FLEET_STEP = 15
+FLEET_SAMPLES = 121
+
+
+def fleet_openmetrics(start: int) -> str:
+    """FLEET as OpenMetrics text with timestamps, for promtool's backfill."""
+    host = 'instance="web1:9466",job="pmd"'
+    series: list[tuple[str, Any]] = []  # (name{labels}, value at sample i)
+    for comm, (pid, verdict, growth, exhaustion) in FLEET.items():
+        proc = f'{host},pid="{pid}",comm="{comm}",start_time="{pid}000"'
+        if comm == "leaky":
+            proc += ',unit="leaky.service"'
+        rate = growth or 0.0
+        series += [
+            (f"pmm_process_rss_bytes{{{proc}}}", lambda i, r=rate: 50e6 + r * FLEET_STEP * i),
+            (f"pmm_process_vm_bytes{{{proc}}}", lambda i: 200e6),
+            (f"pmm_process_heap_live_bytes{{{proc}}}", lambda i, r=rate: 1e6 + r * FLEET_STEP * i),
+            (f"pmm_process_heap_live_blocks{{{proc}}}", lambda i: 1000 + i),
+            (f"pmm_process_start_time_seconds{{{proc}}}", lambda i: start - 600),
+        ]
+        series += [(f'pmm_process_verdict{{{proc},verdict="{v}"}}',
+                    lambda i, one=(v == verdict): int(one)) for v in VERDICTS]
+        if growth is not None:
+            series += [
+                (f"pmm_process_rss_growth_bytes_per_second{{{proc}}}", lambda i, g=growth: g),
+                (f"pmm_process_rss_growth_low_bytes_per_second{{{proc}}}",
+                 lambda i, g=growth: g * 0.8),
+                (f"pmm_process_rss_growth_high_bytes_per_second{{{proc}}}",
+                 lambda i, g=growth: g * 1.2 + 10),
+            ]
+        if exhaustion is not None:
+            series.append((f"pmm_process_exhaustion_seconds{{{proc}}}",
+                           lambda i, e=exhaustion: e))
+    gauges = {name: 1 for name in ("pmm_pmd_up", "pmm_pmd_module_connected",
+                                   "pmm_module_loaded", "up")}
+    gauges |= {"pmm_module_monitored_processes": 4, "pmm_module_kernel_memory_bytes": 4e6,
+               "pmm_module_records_queued": 3, "pmm_pmd_pending_rows": 10,
+               "pmm_pmd_write_failures": 0, "pmm_pmd_processes": 4,
+               "process_resident_memory_bytes": 30e6}
+    series += [(f"{name}{{{host}}}", lambda i, v=v: v) for name, v in gauges.items()]
+    series.append((f"pmm_pmd_last_commit_timestamp_seconds{{{host}}}",
+                   lambda i: start + FLEET_STEP * i))
+    counters = [n for n in AGREED_METRICS if n.endswith("_total")]
+    counters.append("process_cpu_seconds_total")
+    series += [(f"{name}{{{host}}}", lambda i: 10 * i) for name in sorted(counters)]
+    lines = [f"{s} {value(i)} {start + FLEET_STEP * i}"
+             for s, value in series for i in range(FLEET_SAMPLES)]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    """A real Prometheus running the example config (and so its rule file)."""
+    """A real Prometheus running the example config (and so its rule file),
+    its storage holding FLEET's half hour, backfilled by promtool."""
     storage = tmp_path_factory.mktemp("prometheus")
+    fleet_start = int(time.time()) - 3600
+    (storage / "fleet.om").write_text(fleet_openmetrics(fleet_start))
+    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(storage / "fleet.om"),
+                 str(storage / "data"))
+    assert r.returncode == 0, r.stdout + r.stderr
     port = free_port()
     proc = subprocess.Popen(
-        ["prometheus", f"--config.file={CONFIG}", f"--storage.tsdb.path={storage}",
+        ["prometheus", f"--config.file={CONFIG}", f"--storage.tsdb.path={storage / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=(storage / "log").open("w"))
     base = f"http://127.0.0.1:{port}"
@@ -183,14 +257,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         while True:
             assert proc.poll() is None, (storage / "log").read_text()
             try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:
-                    if r.status == 200:
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as resp:
+                    if resp.status == 200:
                         break
             except OSError:
                 pass
             assert time.monotonic() < deadline, (storage / "log").read_text()
             time.sleep(0.1)
-        yield Prometheus(base)
+        yield Prometheus(base, fleet_start + FLEET_STEP * (FLEET_SAMPLES - 1))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -350,3 +424,68 @@ def test_the_fleet_doc_lists_every_metric() -> None:
     doc = FLEET_DOC.read_text()
     listed = set(re.findall(r"^\| `(pmm_\w+)`", doc, re.M))
     assert listed == AGREED_METRICS
+
+
+def panel_by_title(title: str) -> dict[str, Any]:
+    (found,) = [p for p in panels(dashboard()) if p["title"] == title]
+    return found
+
+
+def test_every_dashboard_query_shows_the_fleet(prometheus: Prometheus) -> None:
+    """On a host's half hour of pmd's metrics, every panel's query and every
+    picker's selector returns series (its metric and label names are the ones
+    pmd exports)."""
+    for expr in dashboard_expressions(dashboard()):
+        assert prometheus.fleet_query(with_variables(expr)), expr
+
+
+def test_the_verdict_timeline_shows_each_verdict(prometheus: Prometheus) -> None:
+    (target,) = panel_by_title("Verdict over time")["targets"]
+    result = prometheus.fleet_query(with_variables(target["expr"]))
+    codes = {s["metric"]["comm"]: s["value"][1] for s in result}
+    assert codes == {"leaky": "3", "grower": "2", "healthy": "1", "newbie": "0"}
+    mappings = panel_by_title("Verdict over time")["fieldConfig"]["defaults"]["mappings"]
+    texts = {code: m["text"] for code, m in mappings[0]["options"].items()}
+    assert texts == {"3": "leak", "2": "growing", "1": "stable", "0": "not enough data"}
+
+
+def test_the_verdicts_table_has_a_row_per_process(prometheus: Prometheus) -> None:
+    (target,) = panel_by_title("Verdicts")["targets"]
+    result = prometheus.fleet_query(with_variables(target["expr"]))
+    assert {s["metric"]["comm"]: s["metric"]["verdict"] for s in result} == {
+        comm: verdict for comm, (_, verdict, _, _) in FLEET.items()}
+
+
+def test_the_exhaustion_table_lists_the_soonest_first(prometheus: Prometheus) -> None:
+    (target,) = panel_by_title("Time to memory exhaustion")["targets"]
+    result = prometheus.fleet_query(with_variables(target["expr"]))
+    assert [(s["metric"]["comm"], s["value"][1]) for s in result] == [
+        ("leaky", "1800"), ("grower", "7200")]
+
+
+def test_the_growth_band_surrounds_the_growth(prometheus: Prometheus) -> None:
+    growth, low, high = (prometheus.fleet_query(with_variables(t["expr"]))
+                         for t in panel_by_title(
+                             "Growth of the memory floor, with its 95% interval")["targets"])
+    for comm in ("leaky", "grower", "healthy"):
+        def value(result: list[dict[str, Any]], comm: str = comm) -> float:
+            (v,) = [float(s["value"][1]) for s in result if s["metric"]["comm"] == comm]
+            return v
+        assert value(low) <= value(growth) < value(high), comm
+
+
+def test_the_process_picker_filters(prometheus: Prometheus) -> None:
+    (target,) = panel_by_title("Resident memory (rss)")["targets"]
+    expr = target["expr"].replace("$process", "leaky|healthy")
+    result = prometheus.fleet_query(with_variables(expr))
+    assert sorted(s["metric"]["comm"] for s in result) == ["healthy", "leaky"]
+
+
+def test_the_leak_alert_on_the_fleet(prometheus: Prometheus) -> None:
+    """The leak alert's expression picks the leaking process only, valued at
+    its growth rate."""
+    (rule,) = [r for g in prometheus.rule_groups() for r in g["rules"]
+               if r["name"] == "PmmProcessLeaking"]
+    result = prometheus.fleet_query(rule["query"])
+    assert [(s["metric"]["comm"], s["metric"]["unit"], s["value"][1]) for s in result] == [
+        ("leaky", "leaky.service", "4096")]

@@ -219,8 +219,8 @@ def fleet_openmetrics(start: int) -> str:
         if exhaustion is not None:
             series.append((f"pmm_process_exhaustion_seconds{{{proc}}}",
                            lambda i, e=exhaustion: e))
-    gauges = {name: 1 for name in ("pmm_pmd_up", "pmm_pmd_module_connected",
-                                   "pmm_module_loaded", "up")}
+    gauges: dict[str, float] = {
+        name: 1 for name in ("pmm_pmd_up", "pmm_pmd_module_connected", "pmm_module_loaded", "up")}
     gauges |= {"pmm_module_monitored_processes": 4, "pmm_module_kernel_memory_bytes": 4e6,
                "pmm_module_records_queued": 3, "pmm_pmd_pending_rows": 10,
                "pmm_pmd_write_failures": 0, "pmm_pmd_processes": 4,

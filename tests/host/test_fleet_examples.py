@@ -8,10 +8,13 @@ names only metrics pmd exports (the agreed list, docs/fleet.md)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +31,8 @@ RULES = PROMETHEUS_DIR / "pmm-alerts.yml"
 RULE_TESTS = PROMETHEUS_DIR / "pmm-alerts.test.yml"
 CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 DASHBOARD = TOP / "examples" / "grafana" / "pmm-dashboard.json"
+PARCA = TOP / "examples" / "parca" / "parca.yaml"
+ALLOY = TOP / "examples" / "pyroscope" / "config.alloy"
 FLEET_DOC = TOP / "docs" / "fleet.md"
 
 # the metrics pmd exports, as agreed for issue 29 (docs/fleet.md's table)
@@ -139,6 +144,33 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=TOP)
 
 
+def start_prometheus(config: Path, storage: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A real Prometheus on a free localhost port, ready; its log in storage/log."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={storage / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=(storage / "log").open("w"))
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError((storage / "log").read_text())
+        try:
+            with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, base
+        except OSError:
+            pass
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -246,28 +278,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     r = promtool("tsdb", "create-blocks-from", "openmetrics", str(storage / "fleet.om"),
                  str(storage / "data"))
     assert r.returncode == 0, r.stdout + r.stderr
-    port = free_port()
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={CONFIG}", f"--storage.tsdb.path={storage / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=(storage / "log").open("w"))
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_prometheus(CONFIG, storage)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (storage / "log").read_text()
-            try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (storage / "log").read_text()
-            time.sleep(0.1)
         yield Prometheus(base, fleet_start + FLEET_STEP * (FLEET_SAMPLES - 1))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
         shutil.rmtree(storage, ignore_errors=True)
 
 
@@ -489,3 +504,74 @@ def test_the_leak_alert_on_the_fleet(prometheus: Prometheus) -> None:
     result = prometheus.fleet_query(rule["query"])
     assert [(s["metric"]["comm"], s["metric"]["unit"], s["value"][1]) for s in result] == [
         ("leaky", "leaky.service", "4096")]
+
+
+def profile_source(path: Path, url_pattern: str, path_pattern: str) -> tuple[str, str]:
+    """(discovery url, profile path) as an example file gives them."""
+    text = path.read_text()
+    url = re.search(url_pattern, text, re.M)
+    profile = re.search(path_pattern, text, re.M)
+    assert url and profile, path
+    return url.group(1), profile.group(1)
+
+
+def test_parca_and_alloy_examples_agree() -> None:
+    parca = profile_source(PARCA, r"^\s+- url: (\S+)$", r"^\s+path: (\S+)$")
+    alloy = profile_source(ALLOY, r'^\s+url\s+= "(http://\S+/debug/pprof/targets)"$',
+                           r'^\s+path = "(\S+)"$')
+    assert parca == alloy == ("http://127.0.0.1:9466/debug/pprof/targets", "/debug/pprof/heap")
+    # the Go profile types both enable by default are off
+    assert PARCA.read_text().count("enabled: false") == 4
+    assert ALLOY.read_text().count("enabled = false") == 4
+
+
+def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
+        tmp_path: Path) -> None:
+    """A real Prometheus, discovering targets from a real pmd as the Parca and
+    Alloy examples do (the same service discovery and __param_ handling),
+    scrapes /debug/pprof/heap?pid=N for the process pmd watches. Without the
+    kernel module here pmd answers that URL 503 (a process it knows, no module)."""
+    discovery_url, profile_path = profile_source(PARCA, r"^\s+- url: (\S+)$",
+                                                 r"^\s+path: (\S+)$")
+    port = free_port()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    pmd_log = (tmp_path / "pmd.log").open("w")
+    pmd = subprocess.Popen(
+        [sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(tmp_path / "pmm.db"),
+         "--pid", str(sleeper.pid), "--metrics", f"127.0.0.1:{port}"],
+        stderr=pmd_log, cwd=TOP, env=dict(os.environ, PMM_DEVICE=str(tmp_path / "no-device")))
+    config = tmp_path / "prometheus.yml"
+    # JSON is YAML
+    config.write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [{
+            "job_name": "heap", "metrics_path": profile_path,
+            "http_sd_configs": [{"url": discovery_url.replace(":9466", f":{port}"),
+                                 "refresh_interval": "1s"}]}]}))
+    proc = None
+    try:
+        proc, base = start_prometheus(config, tmp_path)
+        deadline = time.monotonic() + 30
+        while True:
+            status, body = get(f"{base}/api/v1/targets?state=active")
+            assert status == 200, body
+            scraped = [t for t in body["data"]["activeTargets"] if t["health"] != "unknown"]
+            if scraped:
+                break
+            assert time.monotonic() < deadline, ((tmp_path / "pmd.log").read_text(), body)
+            time.sleep(0.2)
+        (target,) = scraped
+        assert target["scrapeUrl"] == (
+            f"http://127.0.0.1:{port}/debug/pprof/heap?pid={sleeper.pid}")
+        labels = target["labels"]
+        assert (labels["pid"], labels["comm"]) == (str(sleeper.pid), "sleep")
+        assert labels["start_time"].isdigit()
+        assert "503" in target["lastError"], target["lastError"]
+    finally:
+        if proc is not None:
+            stop(proc)
+        pmd.send_signal(signal.SIGTERM)
+        assert pmd.wait(timeout=30) == 0, (tmp_path / "pmd.log").read_text()
+        pmd_log.close()
+        sleeper.kill()
+        sleeper.wait()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 TOP = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = TOP / "examples" / "prometheus"
@@ -530,7 +531,8 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
     """A real Prometheus, discovering targets from a real pmd as the Parca and
     Alloy examples do (the same service discovery and __param_ handling),
     scrapes /debug/pprof/heap?pid=N for the process pmd watches. Without the
-    kernel module here pmd answers that URL 503 (a process it knows, no module)."""
+    kernel module here pmd answers that URL 503 (a process it knows, no module).
+    pmd's /metrics names only metrics of the agreed list."""
     discovery_url, profile_path = profile_source(PARCA, r"^\s+- url: (\S+)$",
                                                  r"^\s+path: (\S+)$")
     port = free_port()
@@ -567,6 +569,15 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
         assert (labels["pid"], labels["comm"]) == (str(sleeper.pid), "sleep")
         assert labels["start_time"].isdigit()
         assert "503" in target["lastError"], target["lastError"]
+        # and what it serves at /metrics is named as the rules and dashboard expect
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            exposition = r.read().decode()
+        served = {sample.name for family in text_string_to_metric_families(exposition)
+                  for sample in family.samples}
+        assert {n for n in served if n.startswith("pmm_")} <= AGREED_METRICS
+        assert {"pmm_process_rss_bytes", "pmm_process_verdict", "pmm_pmd_up",
+                "pmm_pmd_lost_events_total", "pmm_module_loaded"} <= served
+        assert {"process_cpu_seconds_total", "process_resident_memory_bytes"} <= served
     finally:
         if proc is not None:
             stop(proc)

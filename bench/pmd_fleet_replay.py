@@ -15,6 +15,7 @@ import struct
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from pmm import uapi
 from pmm.daemon import Daemon, Options
@@ -63,7 +64,7 @@ def main() -> None:
     exporter.start()
     assert exporter.server is not None
     url = f"http://{exporter.server.url_host()}/metrics"
-    daemon = Daemon(store, Options(db=db, pids=[], genl=False), exporter=exporter)
+    daemon = Daemon(store, Options(db=Path(db), pids=[], genl=False), exporter=exporter)
     detect(range(30), [float(i) for i in range(30)])  # warmed up, as pmd's thread does
     daemon.detector_ready.set()
     rng = random.Random(1)

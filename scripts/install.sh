@@ -73,6 +73,8 @@ else
 	fi
 fi
 
+# loaded at boot by systemd-modules-load, before services that preload the hook
+put 0644 packaging/modules-load.d/pmm.conf /etc/modules-load.d/pmm.conf
 put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
 put 0755 hooklib/pmm-inject "$prefix/libexec/pmm/pmm-inject"
 put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"

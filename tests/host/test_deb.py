@@ -1,0 +1,240 @@
+"""`make deb` (scripts/build-deb.sh), built once into a temporary directory:
+the three packages' fields, file lists, conffiles and maintainer scripts;
+nothing in pmm-tools compiled or naming a Python version; and the tools,
+unpacked with dpkg-deb -x, run on Debian's /usr/bin/python3 with only the
+package's directory and Debian's dist-packages on sys.path (the vendored set
+is complete). Installing them for real is tests/guest/test_deb.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[2]
+VERSION = re.search(r'^PACKAGE_VERSION="(.*)"', (TOP / "dkms.conf").read_text(), re.M)[1]  # type: ignore[index]
+PYDIR = "usr/share/pmm/python"
+# Debian's interpreter and packages only: no venv, no site directories (-S)
+DEBIAN_PYTHON = ["/usr/bin/python3", "-S"]
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("deb")
+    r = subprocess.run([str(TOP / "scripts" / "build-deb.sh"), str(out)], cwd=TOP,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return {p.name.split("_")[0]: p for p in out.glob("*.deb")}
+
+
+def field(deb: Path, name: str) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(deb), name], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def contents(deb: Path) -> dict[str, str]:
+    """Path (without the leading .) -> its tar listing's mode string."""
+    out = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[5].lstrip(".").rstrip("/") or "/": line.split()[0]
+            for line in out.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def unpacked(debs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("root")
+    for deb in debs.values():
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    return root
+
+
+def test_the_three_packages_and_their_fields(debs: dict[str, Path]) -> None:
+    assert sorted(debs) == ["libpmmhook", "pmm-dkms", "pmm-tools"]
+    assert debs["libpmmhook"].name == f"libpmmhook_{VERSION}_amd64.deb"
+    for name, arch in (("pmm-dkms", "all"), ("libpmmhook", "amd64"), ("pmm-tools", "all")):
+        assert field(debs[name], "Package") == name
+        assert field(debs[name], "Version") == VERSION
+        assert field(debs[name], "Architecture") == arch
+        assert int(field(debs[name], "Installed-Size")) > 0
+    assert field(debs["pmm-dkms"], "Depends") == "dkms"
+    # dpkg-shlibdeps': libc's symbol versions, libunwind for pmm-inject
+    hook = field(debs["libpmmhook"], "Depends")
+    assert re.search(r"\blibc6 \(>= 2\.\d+\)", hook) and "libunwind8" in hook, hook
+    tools = [d.strip() for d in field(debs["pmm-tools"], "Depends").split(",")]
+    for dep in ("python3 (>= 3.11)", "binutils", "passwd"):
+        assert dep in tools
+    assert any(d.startswith("python3-pyroute2 (>= 0.7") for d in tools), tools
+    assert field(debs["pmm-tools"], "Recommends") == (
+        f"pmm-dkms (= {VERSION}), libpmmhook (= {VERSION})")
+
+
+def test_the_python_dependencies_are_debian_packages_installed_here(
+        debs: dict[str, Path]) -> None:
+    # what dpkg -i in the guest (and an offline machine) finds without network
+    names = [d.split()[0] for d in field(debs["pmm-tools"], "Depends").split(", ")]
+    for pkg in (n for n in names if n.startswith("python3-")):
+        status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True,
+                                text=True).stdout
+        assert status == "install ok installed", pkg
+
+
+def test_file_lists(debs: dict[str, Path]) -> None:
+    dkms = contents(debs["pmm-dkms"])
+    src = f"/usr/src/pmm-{VERSION}"
+    for rel in ("dkms.conf", "kmod/Makefile", "kmod/Kbuild", "kmod/main.c", "kmod/pmm_int.h",
+                "kmod/uapi/pmm.h", "scripts/kver.sh"):
+        assert f"{src}/{rel}" in dkms, rel
+    # sources only: nothing a build of the tree left beside them
+    assert not [p for p in dkms if re.search(r"\.(o|ko|mod|mod\.c|cmd)$|symvers", p)]
+    assert "/usr/lib/modules-load.d/pmm.conf" in dkms
+
+    hook = contents(debs["libpmmhook"])
+    for path, mode in (("/usr/lib/libpmmhook.so", "-rw-r--r--"),
+                       ("/usr/libexec/pmm/pmm-inject", "-rwxr-xr-x"),
+                       ("/usr/include/pmm_hooks.h", "-rw-r--r--"),
+                       ("/usr/include/pmm.h", "-rw-r--r--"),
+                       ("/usr/share/doc/libpmmhook/copyright", "-rw-r--r--")):
+        assert hook.get(path) == mode, path
+
+    tools = contents(debs["pmm-tools"])
+    for path, mode in (("/usr/bin/pmctl", "-rwxr-xr-x"), ("/usr/bin/pmd", "-rwxr-xr-x"),
+                       (f"/{PYDIR}/pmctl/cli.py", "-rw-r--r--"),
+                       (f"/{PYDIR}/pmd/main.py", "-rw-r--r--"),
+                       (f"/{PYDIR}/pmm/pprof/profile_pb2.py", "-rw-r--r--"),
+                       (f"/{PYDIR}/pmm/report/vendor/plotly.min.js", "-rw-r--r--"),
+                       (f"/{PYDIR}/typer/__init__.py", "-rw-r--r--"),
+                       (f"/{PYDIR}/google/protobuf/__init__.py", "-rw-r--r--"),
+                       ("/lib/systemd/system/pmd.service", "-rw-r--r--"),
+                       ("/etc/default/pmd", "-rw-r--r--"),
+                       ("/usr/lib/udev/rules.d/60-pmm.rules", "-rw-r--r--"),
+                       ("/usr/share/python3/runtime.d/pmm-tools.rtupdate", "-rwxr-xr-x"),
+                       ("/usr/share/doc/pmm-tools/README.md", "-rw-r--r--"),
+                       ("/usr/share/doc/pmm-tools/copyright", "-rw-r--r--")):
+        assert tools.get(path) == mode, path
+    # Debian's packages are not shadowed by copies
+    for debian in ("pyroute2", "click", "pygments", "dateutil"):
+        assert f"/{PYDIR}/{debian}" not in tools
+    for deb in debs.values():
+        listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
+                                 check=True).stdout
+        assert all(" root/root " in line for line in listing.splitlines())
+
+
+def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path) -> None:
+    for name, deb in debs.items():
+        control = tmp_path / name
+        subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True)
+        for script in control.iterdir():
+            if script.name in ("postinst", "prerm", "postrm"):
+                assert os.access(script, os.X_OK), script
+                text = script.read_text()
+                assert text.startswith("#!/bin/sh\n") and "@VERSION@" not in text
+                subprocess.run(["sh", "-n", str(script)], check=True)
+        if name == "pmm-tools":
+            assert (control / "conffiles").read_text() == "/etc/default/pmd\n"
+            postinst = (control / "postinst").read_text()
+            assert "groupadd --system pmm" in postinst and "useradd --system --gid pmm" in postinst
+            assert "py3compile -p pmm-tools /usr/share/pmm/python" in postinst
+            assert "py3clean -p pmm-tools" in (control / "prerm").read_text()
+        elif name == "pmm-dkms":
+            assert sorted(p.name for p in control.iterdir()) == ["control", "postinst", "prerm"]
+            postinst = (control / "postinst").read_text()
+            assert f"DKMS_VERSION={VERSION}\n" in postinst
+            assert "/usr/lib/dkms/common.postinst" in postinst
+            assert f"DKMS_VERSION={VERSION}\n" in (control / "prerm").read_text()
+        else:
+            assert not (control / "conffiles").exists()
+
+
+def test_pmm_tools_is_pure_and_names_no_python_version(unpacked: Path) -> None:
+    files = [p for p in unpacked.rglob("*") if p.is_file()]
+    tools = [p for p in files if str(p.relative_to(unpacked)).startswith(PYDIR)]
+    assert len(tools) > 100
+    compiled = [p for p in tools if re.search(r"\.(so|pyd|pyc)$|\.so\.", p.name)]
+    assert compiled == []
+    assert not [p for p in tools if "__pycache__" in p.parts or p.name.endswith(".data")]
+    bound = [p for p in files if "python3.1" in str(p)
+             or (not p.name.endswith(".so") and b"python3.1" in p.read_bytes())]
+    assert bound == []
+    for tool in ("pmctl", "pmd"):
+        script = (unpacked / "usr/bin" / tool).read_text()
+        assert script.startswith("#!/usr/bin/python3\n")
+        assert f'sys.path.insert(0, "/{PYDIR}")' in script
+
+
+def test_unit_udev_rule_and_modules_load(unpacked: Path) -> None:
+    unit = (unpacked / "lib/systemd/system/pmd.service").read_text()
+    assert "/usr/local" not in unit
+    assert re.search(r"^ExecStart=/usr/bin/pmd ", unit, re.M)
+    assert re.search(r"^EnvironmentFile=-/etc/default/pmd$", unit, re.M)
+    docs = re.findall(r"^Documentation=file://(\S+)$", unit, re.M)
+    assert docs and all((unpacked / d.lstrip("/")).is_file() for d in docs), docs
+    assert (unpacked / "etc/default/pmd").read_text() == (TOP / "packaging/pmd.default").read_text()
+    rule = (unpacked / "usr/lib/udev/rules.d/60-pmm.rules").read_text()
+    assert 'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmm", MODE="0660"' in rule
+    modules = (unpacked / "usr/lib/modules-load.d/pmm.conf").read_text().splitlines()
+    assert [m for m in modules if m and not m.startswith("#")] == ["pmm"]
+
+
+def debian_python(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root / PYDIR}:/usr/lib/python3/dist-packages"}
+    return subprocess.run([*DEBIAN_PYTHON, *argv], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_unpacked_tools_run_on_debian_python(unpacked: Path) -> None:
+    r = debian_python(unpacked, str(unpacked / "usr/bin/pmctl"), "--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"pmctl {VERSION}\n"
+    r = debian_python(unpacked, str(unpacked / "usr/bin/pmd"), "--help")
+    assert r.returncode == 0, r.stderr
+    assert "--metrics" in r.stdout
+    # every module of the three packages imports (those --help leaves alone too)
+    code = """
+import importlib, pkgutil, sys
+for top in ("pmm", "pmctl", "pmd"):
+    pkg = importlib.import_module(top)
+    for m in pkgutil.walk_packages(pkg.__path__, top + "."):
+        if not m.name.endswith(".__main__"):  # runs the command
+            importlib.import_module(m.name)
+import google.protobuf, prometheus_client, typer, sqlite_utils, pyroute2
+print(sys.modules["pyroute2"].__file__)
+print(sys.modules["typer"].__file__)
+"""
+    r = debian_python(unpacked, "-c", code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["/usr/lib/python3/dist-packages/pyroute2/__init__.py",
+                                     f"{unpacked / PYDIR}/typer/__init__.py"]
+
+
+def test_installed_pmctl_finds_the_packaged_hook_and_injector(unpacked: Path) -> None:
+    # /usr/lib/libpmmhook.so is one of pmctl's places, and pmm-inject is
+    # found from it at /usr/libexec/pmm
+    code = f"""
+from pathlib import Path
+from pmm.attach import find_inject
+from pmm.run import hooklib_candidates
+print(Path("/usr/lib/libpmmhook.so") in hooklib_candidates())
+print(find_inject(Path("{unpacked}/usr/lib/libpmmhook.so")))
+"""
+    r = debian_python(unpacked, "-c", code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True", f"{unpacked}/usr/libexec/pmm/pmm-inject"]
+
+
+def test_make_install_loads_the_module_at_boot(tmp_path: Path) -> None:
+    if not all((TOP / p).exists() for p in ("kmod/pmm.ko", "hooklib/libpmmhook.so",
+                                            "hooklib/pmm-inject")):
+        subprocess.run(["make", "-s", "all"], cwd=TOP, check=True, capture_output=True)
+    stage = tmp_path / "stage"
+    env = dict(os.environ, DESTDIR=str(stage), PMM_INSTALL_PYTHON="0")
+    subprocess.run([str(TOP / "scripts/install.sh"), "install"], cwd=TOP, env=env, check=True,
+                   capture_output=True)
+    conf = stage / "etc/modules-load.d/pmm.conf"
+    assert conf.read_text() == (TOP / "packaging/modules-load.d/pmm.conf").read_text()
+    subprocess.run([str(TOP / "scripts/install.sh"), "uninstall"], cwd=TOP, env=env, check=True,
+                   capture_output=True)
+    assert not conf.exists()

@@ -139,7 +139,8 @@ def test_wheel_metadata(wheel: Path) -> None:
     assert (m.get_all("Project-URL") or []) == urls
     assert sorted(m.get_all("Provides-Extra") or []) == ["dev", "elf", "plot"]
     runtime = [r for r in requires if "extra ==" not in r]
-    assert sorted(r.split(">=")[0] for r in runtime) == ["ioctl-opt", "protobuf", "pyroute2",
+    assert sorted(r.split(">=")[0] for r in runtime) == ["ioctl-opt", "prometheus_client",
+                                                         "protobuf", "pyroute2",
                                                          "sqlite-utils", "typer"]
     assert 'pyelftools>=0.31; extra == "elf"' in requires
     assert 'matplotlib>=3.8; extra == "plot"' in requires

@@ -298,8 +298,9 @@ class Daemon:
         self.store = store
         self.exporter = exporter  # publish()ed to when set
         # a service manager's hooks (sdnotify): ready once, status periodically
-        self.notify_ready: Callable[[], None] = lambda: None
-        self.notify_status: Callable[[str], None] = lambda _line: None
+        # (their results are ignored: pmm.sdnotify's functions fit as they are)
+        self.notify_ready: Callable[[], object] = lambda: None
+        self.notify_status: Callable[[str], object] = lambda _line: None
         self.opts = opts
         self.open_device = open_device
         self.worker = PostmortemWorker(open_device)

@@ -462,3 +462,28 @@ def test_port_in_use_and_unwritable_textfile_fail_at_start(tmp_path: Path) -> No
             assert r.returncode == 1, r
             assert says in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "pmm.db").exists()  # said before the database was opened
+
+
+def test_ready_once_before_the_loop_then_status(tmp_path: Path) -> None:
+    from pmm.daemon import Daemon, Options
+    from pmm.store import Store
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    store = Store.open(tmp_path / "pmm.db")
+    try:
+        d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[sleeper.pid], interval=0.05,
+                                  genl=False))
+        calls: list[tuple[str, str]] = []
+        d.notify_ready = lambda: calls.append(("ready", f"{len(d.procs)} processes"))
+        d.notify_status = lambda line: calls.append(("status", line))
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        assert d.run() == 0
+    finally:
+        store.close()
+        sleeper.kill()
+        sleeper.wait()
+    # ready before the first sample; a status line from the loop
+    assert calls[0] == ("ready", "0 processes")
+    assert calls[1] == ("status", "1 process, 0 leaking; module not connected; "
+                        "0 samples written")
+    assert [c for c, _ in calls].count("ready") == 1

@@ -48,8 +48,7 @@ state.
 
 Service managers: `Daemon.notify_ready` is called once, when pmd is ready
 (the listener connected or not, before the loop), and `Daemon.notify_status`
-every STATUS_PERIOD seconds with a one-line status (`status_line`); both do
-nothing unless set.
+every STATUS_PERIOD seconds with a one-line status (`status_line`), when set.
 
 `serve(options)` is the whole daemon: it opens the database (StoreError if it
 cannot), runs the loop until SIGTERM or SIGINT and returns the exit status.
@@ -298,9 +297,10 @@ class Daemon:
         self.store = store
         self.exporter = exporter  # publish()ed to when set
         # a service manager's hooks (sdnotify): ready once, status periodically
-        # (their results are ignored: pmm.sdnotify's functions fit as they are)
-        self.notify_ready: Callable[[], object] = lambda: None
-        self.notify_status: Callable[[str], object] = lambda _line: None
+        # (None: not called; their results are ignored, so pmm.sdnotify's
+        # functions fit as they are)
+        self.notify_ready: Callable[[], object] | None = None
+        self.notify_status: Callable[[str], object] | None = None
         self.opts = opts
         self.open_device = open_device
         self.worker = PostmortemWorker(open_device)
@@ -828,7 +828,7 @@ class Daemon:
         if now >= self.next_publish:
             self.next_publish = now + PUBLISH_PERIOD
             self.publish()
-        if now >= self.next_status:
+        if self.notify_status is not None and now >= self.next_status:
             self.next_status = now + STATUS_PERIOD
             self.notify_status(self.status_line())
 
@@ -867,7 +867,8 @@ class Daemon:
         if self.exporter is not None:
             self.exporter.start()
         # ready: the one place a service manager is told so
-        self.notify_ready()
+        if self.notify_ready is not None:
+            self.notify_ready()
         try:
             while not self.stop_signal:
                 if listener is not None:

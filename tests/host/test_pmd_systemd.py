@@ -332,7 +332,8 @@ def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path, sleeper: int) ->
         first = sock.recv(4096).decode()
         assert first.startswith("READY=1\nSTATUS="), first
         status = sock.recv(4096).decode()
-        assert re.fullmatch(r"STATUS=\d+ process(es)?, \d+ samples written, .*", status), status
+        assert re.fullmatch(r"STATUS=\d+ process(es)?, \d+ leaking; module not connected; "
+                            r"\d+ samples written", status), status
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=30)
@@ -419,9 +420,9 @@ def test_pmd_logs_with_priorities_to_the_journal_stream(tmp_path: Path, sleeper:
                               str(tmp_path / "pmm.db"), "--pid", str(sleeper), "--pid",
                               "999999999"], cwd=TOP, stderr=f, env=env)
         p.wait(timeout=60)
-    # pmd's one-line refusal is not a log record: it stays as it is
+    # pmd's one-line refusal to start is an error too
     lines = err.read_text().splitlines()
-    assert lines == ["pmd: no such process: pid 999999999"], lines
+    assert lines == ["<3>pmd: no such process: pid 999999999"], lines
     with open(err, "w") as f:
         p = subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", "--db",
                               str(tmp_path / "pmm.db"), "--pid", str(sleeper)],

@@ -59,6 +59,7 @@ named themselves, so a handler should escape control characters
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import logging
@@ -238,6 +239,36 @@ class PostmortemWorker:
                     self.cond.notify_all()
 
 
+class SeriesWindow:
+    """A process's last `size` samples (time in seconds, rss) in two arrays
+    of doubles used as rings: 16 bytes a sample where a deque of floats
+    takes 64 (pmd holds an hour of samples for hundreds of processes)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.t = array.array("d")
+        self.rss = array.array("d")
+        self.head = 0  # the oldest sample, once full
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def append(self, t: float, rss: float) -> None:
+        """Adds a sample; the oldest goes once `size` are held."""
+        if len(self.t) < self.size:
+            self.t.append(t)
+            self.rss.append(rss)
+            return
+        self.t[self.head] = t
+        self.rss[self.head] = rss
+        self.head = (self.head + 1) % self.size
+
+    def samples(self) -> tuple[array.array[float], array.array[float]]:
+        """(times, rss), oldest first."""
+        h = self.head
+        return self.t[h:] + self.t[:h], self.rss[h:] + self.rss[:h]
+
+
 @dataclass
 class ProcState:
     """What pmd keeps in memory per process: the detector's window, and its
@@ -254,8 +285,7 @@ class ProcState:
     live_bytes: int | None = None  # None: the module does not track its heap
     live_blocks: int | None = None
     trend: Trend | None = None  # the detector's last result
-    t: collections.deque[float] = field(init=False)
-    rss: collections.deque[float] = field(init=False)
+    series: SeriesWindow = field(init=False)
     snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
     since_detect: int = 0
     alerted: bool = False
@@ -264,8 +294,7 @@ class ProcState:
     described: set[int] = field(default_factory=set)  # site ids asked to describe
 
     def __post_init__(self) -> None:
-        self.t = collections.deque(maxlen=self.window)
-        self.rss = collections.deque(maxlen=self.window)
+        self.series = SeriesWindow(self.window)
         self.snaps = collections.deque(maxlen=4096)
 
 
@@ -380,10 +409,10 @@ class Daemon:
         st.rss_now, st.vm_now = s.rss, s.vm
         st.live_bytes, st.live_blocks = s.live_bytes, s.live_blocks
         self.pending_samples.append(s)
-        st.t.append(s.time / 1e9)
-        st.rss.append(float(s.rss))
+        st.series.append(s.time / 1e9, float(s.rss))
         st.since_detect += 1
-        if st.since_detect >= self.opts.detect_every and len(st.t) >= self.opts.params.min_samples:
+        if st.since_detect >= self.opts.detect_every and \
+                len(st.series) >= self.opts.params.min_samples:
             st.since_detect = 0
             self.run_detector(st, s.time)
 
@@ -395,11 +424,11 @@ class Daemon:
         if not self.detector_ready.is_set():
             st.since_detect = self.opts.detect_every  # try again at the next sample
             return
-        r = detect(st.t, st.rss, self.opts.params)
+        r = detect(*st.series.samples(), self.opts.params)
         st.trend = r
         if str(r.verdict) != st.verdict:
             log.info("pid %d (%s): %s after %d samples (rss %s): %s", st.key[0],
-                     st.comm or "?", r.verdict, len(st.t),
+                     st.comm or "?", r.verdict, len(st.series),
                      human_rate(r.rate_kib_min[0] * 1024), r.reason)
         st.verdict = str(r.verdict)
         if r.verdict is not Verdict.LEAK or st.alerted:

@@ -209,3 +209,16 @@ def test_warm_up_says_its_duration_as_durations_are_written(
         st.close()
     said = [r.getMessage() for r in caplog.records if "warm up" in r.getMessage()]
     assert len(said) == 1 and re.fullmatch(r"detector ready \(\d+\.\ds to warm up\)", said[0])
+
+
+def test_series_window_keeps_the_last_samples_in_order() -> None:
+    from pmm.daemon import SeriesWindow
+
+    w = SeriesWindow(4)
+    for i in range(3):
+        w.append(float(i), float(10 * i))
+    assert [list(x) for x in w.samples()] == [[0.0, 1.0, 2.0], [0.0, 10.0, 20.0]]
+    for i in range(3, 10):
+        w.append(float(i), float(10 * i))
+    assert len(w) == 4
+    assert [list(x) for x in w.samples()] == [[6.0, 7.0, 8.0, 9.0], [60.0, 70.0, 80.0, 90.0]]

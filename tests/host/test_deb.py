@@ -123,6 +123,15 @@ def test_file_lists(debs: dict[str, Path]) -> None:
         assert all(" root/root " in line for line in listing.splitlines())
 
 
+def test_no_file_belongs_to_an_installed_package(unpacked: Path) -> None:
+    # dpkg -i would refuse to overwrite another package's file (the guest
+    # test's quick install skips that check: it leaves the file lists out)
+    files = ["/" + str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file()]
+    r = subprocess.run(["dpkg-query", "-S", *files], capture_output=True, text=True)
+    owned = [line for line in r.stdout.splitlines() if line.split(": ", 1)[1] in files]
+    assert owned == []
+
+
 def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path) -> None:
     for name, deb in debs.items():
         control = tmp_path / name

@@ -38,7 +38,7 @@ test: setup
 test-host:
 	$(PY) -m pytest -q -ra tests/host
 
-test-vm:
+test-vm: deb
 	scripts/vmtest.sh
 
 bench: setup

@@ -10,7 +10,9 @@ packages=(build-essential bc flex bison libelf-dev libssl-dev dwarves cpio kmod
 	sparse sqlite3 xz-utils perl g++ heaptrack valgrind binutils file procps util-linux strace linux-source-6.1
 	libjemalloc2 libunwind-dev python3-pip
 	debuginfod elfutils golang-go chromium
-	prometheus dkms)
+	prometheus dkms
+	python3-click python3-pygments python3-mdurl python3-shellingham python3-pyroute2
+	python3-dateutil python3-six python3-tabulate python3-pluggy python3-sqlite-fts4)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -81,6 +81,13 @@ def test_the_python_dependencies_are_debian_packages_installed_here(
         assert status == "install ok installed", pkg
 
 
+def test_setup_installs_the_debian_python_packages_make_deb_uses() -> None:
+    build = (TOP / "scripts/build-deb.sh").read_text()
+    used = re.findall(r"^\t[a-z0-9-]+:(python3-[a-z0-9-]+)$", build, re.M)
+    setup = [w.strip("()") for w in (TOP / "scripts/setup.sh").read_text().split()]
+    assert len(used) >= 5 and [p for p in used if p not in setup] == []
+
+
 def test_file_lists(debs: dict[str, Path]) -> None:
     dkms = contents(debs["pmm-dkms"])
     src = f"/usr/src/pmm-{VERSION}"

@@ -33,16 +33,16 @@ maintainer=${PMM_DEB_MAINTAINER:-$(git log -1 --format='%an <%ae>' 2>/dev/null |
 
 # The Python distributions bookworm packages in versions pmm's dependencies
 # accept (PyPI name, Debian package). Not typer (0.7; pmctl needs 0.28+ for
-# typer.TyperException), rich and markdown-it-py (typer 0.28 needs rich 13.8),
+# typer.TyperException), sqlite-utils (not packaged; pmd needs 4.0+ for
+# Database.atomic) and click (sqlite-utils 4 needs 8.3.1; bookworm has 8.1.3),
+# rich and markdown-it-py (typer 0.28 needs rich 13.8),
 # click-default-group (sqlite-utils needs 1.2.3), prometheus-client (0.16;
 # 0.20 needed), protobuf (3.21: the generated profile_pb2.py needs 7.35),
-# sqlite-utils and ioctl-opt (not packaged).
+# pyroute2 (0.7.2: pmd's netlink code fails on it), ioctl-opt (not packaged).
 DEBIAN_PYTHON=(
-	click:python3-click
 	pygments:python3-pygments
 	mdurl:python3-mdurl
 	shellingham:python3-shellingham
-	pyroute2:python3-pyroute2
 	python-dateutil:python3-dateutil
 	six:python3-six
 	tabulate:python3-tabulate
@@ -50,7 +50,7 @@ DEBIAN_PYTHON=(
 	sqlite-fts4:python3-sqlite-fts4
 )
 # pmm's own requirements come from pyproject.toml; these raise its floors
-EXTRA_REQUIREMENTS=("typer>=0.28")
+EXTRA_REQUIREMENTS=("typer>=0.28" "sqlite-utils>=4.0")
 
 # what make builds (the hook, pmm-inject); make decides what is out of date
 make -s all >/dev/null
@@ -175,8 +175,12 @@ if compgen -G "$lib/*.data" >/dev/null; then
 fi
 # nothing compiled, nothing naming a Python version: the same files work
 # with every python3 (the check the host test repeats)
-bad=$(find "$lib" \( -name '*.so' -o -name '*.so.*' -o -name '*.pyd' -o -name '*.pyc' \) -print
-	grep -rl 'python3\.1' "$lib" || true)
+# (a vendored library's comment may quote a traceback's path: only paths,
+# pmm's own code, .pth files and metadata are searched)
+bad=$(find "$lib" \( -name '*.so' -o -name '*.so.*' -o -name '*.pyd' -o -name '*.pyc' \
+	-o -path '*python3.1*' \) -print
+	grep -rl 'python3\.1' "$lib"/pmm "$lib"/pmctl "$lib"/pmd "$lib"/*.dist-info \
+		$(compgen -G "$lib/*.pth") || true)
 if [ -n "$bad" ]; then
 	echo "build-deb: compiled or version-bound files in $pydir:" >&2
 	echo "$bad" >&2

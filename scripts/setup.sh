@@ -11,7 +11,7 @@ packages=(build-essential bc flex bison libelf-dev libssl-dev dwarves cpio kmod
 	libjemalloc2 libunwind-dev python3-pip
 	debuginfod elfutils golang-go chromium
 	prometheus dkms
-	python3-click python3-pygments python3-mdurl python3-shellingham python3-pyroute2
+	python3-pygments python3-mdurl python3-shellingham
 	python3-dateutil python3-six python3-tabulate python3-pluggy python3-sqlite-fts4)
 missing=()
 for p in "${packages[@]}"; do

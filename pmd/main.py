@@ -31,6 +31,7 @@ import typer
 import pmm
 from pmm.daemon import Options, serve
 from pmm.errors import PmmError
+from pmm.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.store import default_db_path
 from pmm.text import printable
 from pmm.trend import Params
@@ -74,8 +75,18 @@ def user_id(text: str) -> int:
         raise typer.BadParameter(f"no such user: {text!r}") from None
 
 
+def stderr_is_journal() -> bool:
+    """Whether stderr is the journal stream systemd connected (a test's
+    captured stderr has no descriptor)."""
+    try:
+        return stream_is_journal(sys.stderr.fileno())
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+
+
 def err(msg: str) -> None:
-    sys.stderr.write(f"pmd: {printable(msg)}\n")
+    prefix = f"<{syslog_priority(logging.ERROR)}>" if stderr_is_journal() else ""
+    sys.stderr.write(f"{prefix}pmd: {printable(msg)}\n")
     sys.stderr.flush()
 
 
@@ -108,19 +119,11 @@ def show_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-class PrintableFormatter(logging.Formatter):
-    """One line per record, with control characters escaped: the messages
-    quote what monitored processes named themselves and their sites."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        record.message = printable(record.message)
-        return super().formatMessage(record)
-
-
 def setup_logging(verbose: bool) -> logging.Handler:
     """pmd's log (the library's "pmd" logger) on stderr, one line a record."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(PrintableFormatter("pmd: %(levelname)s: %(message)s"))
+    # under systemd, each line carries its priority for the journal
+    handler.setFormatter(JournalFormatter("pmd") if stderr_is_journal() else PlainFormatter("pmd"))
     log.addHandler(handler)
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("pyroute2").setLevel(logging.CRITICAL)

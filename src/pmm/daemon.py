@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pmm import procsampler, uapi
+from pmm import procsampler, sdnotify, uapi
 from pmm.errors import NoSuchPid
 from pmm.genl import Event, Listener, MalformedEvent
 from pmm.store import (
@@ -325,11 +325,12 @@ class Daemon:
                  exporter: Exporter | None = None) -> None:
         self.store = store
         self.exporter = exporter  # publish()ed to when set
-        # a service manager's hooks (sdnotify): ready once, status periodically
-        # (None: not called; their results are ignored, so pmm.sdnotify's
-        # functions fit as they are)
+        # a service manager's hooks (sdnotify): ready once, status periodically,
+        # stopping once signalled (None: not called; their results are
+        # ignored, so pmm.sdnotify's functions fit as they are)
         self.notify_ready: Callable[[], object] | None = None
         self.notify_status: Callable[[str], object] | None = None
+        self.notify_stopping: Callable[[], object] | None = None
         self.opts = opts
         self.open_device = open_device
         self.worker = PostmortemWorker(open_device)
@@ -953,6 +954,8 @@ class Daemon:
             if listener is not None:
                 listener.close()
         name = signal.Signals(self.stop_signal).name
+        if self.notify_stopping is not None:
+            self.notify_stopping()
         # what the worker has in hand, briefly; the rest stays in the module
         # for the next pmd to harvest
         self.worker.stop()
@@ -1014,6 +1017,10 @@ def serve(opts: Options, create_parents: bool = False) -> int:
             exporter.close()
         raise
     try:
-        return Daemon(store, opts, exporter=exporter).run()
+        daemon = Daemon(store, opts, exporter=exporter)
+        daemon.notify_ready = lambda: sdnotify.ready(daemon.status_line())
+        daemon.notify_status = sdnotify.status
+        daemon.notify_stopping = sdnotify.stopping
+        return daemon.run()
     finally:
         store.close()

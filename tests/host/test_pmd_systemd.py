@@ -319,7 +319,6 @@ def test_sdnotify_without_systemd_is_a_silent_no_op(monkeypatch: pytest.MonkeyPa
     assert sdnotify.ready() is False
 
 
-@pytest.mark.xfail(strict=True, reason="until pmd.daemon calls pmm.sdnotify (issue 29 wiring)")
 def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path, sleeper: int) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(tmp_path / "notify"))
@@ -409,8 +408,6 @@ def test_syslog_priority_of_each_level() -> None:
         [7, 7, 7, 6, 6, 4, 3, 2, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="until pmd's setup_logging uses pmm.journal "
-                   "(issue 29 wiring)")
 def test_pmd_logs_with_priorities_to_the_journal_stream(tmp_path: Path, sleeper: int) -> None:
     err = tmp_path / "stderr"
     with open(err, "w") as f:

@@ -68,6 +68,7 @@ if [ "$full" != 1 ]; then
 	mkdir -p /etc/dkms
 	touch /etc/dkms/no-autoinstall
 fi
+say t_install "$(since "$t_start")"
 t0=$(date +%s.%N)
 rc=0
 dpkg -i "$debs"/pmm-dkms_*_all.deb "$debs"/libpmmhook_*_amd64.deb "$debs"/pmm-tools_*_all.deb \
@@ -87,6 +88,7 @@ say group "$(getent group pmm)"
 say user "$(getent passwd pmd)"
 say compiled "$(find /usr/share/pmm/python/pmctl -name '*.pyc' | wc -l)"
 say enabled "$(readlink /etc/systemd/system/multi-user.target.wants/pmd.service || true)"
+say t_verify "$(since "$t_start")"
 if systemd-analyze verify /lib/systemd/system/pmd.service >"$scratch/verify.log" 2>&1; then
 	say verify ok
 else
@@ -95,6 +97,7 @@ fi
 cat "$scratch/verify.log"
 say modules_load "$(cat /usr/lib/modules-load.d/pmm.conf | grep -v '^#')"
 
+say t_modprobe "$(since "$t_start")"
 modprobe pmm
 say modinfo "$(modinfo -F filename pmm)"
 # the packaged rule, applied by this namespace's view of the rules (the
@@ -103,6 +106,7 @@ udevadm settle 2>/dev/null || true
 udevadm test --action=add /sys/class/misc/pmm >"$scratch/udev.log" 2>&1 || cat "$scratch/udev.log"
 say device "$(stat -c '%a %U %G' /dev/pmm)"
 
+say t_demo "$(since "$t_start")"
 t_demo=$(date +%s.%N)
 /usr/bin/pmctl config --interval 100ms
 /usr/bin/pmd --db "$scratch/pmm.db" --detect-every 10 >"$scratch/pmd.log" 2>&1 &
@@ -134,13 +138,15 @@ cleanup
 pids=()
 
 t0=$(date +%s.%N)
-rc=0
-dpkg --purge pmm-tools libpmmhook pmm-dkms >"$scratch/dpkg.out" 2>&1 || rc=$?
-grep -v "^dpkg: warning: files list file for package" "$scratch/dpkg.out" || true
-[ $rc = 0 ]
-say purge_seconds "$(since "$t0")"
-say left "$(ls -d /usr/share/pmm /usr/src/pmm-* /var/lib/dkms/pmm /usr/lib/libpmmhook.so \
-	/etc/default/pmd /lib/systemd/system/pmd.service 2>/dev/null | tr '\n' ' ')"
+if [ "$full" = 1 ]; then # the maintainer scripts of removal (40 s under TCG)
+	rc=0
+	dpkg --purge pmm-tools libpmmhook pmm-dkms >"$scratch/dpkg.out" 2>&1 || rc=$?
+	grep -v "^dpkg: warning: files list file for package" "$scratch/dpkg.out" || true
+	[ $rc = 0 ]
+	say purge_seconds "$(since "$t0")"
+	say left "$(ls -d /usr/share/pmm /usr/src/pmm-* /var/lib/dkms/pmm /usr/lib/libpmmhook.so \
+		/etc/default/pmd /lib/systemd/system/pmd.service 2>/dev/null | tr '\n' ' ')"
+fi
 say modules "$(find /usr/lib/modules/"$kver" -name 'pmm.ko*' | tr '\n' ' ')"
 """
 
@@ -206,8 +212,8 @@ def test_deb_install_and_demo_from_installed_paths(tmp_path: Path) -> None:
     leaks = output.split("@@ leaks_begin", 1)[1].split("@@ leaks_end", 1)[0]
     assert f"pmd.c:{leak_line()}" in leaks, leaks
     assert got["trend"] == "leak"
-    assert got["left"] == "", got
+    if FULL:
+        assert got["left"] == "", got
     assert not module_loaded()
-    print(f"test_deb: dpkg -i (DKMS build included) {float(got['install_seconds']):.0f} s, "
-          f"demo {float(got['demo_seconds']):.0f} s, "
-          f"dpkg --purge {float(got['purge_seconds']):.0f} s")
+    print(f"test_deb: dpkg -i {float(got['install_seconds']):.0f} s, "
+          f"demo {float(got['demo_seconds']):.0f} s")

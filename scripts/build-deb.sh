@@ -162,6 +162,9 @@ for whl in "$work/pmm-wheel"/*.whl "$work/wheels"/*.whl; do
 	*-py3-none-any.whl | *-py2.py3-none-any.whl) ;;
 	*) echo "build-deb: $base is not a pure-Python wheel" >&2; exit 1 ;;
 	esac
+	# sqlite-utils lists pip for its `install` command, which pmm never runs
+	# (7 MB; nothing imports it)
+	[ "$name" = pip ] && continue
 	if [ -n "${debian_of[$name]:-}" ]; then
 		depends+=", ${debian_of[$name]} (>= $wheel_version)"
 		continue

@@ -123,6 +123,7 @@ def test_file_lists(debs: dict[str, Path]) -> None:
                        ("/usr/share/doc/pmm-tools/README.md", "-rw-r--r--"),
                        ("/usr/share/doc/pmm-tools/copyright", "-rw-r--r--")):
         assert tools.get(path) == mode, path
+    assert f"/{PYDIR}/pip" not in tools  # sqlite-utils' install command's, unused
     # Debian's packages are not shadowed by copies
     for debian in ("pygments", "dateutil", "tabulate"):
         assert f"/{PYDIR}/{debian}" not in tools

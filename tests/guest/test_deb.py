@@ -146,8 +146,8 @@ if [ "$full" = 1 ]; then # the maintainer scripts of removal (40 s under TCG)
 	say purge_seconds "$(since "$t0")"
 	say left "$(ls -d /usr/share/pmm /usr/src/pmm-* /var/lib/dkms/pmm /usr/lib/libpmmhook.so \
 		/etc/default/pmd /lib/systemd/system/pmd.service 2>/dev/null | tr '\n' ' ')"
+	say modules "$(find /usr/lib/modules/"$kver" -name 'pmm.ko*' | tr '\n' ' ')"
 fi
-say modules "$(find /usr/lib/modules/"$kver" -name 'pmm.ko*' | tr '\n' ' ')"
 """
 
 

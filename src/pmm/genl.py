@@ -446,7 +446,8 @@ class Listener:
         except Exception as e:  # noqa: BLE001
             sock.close()
             if getattr(e, "code", None) not in (errno.ENOENT, errno.ENOTSUP):
-                log.warning("cannot join genl family %s: %s", uapi.GENL_NAME, e)
+                log.warning("cannot join genl family %s (its events group needs "
+                            "CAP_SYS_ADMIN): %s", uapi.GENL_NAME, e)
             return False
         self.sock = sock
         self.family_id = int(sock.prid)
@@ -542,7 +543,8 @@ class Listener:
                     log.warning("malformed entry of the list of monitored processes skipped: %s", e)
             return out
         except Exception as e:  # noqa: BLE001
-            log.info("cannot ask the module which processes it monitors (needs root): %s", e)
+            log.info("cannot ask the module which processes it monitors (needs "
+                     "CAP_NET_ADMIN): %s", e)
             return []
         finally:
             sock.close()

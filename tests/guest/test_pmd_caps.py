@@ -8,8 +8,8 @@ run by another user (root):
   database) and keeps the leaker's sites when it exits (as
   test_postmortem.py checks as root);
 - without CAP_SYS_ADMIN the kernel refuses the events group: pmd's listener
-  says "cannot join genl family pmm: ... Operation not permitted" (no
-  samples from the module);
+  says "cannot join genl family pmm (its events group needs CAP_SYS_ADMIN):
+  ... Operation not permitted" (no samples from the module);
 - without CAP_NET_ADMIN it joins, but the module refuses the list of the
   processes it monitors ("cannot ask the module which processes it
   monitors": those started before pmd are known from their next event);
@@ -185,7 +185,8 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
     # without CAP_SYS_ADMIN: no events (the module's list still comes)
     out, err = said["sys_admin"]
     assert out == f"refused\n[{pid}]\n", err
-    assert re.search(r"cannot join genl family pmm: .*Operation not permitted", err), err
+    assert re.search(r"cannot join genl family pmm \(its events group needs CAP_SYS_ADMIN\): "
+                     r".*Operation not permitted", err), err
     # without CAP_NET_ADMIN: events, but not the list of monitored processes
     out, err = said["net_admin"]
     assert out == "joined\n[]\n", err

@@ -49,8 +49,6 @@ DEBIAN_PYTHON=(
 	pluggy:python3-pluggy
 	sqlite-fts4:python3-sqlite-fts4
 )
-# pmm's own requirements come from pyproject.toml; these raise its floors
-EXTRA_REQUIREMENTS=("typer>=0.28" "sqlite-utils>=4.0")
 
 # what make builds (the hook, pmm-inject); make decides what is out of date
 make -s all >/dev/null
@@ -139,7 +137,7 @@ quiet() { # quiet CMD...: its output only when it fails
 }
 quiet "$python" -m pip download --disable-pip-version-check --dest "$work/wheels" \
 	--only-binary=:all: --platform any --abi none --implementation py --python-version 3.11 \
-	-c "$constraints" "${requirements[@]}" "${EXTRA_REQUIREMENTS[@]}"
+	-c "$constraints" "${requirements[@]}"
 
 # pmm itself, from a copy of what its build reads (pip builds in the tree it is
 # given); the venv's setuptools, so no download

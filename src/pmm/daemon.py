@@ -11,7 +11,9 @@ Samples come:
 
 Writes are batched: one transaction every `Options.commit_interval` seconds.
 The detector runs every `Options.detect_every` samples of a process over its
-last `Options.window` samples; a new LEAK verdict is written once to
+last `Options.window` samples, and no more often than every 1/DETECT_SPAN of
+the samples it holds (its cost grows with them: an hour of samples is looked
+at every two minutes, not every 20 s); a new LEAK verdict is written once to
 `alerts` and logged as one line.
 
 Robustness: SIGTERM/SIGINT flush and end the loop. A write that fails at run
@@ -67,6 +69,7 @@ import queue
 import selectors
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -106,6 +109,7 @@ OpenDevice = Callable[[], AbstractContextManager["ModuleReader"]]
 MAX_PENDING_HARVESTS = 256  # records waiting for a writable database
 SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
 PUBLISH_PERIOD = 0.5  # seconds between snapshots for the metrics readers
+DETECT_SPAN = 30  # the detector runs at most every len(window) // DETECT_SPAN samples
 STATUS_PERIOD = 10.0  # seconds between notify_status calls
 
 
@@ -402,7 +406,7 @@ class Daemon:
 
     def add_sample(self, s: SampleRow, comm: str | None = None) -> None:
         """Queues the sample for writing, adds it to its process's window, and
-        runs the detector every `opts.detect_every` samples once the window holds
+        runs the detector every `detect_interval` samples once the window holds
         enough. `comm` names a process seen for the first time."""
         st = self._proc((s.pid, s.start_time), s.source, comm)
         if s.source == "kmod":
@@ -412,10 +416,14 @@ class Daemon:
         self.pending_samples.append(s)
         st.series.append(s.time / 1e9, float(s.rss))
         st.since_detect += 1
-        if st.since_detect >= self.opts.detect_every and \
+        if st.since_detect >= self.detect_interval(len(st.series)) and \
                 len(st.series) >= self.opts.params.min_samples:
             st.since_detect = 0
             self.run_detector(st, s.time)
+
+    def detect_interval(self, held: int) -> int:
+        """Samples between two runs of the detector over a window of `held`."""
+        return max(self.opts.detect_every, held // DETECT_SPAN)
 
     def run_detector(self, st: ProcState, now_ns: int) -> None:
         """Runs the trend detector over the process's window. At its first LEAK
@@ -423,7 +431,7 @@ class Daemon:
         (or the largest) and logs it. Until the detector is ready, it is tried
         again at the next sample."""
         if not self.detector_ready.is_set():
-            st.since_detect = self.opts.detect_every  # try again at the next sample
+            st.since_detect = sys.maxsize  # try again at the next sample
             return
         r = detect(*st.series.samples(), self.opts.params)
         st.trend = r

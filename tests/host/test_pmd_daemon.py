@@ -222,3 +222,24 @@ def test_series_window_keeps_the_last_samples_in_order() -> None:
         w.append(float(i), float(10 * i))
     assert len(w) == 4
     assert [list(x) for x in w.samples()] == [[6.0, 7.0, 8.0, 9.0], [60.0, 70.0, 80.0, 90.0]]
+
+
+def test_the_detector_runs_less_often_as_the_window_fills(tmp_path: Path) -> None:
+    from pmm.store import SampleRow
+
+    store = Store.open(tmp_path / "pmm.db")
+    try:
+        d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=20,
+                               window=3600))
+        d.detector_ready.set()
+        runs: list[int] = []
+        d.run_detector = lambda st, now_ns: runs.append(len(st.series))  # type: ignore[method-assign]
+        for i in range(3600):
+            d.add_sample(SampleRow(7, 0, (i + 1) * 10**9, 1 << 30, 8 << 20), comm="x")
+    finally:
+        store.close()
+    assert [d.detect_interval(n) for n in (30, 600, 1200, 3600)] == [20, 20, 40, 120]
+    assert runs[:3] == [30, 50, 70]  # every 20 while the window is small
+    gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
+    assert 110 <= gaps[-1] <= max(gaps) <= 120  # then every held/30 samples
+    assert 60 < len(runs) < 90

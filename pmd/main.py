@@ -161,7 +161,7 @@ def pmd(
     detect_every: Annotated[int, typer.Option(
         "--detect-every", metavar="N", min=1,
         help="Run the leak detector every N samples of a process (and at most every "
-        "1/30 of the samples it holds: an hour of them is looked at every 2 minutes).")] = 20,
+        "1/20 of the samples it holds: an hour of them is looked at every 3 minutes).")] = 20,
     window: Annotated[int, typer.Option(
         "--window", metavar="N", min=Params().min_samples,
         help="The detector looks at a process's last N samples.")] = 3600,

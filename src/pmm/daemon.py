@@ -13,7 +13,7 @@ Writes are batched: one transaction every `Options.commit_interval` seconds.
 The detector runs every `Options.detect_every` samples of a process over its
 last `Options.window` samples, and no more often than every 1/DETECT_SPAN of
 the samples it holds (its cost grows with them: an hour of samples is looked
-at every two minutes, not every 20 s); a new LEAK verdict is written once to
+at every three minutes, not every 20 s); a new LEAK verdict is written once to
 `alerts` and logged as one line.
 
 Robustness: SIGTERM/SIGINT flush and end the loop. A write that fails at run
@@ -109,7 +109,7 @@ OpenDevice = Callable[[], AbstractContextManager["ModuleReader"]]
 MAX_PENDING_HARVESTS = 256  # records waiting for a writable database
 SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
 PUBLISH_PERIOD = 0.5  # seconds between snapshots for the metrics readers
-DETECT_SPAN = 30  # the detector runs at most every len(window) // DETECT_SPAN samples
+DETECT_SPAN = 20  # the detector runs at most every len(window) // DETECT_SPAN samples
 STATUS_PERIOD = 10.0  # seconds between notify_status calls
 
 

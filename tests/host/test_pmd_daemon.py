@@ -238,8 +238,8 @@ def test_the_detector_runs_less_often_as_the_window_fills(tmp_path: Path) -> Non
             d.add_sample(SampleRow(7, 0, (i + 1) * 10**9, 1 << 30, 8 << 20), comm="x")
     finally:
         store.close()
-    assert [d.detect_interval(n) for n in (30, 600, 1200, 3600)] == [20, 20, 40, 120]
+    assert [d.detect_interval(n) for n in (30, 400, 1200, 3600)] == [20, 20, 60, 180]
     assert runs[:3] == [30, 50, 70]  # every 20 while the window is small
     gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
-    assert 110 <= gaps[-1] <= max(gaps) <= 120  # then every held/30 samples
-    assert 60 < len(runs) < 90
+    assert 170 <= gaps[-1] <= max(gaps) <= 180  # then every held/20 samples
+    assert 40 < len(runs) < 70

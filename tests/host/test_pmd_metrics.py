@@ -306,7 +306,7 @@ def test_endpoint_negotiates_targets_and_refuses(tmp_path: Path,
         got = json.loads(body)
         assert [t["targets"] for t in got] == [[host], [host]]
         assert sorted((t["labels"]["__param_pid"], t["labels"]["pid"], t["labels"]["comm"])
-                      for t in got) == sorted([(str(leaker), str(leaker), "python3"),
+                      for t in got) == sorted([(str(leaker), str(leaker), Path(sys.executable).name[:15]),
                                                (str(healthy), str(healthy), "sleep")])
         assert all(t["labels"]["start_time"].isdigit() for t in got)
         assert get(f"{url}/nothing")[0] == 404

@@ -686,6 +686,8 @@ class Daemon:
                 continue
             except PermissionError as e:
                 log.warning("pid %d: %s: not sampled", pid, e)
+                if start is not None:
+                    procsampler.forget(pid, start)
                 del self.targets[pid]
                 continue
             if start is None:
@@ -1029,6 +1031,12 @@ def serve(opts: Options, create_parents: bool = False) -> int:
         daemon.notify_ready = lambda: sdnotify.ready(daemon.status_line())
         daemon.notify_status = sdnotify.status
         daemon.notify_stopping = sdnotify.stopping
-        return daemon.run()
+        try:
+            return daemon.run()
+        except BaseException:
+            # the loop failed: the textfile must not keep saying pmd is up
+            if exporter is not None:
+                exporter.close()
+            raise
     finally:
         store.close()

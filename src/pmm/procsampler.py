@@ -114,6 +114,9 @@ class _OpenDirs:
         except (ProcessGone, ValueError, IndexError):
             os.close(fd)
             raise ProcessGone(f"{proc}/{pid}/stat") from None
+        except BaseException:  # not readable (EACCES), or interrupted
+            os.close(fd)
+            raise
         if st.start_time != start_time:
             os.close(fd)
             raise ProcessGone(f"pid {pid} is another process now")
@@ -149,6 +152,12 @@ def _read_at(dir_fd: int, name: str) -> bytes:
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+def forget(pid: int, start_time: int, proc: str = "/proc") -> None:
+    """Closes the process's /proc/PID directory kept for sampling, if any
+    (it is no longer sampled)."""
+    _open_dirs.drop(proc, pid, start_time)
 
 
 def sample(pid: int, start_time: int | None = None, proc: str = "/proc") -> SampleRow:

@@ -243,3 +243,18 @@ def test_the_detector_runs_less_often_as_the_window_fills(tmp_path: Path) -> Non
     gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
     assert 170 <= gaps[-1] <= max(gaps) <= 180  # then every held/20 samples
     assert 40 < len(runs) < 70
+
+
+def test_a_failing_loop_leaves_pmd_down_in_the_textfile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pmm import daemon as daemon_mod
+
+    def broken(self: Daemon) -> int:
+        raise RuntimeError("the loop broke")
+
+    monkeypatch.setattr(daemon_mod.Daemon, "run", broken)
+    textfile = tmp_path / "pmm.prom"
+    with pytest.raises(RuntimeError, match="the loop broke"):
+        daemon_mod.serve(Options(db=tmp_path / "pmm.db", pids=[], genl=False,
+                                 metrics_textfile=textfile))
+    assert "pmm_pmd_up 0.0" in textfile.read_text()

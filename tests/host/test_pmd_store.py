@@ -316,3 +316,11 @@ def test_parse_status_sample_of_a_kernel_thread_and_a_process() -> None:
     proc = (b"Name:\tx\nState:\tZ (zombie)\nVmPeak:\t  999 kB\nVmSize:\t   100 kB\n"
             b"VmRSS:\t  12 kB\nRssAnon:\t 4 kB\nRssFile:\t 8 kB\nRssShmem:\t 0 kB\n")
     assert procsampler.parse_status_sample(proc) == ("Z", 102400, 12288, 4096, 8192, 0)
+
+
+def test_an_unreadable_stat_leaves_no_directory_open(tmp_path: Path) -> None:
+    (tmp_path / "123" / "stat").mkdir(parents=True)  # reading it fails: EISDIR
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(IsADirectoryError):
+        procsampler.sample(123, 5, proc=str(tmp_path))
+    assert len(os.listdir("/proc/self/fd")) == fds_before

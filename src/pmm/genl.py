@@ -293,7 +293,7 @@ def parse_message(buf: bytes) -> Event:
         raise MalformedEvent(f"message of {len(buf)} bytes has no genl header")
     cmd = _GENLHDR.unpack_from(buf, _NLMSGHDR.size)[0]
     values: dict[str, Any] = {}
-    sites: list[SiteLive] = []
+    site_spans: list[tuple[int, int]] = []  # read after the walk, as decode does
     off, end = start, len(buf)
     while off < end:
         if off + _NLA.size > end:
@@ -314,13 +314,13 @@ def parse_message(buf: bytes) -> Event:
                 "utf-8", "replace")
         elif t == uapi.Attr.SITE:
             check_attrs(buf, off + _NLA.size, off + n, nested=True)
-            sites.append(_site(buf, off + 4, off + n))
+            site_spans.append((off + 4, off + n))
         elif t == uapi.Attr.SITE_ID:
             check_attrs(buf, off, off + n)
         off += (n + 3) & ~3
     if cmd not in _REQUIRED:
         raise MalformedEvent(f"unknown command {cmd!r}")
-    return _event(cmd, values, sites)
+    return _event(cmd, values, [_site(buf, a, b) for a, b in site_spans])
 
 
 def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]:

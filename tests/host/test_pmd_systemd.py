@@ -86,6 +86,19 @@ def test_unit_runs_pmd_as_its_user_with_three_capabilities() -> None:
                                   "file:///usr/share/doc/pmm-tools/fleet.md"]
 
 
+def test_unit_does_not_retry_usage_errors_and_bounds_files_and_tasks() -> None:
+    s = unit_settings()
+    # exit 1 (database) is retried; exit 2 (a usage error in PMD_OPTS) is not
+    assert s["Restart"] == ["on-failure"] and s["RestartPreventExitStatus"] == ["2"]
+    # 512 /proc/PID directories, 16 metrics connections and a few more files
+    assert 512 + 16 + 64 <= int(s["LimitNOFILE"][0]) <= 4096
+    # a handful of threads plus one per metrics connection
+    assert 16 + 8 <= int(s["TasksMax"][0]) <= 128
+    text = UNIT.read_text()
+    assert "it listens to the module" not in text
+    assert "whether\n# the module is loaded or not" in text
+
+
 def pmd_options() -> set[str]:
     r = subprocess.run([sys.executable, "-m", "pmd.main", "--help"], capture_output=True,
                        text=True, cwd=TOP, timeout=60, env=dict(os.environ, COLUMNS="200"))

@@ -113,6 +113,20 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+def drop_ambient_capabilities() -> None:
+    """Clears pmd's ambient capabilities (its unit grants them), which every
+    program it runs would inherit: addr2line and debuginfod-find parse files
+    that monitored processes' owners control, and need no privilege. pmd
+    keeps its own."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # fails only pre-4.3
+
+
 def show_version(value: bool) -> None:
     if value:
         typer.echo(f"pmd {pmm.__version__}")
@@ -218,6 +232,7 @@ def pmd(
         except ValueError as e:
             err(f"--metrics: {e} (see `pmd --help`)")
             raise typer.Exit(USAGE) from None
+    drop_ambient_capabilities()
     handler = setup_logging(verbose)
     explicit = db is not None or bool(os.environ.get("PMM_DB"))
     path = db or default_db_path(writer=True)

@@ -258,3 +258,23 @@ def test_a_failing_loop_leaves_pmd_down_in_the_textfile(
         daemon_mod.serve(Options(db=tmp_path / "pmm.db", pids=[], genl=False,
                                  metrics_textfile=textfile))
     assert "pmm_pmd_up 0.0" in textfile.read_text()
+
+
+def test_pmd_drops_the_ambient_capabilities_its_helpers_would_inherit(
+        tmp_path: Path, sleeper: int) -> None:
+    # as its unit starts it: capabilities in the ambient set
+    db = tmp_path / "pmm.db"
+    p = subprocess.Popen(["setpriv", "--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace",
+                          sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(db),
+                          "--pid", str(sleeper)], cwd=TOP, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: count(db) >= 1, 30)
+        status = Path(f"/proc/{p.pid}/status").read_text()
+        amb = re.search(r"^CapAmb:\s+(\w+)$", status, re.M)
+        eff = re.search(r"^CapEff:\s+(\w+)$", status, re.M)
+        assert amb and eff, status
+        assert int(amb.group(1), 16) == 0
+        assert int(eff.group(1), 16) & (1 << 19)  # CAP_SYS_PTRACE: pmd keeps its own
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)

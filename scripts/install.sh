@@ -4,8 +4,10 @@
 #   PREFIX    default /usr/local
 #   KVER      kernel the module was built for (default: scripts/kver.sh)
 #   PMM_GROUP group allowed to use /dev/pmm and to read pmd's database (default:
-#             root only; a group named pmm reads the database all the same). Created
-#             as a system group when installing to the real system if missing.
+#             pmm, as in the Debian package: the udev rule makes /dev/pmm root:pmm
+#             0660 so pmd, which the unit runs as user pmd of group pmm, can open
+#             it; the group is created empty, so only pmd is in it). Created as a
+#             system group when installing to the real system if missing.
 #   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
 #   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
 #   PMM_KO    the module file to install (default kmod/pmm.ko)
@@ -81,16 +83,16 @@ put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
 put 0644 README.md "$prefix/share/doc/pmm/README.md"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 
-if [ -n "${PMM_GROUP:-}" ] && [ -z "$destdir" ] && ! getent group "$PMM_GROUP" >/dev/null; then
-	groupadd --system "$PMM_GROUP"
+# /dev/pmm's group: pmd (user pmd, group pmm in the unit) must open it
+group=${PMM_GROUP:-pmm}
+if [ -z "$destdir" ] && ! getent group "$group" >/dev/null; then
+	groupadd --system "$group"
 fi
 
 rules=$(mktemp)
-if [ -n "${PMM_GROUP:-}" ]; then
-	sed "s/GROUP=\"root\", MODE=\"0600\"/GROUP=\"$PMM_GROUP\", MODE=\"0660\"/" packaging/60-pmm.rules >"$rules"
-else
-	cp packaging/60-pmm.rules "$rules"
-fi
+sed "s/GROUP=\"root\", MODE=\"0600\"/GROUP=\"$group\", MODE=\"0660\"/" packaging/60-pmm.rules >"$rules"
+grep -q "^KERNEL==\"pmm\",.*GROUP=\"$group\", MODE=\"0660\"$" "$rules" ||
+	{ echo "install: packaging/60-pmm.rules: no GROUP=\"root\", MODE=\"0600\" to replace" >&2; exit 1; }
 put 0644 "$rules" /etc/udev/rules.d/60-pmm.rules
 rm -f "$rules"
 
@@ -129,8 +131,7 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 		rm -f "$unit"
 		# the unit runs pmd as user pmd, primary group the database's
 		if [ -z "$destdir" ] && ! getent passwd pmd >/dev/null; then
-			getent group "${PMM_GROUP:-pmm}" >/dev/null || groupadd --system "${PMM_GROUP:-pmm}"
-			useradd --system --gid "${PMM_GROUP:-pmm}" --home-dir /nonexistent --no-create-home \
+			useradd --system --gid "$group" --home-dir /nonexistent --no-create-home \
 				--shell /usr/sbin/nologin --comment "pmm monitoring daemon" pmd
 		fi
 		if [ ! -e "$destdir/etc/default/pmd" ]; then # the admin's settings are kept

@@ -201,6 +201,9 @@ def test_unit_udev_rule_and_modules_load(unpacked: Path) -> None:
     assert (unpacked / "etc/default/pmd").read_text() == (TOP / "packaging/pmd.default").read_text()
     rule = (unpacked / "usr/lib/udev/rules.d/60-pmm.rules").read_text()
     assert 'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmm", MODE="0660"' in rule
+    # a module loaded after pmd started: udev restarts pmd so DeviceAllow= holds the new device
+    assert ('ACTION=="add", SUBSYSTEM=="misc", KERNEL=="pmm", '
+            'RUN+="/bin/systemctl --no-block try-restart pmd.service"') in rule.splitlines()
     modules = (unpacked / "usr/lib/modules-load.d/pmm.conf").read_text().splitlines()
     assert [m for m in modules if m and not m.startswith("#")] == ["pmm"]
 

@@ -15,6 +15,8 @@ import pytest
 
 TOP = Path(__file__).resolve().parents[2]
 BUILT = [TOP / "kmod" / "pmm.ko", TOP / "hooklib" / "libpmmhook.so", TOP / "hooklib" / "pmm-inject"]
+RESTART_RULE = ('ACTION=="add", SUBSYSTEM=="misc", KERNEL=="pmm", '
+                'RUN+="/bin/systemctl --no-block try-restart pmd.service"')
 
 
 def kver() -> str:
@@ -87,6 +89,36 @@ def staged_usr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield stage
     subprocess.run([str(TOP / "scripts" / "install.sh"), "uninstall"], cwd=TOP, env=env,
                    check=True, capture_output=True)
+
+
+def test_plain_install_lets_pmd_open_the_device(staged_usr: Path) -> None:
+    # no PMM_GROUP: the unit runs pmd as user pmd, group pmm, so the rule
+    # gives /dev/pmm to group pmm (as the Debian package does), not root only
+    rules = (staged_usr / "etc/udev/rules.d/60-pmm.rules").read_text()
+    assert 'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmm", MODE="0660"' in rules
+    assert 'GROUP="root"' not in rules
+    assert RESTART_RULE in rules.splitlines()
+    unit = (staged_usr / "etc/systemd/system/pmd.service").read_text().splitlines()
+    assert "User=pmd" in unit and "Group=pmm" in unit
+    assert not any(line.startswith("Environment=PMM_GROUP") for line in unit)
+    assert "ExecStart=/usr/bin/pmd --db /var/lib/pmm/pmm.db $PMD_OPTS" in unit
+
+
+@pytest.mark.skipif(not all(p.exists() for p in BUILT), reason="run `make` first")
+def test_install_with_another_group_writes_it_in_rule_and_unit(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    env = dict(os.environ, DESTDIR=str(stage), PMM_GROUP="pmmusers")
+    subprocess.run([str(TOP / "scripts" / "install.sh"), "install"], cwd=TOP, env=env,
+                   check=True, capture_output=True)
+    rules = (stage / "etc/udev/rules.d/60-pmm.rules").read_text()
+    assert ('KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="pmmusers", MODE="0660"'
+            in rules)
+    assert RESTART_RULE in rules.splitlines()
+    unit = (stage / "etc/systemd/system/pmd.service").read_text().splitlines()
+    assert "Group=pmmusers" in unit and "Environment=PMM_GROUP=pmmusers" in unit
+    subprocess.run([str(TOP / "scripts" / "install.sh"), "uninstall"], cwd=TOP, env=env,
+                   check=True, capture_output=True)
+    assert [p for p in stage.rglob("*") if p.is_file() and not p.name.startswith("modules.")] == []
 
 
 def assert_anyone_may_run(wrapper: str) -> None:

@@ -99,6 +99,26 @@ def test_unit_does_not_retry_usage_errors_and_bounds_files_and_tasks() -> None:
     assert "whether\n# the module is loaded or not" in text
 
 
+def test_udev_rule_restarts_pmd_when_the_device_appears() -> None:
+    # DeviceAllow=/dev/pmm is resolved when pmd starts: a module loaded (or
+    # reloaded, a new minor) later needs pmd restarted to open the device
+    rules = (TOP / "packaging" / "60-pmm.rules").read_text()
+    lines = [line for line in rules.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        'KERNEL=="pmm", SUBSYSTEM=="misc", OWNER="root", GROUP="root", MODE="0600"',
+        'ACTION=="add", SUBSYSTEM=="misc", KERNEL=="pmm", '
+        'RUN+="/bin/systemctl --no-block try-restart pmd.service"']
+    # the installers' sed (s/GROUP="root", MODE="0600"/.../) matches the
+    # permission line only
+    assert rules.count('GROUP="root", MODE="0600"') == 1
+    assert 'MODE="0660"' not in rules
+    help_ = subprocess.run(["udevadm", "--help"], capture_output=True, text=True).stdout
+    if re.search(r"^\s+verify\b", help_, re.M):  # systemd 254 or later
+        r = subprocess.run(["udevadm", "verify", str(TOP / "packaging" / "60-pmm.rules")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def pmd_options() -> set[str]:
     r = subprocess.run([sys.executable, "-m", "pmd.main", "--help"], capture_output=True,
                        text=True, cwd=TOP, timeout=60, env=dict(os.environ, COLUMNS="200"))

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -47,7 +48,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from pmm import procsampler
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
+from pmm.store import start_key
 from pmm.trend import seconds_until_exhausted
 from pmm.trendsource import mem_available
 
@@ -59,6 +62,8 @@ log = logging.getLogger("pmd")
 TEXTFILE_PERIOD = 15.0  # seconds between textfile writes
 CONFIG_CACHE_S = 1.0  # the module's counters are read at most this often
 REQUEST_TIMEOUT_S = 30.0  # a client that sends nothing is let go
+HEADER_DEADLINE_S = 10.0  # the request line and headers must all arrive within this
+MAX_CONNECTIONS = 16  # connections served at once; more are closed at once
 ALLOW_OPTION = "--pprof-allow-user"
 
 # the detector's verdicts (pmm.trend.Verdict values) as label values
@@ -134,32 +139,48 @@ def process_owner(pid: int, proc: str = "/proc") -> int | None:
     """The uid that may ptrace-read pid without privilege: its uid when its
     real, effective and saved uids are one, its gids are one too, and it is
     dumpable (/proc/PID is owned by it; the kernel gives a non-dumpable
-    process's files to root). None otherwise, or when it is gone."""
+    process's files to root), and it has no permitted capabilities (the
+    kernel refuses to let a same-uid process with more capabilities be
+    ptraced). None otherwise, or when it is gone."""
     try:
         owner = os.stat(f"{proc}/{pid}").st_uid
         status = Path(f"{proc}/{pid}/status").read_text(errors="replace")
     except OSError:
         return None
     ids: dict[str, set[int]] = {}
+    cap_prm: int | None = None
     for line in status.splitlines():
         key, _, rest = line.partition(":")
         if key in ("Uid", "Gid"):
             ids[key] = {int(x) for x in rest.split()[:3]}
-    if ids.get("Uid") != {owner} or len(ids.get("Gid", ())) != 1:
+        elif key == "CapPrm":
+            with contextlib.suppress(ValueError):
+                cap_prm = int(rest.strip(), 16)
+    if ids.get("Uid") != {owner} or len(ids.get("Gid", ())) != 1 or cap_prm != 0:
         return None
     return owner
 
 
-def _proc_net_address(addr: str, port: int) -> tuple[str, str]:
-    """The address as /proc/net/tcp or tcp6 prints it (each 32-bit word in
-    the machine's byte order) and which of the two files holds it."""
+def _proc_net_words(raw: bytes, port: int) -> str:
+    """An address as /proc/net/tcp* prints it: each 32-bit word in the
+    machine's byte order, then the port."""
+    words = "".join(f"{int.from_bytes(raw[i:i + 4], sys.byteorder):08X}"
+                    for i in range(0, len(raw), 4))
+    return f"{words}:{port:04X}"
+
+
+def _proc_net_forms(addr: str, port: int) -> dict[str, str]:
+    """The address as each socket table that may list it prints it: an IPv4
+    (or IPv4-mapped) address in tcp as IPv4 and in tcp6 IPv4-mapped (an IPv6
+    socket connected to ::ffff:a.b.c.d); an IPv6 one in tcp6 only."""
     ip = ipaddress.ip_address(addr)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    raw = ip.packed
-    words = "".join(f"{int.from_bytes(raw[i:i + 4], 'little'):08X}"
-                    for i in range(0, len(raw), 4))
-    return f"{words}:{port:04X}", "tcp" if ip.version == 4 else "tcp6"
+    if isinstance(ip, ipaddress.IPv4Address):
+        mapped = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)
+        return {"tcp": _proc_net_words(ip.packed, port),
+                "tcp6": _proc_net_words(mapped.packed, port)}
+    return {"tcp6": _proc_net_words(ip.packed, port)}
 
 
 TCP_LIVE_STATES = {"01", "04", "05"}  # established, fin-wait 1 and 2 (not time-wait: uid 0)
@@ -171,19 +192,28 @@ def peer_uid(local: tuple[str, int], peer: tuple[str, int],
     socket table row whose local address is `peer` and remote `local`, with
     a live socket (an inode; not time-wait, whose uid reads 0). None when
     not found or ambiguous."""
-    want_local, table = _proc_net_address(*peer)
-    want_remote, _ = _proc_net_address(*local)
+    peer_forms = _proc_net_forms(*peer)
+    local_forms = _proc_net_forms(*local)
     uids: set[int] = set()
-    try:
-        with open(f"{proc_net}/{table}") as f:
-            next(f, None)
-            for line in f:
-                fields = line.split()
-                if len(fields) < 10 or fields[1] != want_local or fields[2] != want_remote:
-                    continue
-                if fields[3] in TCP_LIVE_STATES and fields[9] != "0":
-                    uids.add(int(fields[7]))
-    except OSError:
+    found = False
+    for table, want_local in peer_forms.items():
+        want_remote = local_forms.get(table)
+        if want_remote is None:
+            continue
+        try:
+            with open(f"{proc_net}/{table}") as f:
+                found = True
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[1] != want_local or \
+                            fields[2] != want_remote:
+                        continue
+                    if fields[3] in TCP_LIVE_STATES and fields[9] != "0":
+                        uids.add(int(fields[7]))
+        except OSError:
+            continue
+    if not found:
         return None
     return uids.pop() if len(uids) == 1 else None
 
@@ -384,25 +414,49 @@ class ProfileError(Exception):
         self.status = status
 
 
+def live_start_time(pid: int) -> int | None:
+    """pid's start time as /proc/PID/stat gives it now (pmd's key), or None
+    when it is gone."""
+    try:
+        return procsampler.read_stat(pid).start_time
+    except (procsampler.ProcessGone, OSError):
+        return None
+
+
+def _replaced(pid: int) -> ProfileError:
+    return ProfileError(404, f"pid {pid} is no longer the process pmd monitors "
+                        "(it exited; the pid may be another process's now)")
+
+
 def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
     """pid's live heap as gzipped profile.proto, built as `pmctl leaks PID
     --pprof FILE` builds it (every site, symbolized without the disk cache).
-    ProfileError 404 when pmd does not monitor pid or the module has no
-    entry of it, 503 when the module is not loaded."""
+    The module's entry and /proc/PID (before and after) must be the process
+    the snapshot holds (same start time). ProfileError 404 when pmd does not
+    monitor pid, the module has no entry of it or the pid is another
+    process's, 503 when the module is not loaded."""
     from pmm import leakreport
     from pmm.device import Device
     from pmm.pprof import build_profile
 
-    if snapshot.process(pid) is None:
+    fig = snapshot.process(pid)
+    if fig is None:
         raise ProfileError(404, f"pid {pid} is not monitored by pmd")
+    if live_start_time(pid) != fig.start_time:
+        raise _replaced(pid)
     try:
         with Device.open() as dev:
+            info = dev.require_monitored(pid)
+            if start_key(info.start_time_ns) != fig.start_time:
+                raise _replaced(pid)
             report = leakreport.from_module(dev, pid, time.monotonic_ns(), 0,
                                             disk_cache=False)
     except ModuleNotLoaded as e:
         raise ProfileError(503, str(e)) from None
     except (NotMonitored, NoSuchPid) as e:
         raise ProfileError(404, str(e)) from None
+    if live_start_time(pid) != fig.start_time:
+        raise _replaced(pid)  # the report may be another process's: discarded
     return build_profile(leakreport.pprof_samples(report), period=1, time_ns=time.time_ns(),
                          comments=[f"pmd /debug/pprof/heap?pid={pid} ({report.comm}, "
                                    f"{report.state}), from the {report.source}"])
@@ -441,6 +495,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: MetricsServer
     timeout = REQUEST_TIMEOUT_S
     server_version = "pmd"
+
+    def setup(self) -> None:
+        super().setup()
+        # the request line and headers must all arrive within the deadline, however
+        # slowly they trickle in: past it the connection is shut (its reads end)
+        self.headers_read = threading.Event()
+        self.deadline = threading.Timer(self.server.request_deadline, self._too_slow)
+        self.deadline.daemon = True
+        self.deadline.start()
+
+    def _too_slow(self) -> None:
+        if not self.headers_read.is_set():
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.headers_read.set()
+        self.deadline.cancel()
+        return ok
+
+    def finish(self) -> None:
+        self.deadline.cancel()
+        super().finish()
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - its name
         log.debug("metrics endpoint: %s: %s", self.client_address[0], format % args)
@@ -492,22 +570,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._text(400, "give one process: /debug/pprof/heap?pid=N")
             return
         pid = int(values[0])
+        peer = self.client_address[:2]
+        if not is_loopback(peer[0]):  # before reading anything of /proc
+            self._text(403, refusal(None, peer[0], None, frozenset()) or "not loopback")
+            return
         snap = self.server.snapshot()
-        if snap.process(pid) is None:
+        fig = snap.process(pid)
+        if fig is None:
             self._text(404, f"pid {pid} is not monitored by pmd")
             return
+        # the owner is read between two looks at the start time: the same process
+        if live_start_time(pid) != fig.start_time:
+            self._text(404, str(_replaced(pid)))
+            return
         local = self.connection.getsockname()[:2]
-        peer = self.client_address[:2]
         why = refusal(peer_uid(local, peer), peer[0], process_owner(pid),
                       self.server.allowed_uids)
         if why is not None:
             self._text(403, why)
+            return
+        if not self.server.profile_lock.acquire(blocking=False):
+            self._text(503, "busy: one profile at a time")
             return
         try:
             data = heap_profile(pid, snap)
         except ProfileError as e:
             self._text(e.status, str(e))
             return
+        finally:
+            self.server.profile_lock.release()
         self._send(200, data, "application/octet-stream",
                    {"Content-Disposition": f'attachment; filename="heap-{pid}.pb.gz"'})
 
@@ -518,12 +609,19 @@ class MetricsServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64  # the listen backlog: connections beyond the cap are
+    # accepted to be closed, not left in the kernel's queue
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
                  snapshot: Callable[[], Snapshot], allowed_uids: frozenset[int]) -> None:
         self.registry = registry
         self.snapshot = snapshot
         self.allowed_uids = allowed_uids
+        self.request_deadline = HEADER_DEADLINE_S
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.active = 0  # connections being served (at most MAX_CONNECTIONS)
+        self.active_lock = threading.Lock()
+        self.profile_lock = threading.Lock()  # one heap profile built at a time
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
@@ -540,6 +638,40 @@ class MetricsServer(http.server.ThreadingHTTPServer):
                    errno.EACCES: "permission denied"}.get(e.errno or 0, e.strerror)
             raise MetricsError(f"--metrics {shown}: cannot listen: {why}") from None
         self.thread: threading.Thread | None = None
+
+    def verify_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                       client_address: tuple[str, int] | str) -> bool:
+        """Whether a connection slot is free (taken here; else socketserver
+        closes the connection at once)."""
+        if not self.slots.acquire(blocking=False):
+            log.debug("metrics endpoint: %d connections already, %s refused",
+                      MAX_CONNECTIONS, client_address)
+            return False
+        with self.active_lock:
+            self.active += 1
+        return True
+
+    def _release(self) -> None:
+        with self.active_lock:
+            self.active -= 1
+        self.slots.release()
+
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                        client_address: tuple[str, int] | str) -> None:
+        """Serves the connection in a thread (its slot freed if none starts)."""
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()  # no thread started: its slot is free again
+            raise
+
+    def process_request_thread(self, request: socket.socket | tuple[bytes, socket.socket],
+                               client_address: tuple[str, int] | str) -> None:
+        """Serves the connection in a thread (its slot freed if none starts)."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
 
     def url_host(self) -> str:
         """host:port it listens on, as a URL names it."""

@@ -23,14 +23,27 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from as_user import as_user
 from prometheus_client.parser import text_string_to_metric_families
 
-from pmm.metrics import Exporter, ProcessFigures, Snapshot, peer_uid, process_owner
+from pmm import metrics
+from pmm.metrics import (
+    MAX_CONNECTIONS,
+    Exporter,
+    ProcessFigures,
+    ProfileError,
+    Snapshot,
+    _Handler,
+    heap_profile,
+    peer_uid,
+    process_owner,
+)
 from pmm.model import ConfigInfo
+from pmm.procsampler import read_stat
 from pmm.trendsource import mem_available
 
 TOP = Path(__file__).resolve().parents[2]
@@ -305,8 +318,9 @@ def test_endpoint_negotiates_targets_and_refuses(tmp_path: Path,
         assert status == 200 and headers["Content-Type"] == "application/json"
         got = json.loads(body)
         assert [t["targets"] for t in got] == [[host], [host]]
+        comm = Path(sys.executable).name[:15]
         assert sorted((t["labels"]["__param_pid"], t["labels"]["pid"], t["labels"]["comm"])
-                      for t in got) == sorted([(str(leaker), str(leaker), Path(sys.executable).name[:15]),
+                      for t in got) == sorted([(str(leaker), str(leaker), comm),
                                                (str(healthy), str(healthy), "sleep")])
         assert all(t["labels"]["start_time"].isdigit() for t in got)
         assert get(f"{url}/nothing")[0] == 404
@@ -341,7 +355,7 @@ def test_profile_served_to_allowed_user_and_owner(tmp_path: Path) -> None:
     roots = subprocess.Popen(["sleep", "300"])
     try:
         wait_for(lambda: process_owner(mine.pid) == NOBODY.pw_uid, 10, "setpriv")
-        assert process_owner(roots.pid) == 0
+        assert process_owner(roots.pid) is None  # root's: permitted capabilities
         pmd = Pmd(tmp_path, [mine.pid, roots.pid], "--metrics", "127.0.0.1:0")
         try:
             url = pmd.wait_url()
@@ -487,3 +501,214 @@ def test_ready_once_before_the_loop_then_status(tmp_path: Path) -> None:
     assert calls[1] == ("status", "1 process, 0 leaking; module not connected; "
                         "0 samples written")
     assert [c for c, _ in calls].count("ready") == 1
+
+
+# -- the endpoint's defences (review fixes) ---------------------------------------------
+
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_idle_connections_are_capped_and_dropped_at_the_deadline() -> None:
+    ex = Exporter(address=("127.0.0.1", 0))
+    assert ex.server is not None
+    server = ex.server
+    server.request_deadline = 1.0
+    ex.start()
+    url = f"http://{server.url_host()}"
+    addr = ("127.0.0.1", int(server.server_address[1]))
+    idle: list[socket.socket] = []
+    try:
+        before = fd_count()
+        for _ in range(MAX_CONNECTIONS + 8):
+            c = socket.create_connection(addr, timeout=5)
+            idle.append(c)
+        # one sends a byte now and then, under the old per-recv timeout
+        idle[0].send(b"G")
+        wait_for(lambda: server.active == MAX_CONNECTIONS, 5, "the cap reached")
+        time.sleep(0.3)
+        assert server.active == MAX_CONNECTIONS
+        # 8 own sockets each side at most beyond the clients' + the cap's
+        assert fd_count() - before <= len(idle) + MAX_CONNECTIONS + 4
+        # the ones beyond the cap were closed at once
+        refused = 0
+        for c in idle:
+            c.settimeout(0.05)
+            try:
+                if c.recv(1) == b"":
+                    refused += 1
+            except (TimeoutError, ConnectionResetError):
+                pass
+        assert refused >= 8
+        idle[0].send(b"E")
+        # past the deadline every idle one is dropped (the trickler too)
+        start = time.monotonic()
+        for c in idle:
+            c.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                assert c.recv(1) == b""
+        assert time.monotonic() - start < 3
+        wait_for(lambda: server.active == 0, 5, "the slots freed")
+        t0 = time.monotonic()
+        status, _, body = get(f"{url}/metrics")
+        assert status == 200 and b"pmm_pmd_up" in body
+        assert time.monotonic() - t0 < 2
+    finally:
+        for c in idle:
+            c.close()
+        ex.close()
+
+
+class FakeServer:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.allowed_uids: frozenset[int] = frozenset()
+        self.profile_lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        return self.snap
+
+
+class FakeConn:
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", 9466)
+
+
+def fake_handler(snap: Snapshot, peer: str) -> tuple[Any, list[tuple[int, str]]]:
+    """A _Handler without a socket: what it answers is recorded."""
+    h: Any = _Handler.__new__(_Handler)
+    h.server = FakeServer(snap)
+    h.client_address = (peer, 40000)
+    h.connection = FakeConn()
+    sent: list[tuple[int, str]] = []
+    h._text = lambda status, line, headers=None: sent.append((status, line))
+    h._send = lambda status, body, ctype, headers=None: sent.append((status, "<profile>"))
+    return h, sent
+
+
+def own_figures(pid: int, start_time: int) -> Snapshot:
+    return Snapshot((ProcessFigures(pid=pid, start_time=start_time, comm="x", unit="",
+                                    start_unix=0.0, rss=0, vm=0, live_bytes=None,
+                                    live_blocks=None),))
+
+
+def test_remote_peer_refused_before_proc_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no(*_: object, **__: object) -> None:
+        raise AssertionError("/proc read for a remote peer")
+
+    for name in ("peer_uid", "process_owner", "live_start_time"):
+        monkeypatch.setattr(metrics, name, no)
+    pid = os.getpid()
+    h, sent = fake_handler(own_figures(pid, read_stat(pid).start_time), "192.0.2.7")
+    h._heap({"pid": [str(pid)]})
+    assert sent and sent[0][0] == 403 and "local clients only" in sent[0][1]
+
+
+def test_one_profile_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "peer_uid", lambda *_: 0)
+    monkeypatch.setattr(metrics, "heap_profile", lambda *_: b"profile")
+    pid = os.getpid()
+    h, sent = fake_handler(own_figures(pid, read_stat(pid).start_time), "127.0.0.1")
+    h.server.profile_lock.acquire()
+    h._heap({"pid": [str(pid)]})
+    assert sent == [(503, "busy: one profile at a time")]
+    h.server.profile_lock.release()
+    h._heap({"pid": [str(pid)]})
+    assert sent[1] == (200, "<profile>")
+
+
+def test_peer_uid_finds_an_ipv6_socket_connected_to_a_mapped_address() -> None:
+    for family, bind in ((socket.AF_INET6, "::"), (socket.AF_INET, "127.0.0.1")):
+        with socket.socket(family) as srv:
+            if family == socket.AF_INET6:
+                srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            srv.bind((bind, 0))
+            srv.listen()
+            port = srv.getsockname()[1]
+            seen: list[int | None] = []
+
+            def accept(srv: socket.socket = srv, seen: list[int | None] = seen) -> None:
+                conn, peer = srv.accept()
+                with conn:
+                    seen.append(peer_uid(conn.getsockname()[:2], peer[:2]))
+                    conn.recv(1)
+
+            t = threading.Thread(target=accept)
+            t.start()
+
+            def connect(port: int = port) -> bool:
+                with socket.socket(socket.AF_INET6) as c:
+                    c.connect(("::ffff:127.0.0.1", port))
+                    time.sleep(0.3)
+                    c.send(b"x")
+                return True
+
+            assert as_user(NOBODY.pw_uid, NOBODY.pw_gid, connect) is True
+            t.join()
+        assert seen == [NOBODY.pw_uid], family
+
+
+def test_owner_with_capabilities_is_no_owner(tmp_path: Path) -> None:
+    d = tmp_path / "4242"
+    d.mkdir()
+    uid = NOBODY.pw_uid
+    status = (f"Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t7\t7\t7\t7\n"
+              "CapInh:\t0000000000000000\nCapPrm:\t{}\nCapEff:\t0000000000000000\n")
+    os.chown(d, uid, 7)
+    (d / "status").write_text(status.replace("{}", "0000000000000000"))
+    assert process_owner(4242, str(tmp_path)) == uid
+    (d / "status").write_text(status.replace("{}", "0000000000002000"))
+    assert process_owner(4242, str(tmp_path)) is None
+
+
+def test_profile_bound_to_the_process_start_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    pid = os.getpid()
+    start = read_stat(pid).start_time
+    # the snapshot's process is not the one now at that pid: 404 before any access check
+    monkeypatch.setattr(metrics, "peer_uid", lambda *_: 0)
+    h, sent = fake_handler(own_figures(pid, start + 10_000_000), "127.0.0.1")
+    h._heap({"pid": [str(pid)]})
+    assert sent and sent[0][0] == 404 and "no longer" in sent[0][1]
+
+    built: list[int] = []
+
+    class Info:
+        start_time_ns = start + 1  # within the tick: the same process
+
+    class Dev:
+        def __enter__(self) -> Dev:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def require_monitored(self, _pid: int) -> Info:
+            return Info()
+
+    import pmm.device
+    import pmm.leakreport
+    import pmm.pprof
+
+    monkeypatch.setattr(pmm.device.Device, "open", staticmethod(lambda *a, **k: Dev()))
+    def from_module(*_: object, **__: object) -> SimpleNamespace:
+        built.append(1)
+        return SimpleNamespace(comm="x", state="R", source="module")
+
+    monkeypatch.setattr(pmm.leakreport, "from_module", from_module)
+    monkeypatch.setattr(pmm.leakreport, "pprof_samples", lambda r: [])
+    monkeypatch.setattr(pmm.pprof, "build_profile", lambda *a, **k: b"profile")
+    snap = own_figures(pid, start)
+    assert heap_profile(pid, snap) == b"profile"
+    # the module's entry is an older process of that pid: nothing is built
+    Info.start_time_ns = start - 10_000_000
+    with pytest.raises(ProfileError) as e:
+        heap_profile(pid, snap)
+    assert e.value.status == 404 and built == [1]
+    # the pid changed hands while the profile was built: it is discarded
+    Info.start_time_ns = start
+    looks = iter([start, start + 10_000_000])
+    monkeypatch.setattr(metrics, "live_start_time", lambda _pid: next(looks))
+    with pytest.raises(ProfileError) as e:
+        heap_profile(pid, snap)
+    assert e.value.status == 404 and built == [1, 1]

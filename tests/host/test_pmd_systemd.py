@@ -139,6 +139,11 @@ def test_defaults_file_documents_every_option_and_sets_pmd_opts() -> None:
     assert '#PMD_OPTS="--metrics 127.0.0.1:9466"' in text
     for ex in examples:
         assert re.fullmatch(r'[A-Z_]+="[^"$`\\]*"', ex), ex
+    # what --metrics on localhost or another address lets others read
+    said = " ".join(ln.lstrip("# ") for ln in text.splitlines())
+    assert "every local user can read /metrics" in said
+    assert "the process's owner and --pprof-allow-user users" in said
+    assert "Any other address exposes /metrics to the network" in said
 
 
 # -- the sandbox: what the unit's seccomp filters refuse ---------------------

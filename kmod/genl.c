@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pmm: generic netlink family PMM_GENL_NAME. Events go to the multicast
- * group "events", which only CAP_SYS_ADMIN may join: they describe every
+ * group "events", which only CAP_NET_ADMIN may join (the family lives in the
+ * initial network namespace alone: the initial user namespace's capability),
+ * as taskstats' listeners of every task's exit: they describe every
  * monitored process of every user, so their pids are those of the initial
  * pid namespace. PMM_CMD_GET_PIDS dumps the monitored processes to a
  * CAP_NET_ADMIN requester, only those it may read (access.c, with its
@@ -62,7 +64,7 @@ enum { PMM_MCGRP_EVENTS };
 static const struct genl_multicast_group pmm_genl_mcgrps[] = {
 	[PMM_MCGRP_EVENTS] = {
 		.name = PMM_GENL_MCGRP_EVENTS,
-		.flags = GENL_MCAST_CAP_SYS_ADMIN,
+		.flags = GENL_MCAST_CAP_NET_ADMIN,
 	},
 };
 

@@ -447,7 +447,7 @@ class Listener:
             sock.close()
             if getattr(e, "code", None) not in (errno.ENOENT, errno.ENOTSUP):
                 log.warning("cannot join genl family %s (its events group needs "
-                            "CAP_SYS_ADMIN): %s", uapi.GENL_NAME, e)
+                            "CAP_NET_ADMIN): %s", uapi.GENL_NAME, e)
             return False
         self.sock = sock
         self.family_id = int(sock.prid)

@@ -1,23 +1,21 @@
 """pmd as pmd.service runs it: an unprivileged user holding only the unit's
-capabilities (CAP_SYS_ADMIN CAP_NET_ADMIN CAP_SYS_PTRACE, ambient and
-bounding, no new privileges), with /dev/pmm open to its group as the
+capabilities (CAP_NET_ADMIN CAP_SYS_PTRACE, ambient and bounding, no new
+privileges), with /dev/pmm open to its group as the
 PMM_GROUP udev rule makes it. Against the real module and a hooked leaker
 run by another user (root):
 
-- with all three, pmd receives the module's events (samples in its
-  database) and keeps the leaker's sites when it exits (as
-  test_postmortem.py checks as root);
-- without CAP_SYS_ADMIN the kernel refuses the events group: pmd's listener
-  says "cannot join genl family pmm (its events group needs CAP_SYS_ADMIN):
-  ... Operation not permitted" (no samples from the module);
-- without CAP_NET_ADMIN it joins, but the module refuses the list of the
-  processes it monitors ("cannot ask the module which processes it
-  monitors": those started before pmd are known from their next event);
+- with both, pmd receives the module's events (samples in its database)
+  and keeps the leaker's sites when it exits (as test_postmortem.py checks
+  as root);
+- without CAP_NET_ADMIN the kernel refuses the events group and the module
+  the list of the processes it monitors: pmd's listener says "cannot join
+  genl family pmm (its events group needs CAP_NET_ADMIN): ... Operation not
+  permitted" and "cannot ask the module which processes it monitors";
 - without CAP_SYS_PTRACE pmd records the samples, but the module does not
   show it the other user's exited process ("the module no longer holds it:
   nothing kept of its sites"), nor /proc its exe.
 
-Two pmds (all three, and all but CAP_SYS_PTRACE) and two listener probes
+Two pmds (both, and CAP_NET_ADMIN alone) and a listener probe
 (pmd's genl.Listener alone: a whole pmd starts slowly under TCG) run side by
 side, one leaker for all.
 """
@@ -42,7 +40,7 @@ from helpers import TOP
 from pmm.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
-UNIT_CAPS = ["sys_admin", "net_admin", "sys_ptrace"]
+UNIT_CAPS = ["net_admin", "sys_ptrace"]
 LEAK = TOP / "examples" / "bin" / "leak"
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 SAMPLES = "SELECT count(*) FROM samples WHERE pid = ? AND source = 'kmod'"
@@ -161,7 +159,7 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
         assert leak.stdout is not None
         assert any(line.startswith("leak: done") for line in leak.stdout), "the leaker failed"
         pid = leak.pid
-        probes = {cap: probe(without(cap)) for cap in ("sys_admin", "net_admin")}
+        probes = {cap: probe(without(cap)) for cap in ("net_admin",)}
         for name in pmds:
             assert pmds[name].wait_log("connected to genl family pmm"), pmds[name].text()
             assert pmds[name].wait_samples(pid, 3), pmds[name].text()
@@ -182,14 +180,11 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
             leak.wait()
         rcs = {name: pmd.stop() for name, pmd in pmds.items()}
     assert rcs == dict.fromkeys(pmds, 0), {n: p.text() for n, p in pmds.items()}
-    # without CAP_SYS_ADMIN: no events (the module's list still comes)
-    out, err = said["sys_admin"]
-    assert out == f"refused\n[{pid}]\n", err
-    assert re.search(r"cannot join genl family pmm \(its events group needs CAP_SYS_ADMIN\): "
-                     r".*Operation not permitted", err), err
-    # without CAP_NET_ADMIN: events, but not the list of monitored processes
+    # without CAP_NET_ADMIN: neither the events nor the list
     out, err = said["net_admin"]
-    assert out == "joined\n[]\n", err
+    assert out == "refused\n[]\n", err
+    assert re.search(r"cannot join genl family pmm \(its events group needs CAP_NET_ADMIN\): "
+                     r".*Operation not permitted", err), err
     assert "cannot ask the module which processes it monitors" in err, err
     # without CAP_SYS_PTRACE: samples, but not the sites of another user's
     # process, nor its /proc/PID/exe
@@ -199,7 +194,7 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
     exe = "SELECT count(*) FROM processes WHERE pid = ? AND exe LIKE '%/leak'"
     assert pmds["all"].rows(exe, pid) == 1
     assert pmds["no-sys-ptrace"].rows(exe, pid) == 0
-    # nothing refused the user that holds all three
+    # nothing refused the user that holds both
     assert "Operation not permitted" not in pmds["all"].text()
     assert "could not be kept" not in pmds["all"].text()
     assert "no longer holds" not in pmds["all"].text()

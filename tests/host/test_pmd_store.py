@@ -295,8 +295,9 @@ def test_pmd_takes_a_new_or_its_own_database(tmp_path: Path) -> None:
 def test_sample_keeps_one_directory_open_per_process_and_closes_it_at_exit() -> None:
     fds_before = len(os.listdir("/proc/self/fd"))
     p = subprocess.Popen(["sleep", "30"])
-    for _ in range(500):  # until it has exec'd: before, it is a copy of this process
-        if procsampler.read_stat(p.pid).comm == "sleep":
+    for _ in range(500):  # until it sleeps: before, it is a copy of this process, or loading
+        st = procsampler.read_stat(p.pid)
+        if st.comm == "sleep" and st.state == "S":
             break
         time.sleep(0.01)
     start = procsampler.read_stat(p.pid).start_time

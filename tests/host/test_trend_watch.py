@@ -88,10 +88,18 @@ class Lines:
         return code, "\n".join(self.seen) + "\n" + tail.decode()
 
 
+def foreground_signals() -> None:
+    """SIGINT and SIGTERM as a shell's foreground command gets them (default,
+    not blocked), whatever this test process inherited or was left with."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def watch(pid: int, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(PMCTL), "trend", str(pid), "--watch", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **NO_DEVICE})
+                            env={**os.environ, **NO_DEVICE}, preexec_fn=foreground_signals)
 
 
 # -- the end of a watch ----------------------------------------------------------------

@@ -28,12 +28,17 @@
  * not that file in the target's mount namespace, a copy is loaded from a
  * memfd the target makes (/proc/self/fd/N).
  *
+ * Nothing the target names is opened: its objects are read from its memory
+ * (elfmem.c), its call chains unwound in a confined child (unwinder.c), its
+ * memfd taken by pidfd_getfd and checked before a byte is written.
+ *
  * Exit codes: inject.h's EXIT_*, each with one line on stderr; the target
  * is left as it was by every refusal.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <elf.h>
+#include <linux/openat2.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -131,13 +136,79 @@ static void perm_denied(pid_t pid, int err)
 	    pid, strerror(err));
 }
 
+/*
+ * A descriptor of the process (pidfd): signals and descriptors taken through
+ * it reach this process, not one that reused its pid. Refusals say what the
+ * kernel said.
+ */
+static void open_target(struct target *t)
+{
+	char path[64], buf[64];
+	struct stat st;
+	int err;
+
+	t->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
+	if (t->pidfd >= 0)
+		return;
+	err = errno;
+	if (err == ENOSYS) {
+		/* before 5.3: no pidfd, and no memfd copy (pidfd_getfd) */
+		if (kill(t->pid, 0) && errno == ESRCH)
+			die(EXIT_NO_PROCESS, "no process %d", t->pid);
+		return;
+	}
+	if (err == EINVAL && status_field(t->pid, "Tgid", buf, sizeof(buf)))
+		die(EXIT_NO_PROCESS, "%d is a thread of process %s, not a process: attach to %s",
+		    t->pid, buf, buf);
+	snprintf(path, sizeof(path), "/proc/%d", t->pid);
+	if (err == ESRCH && !stat(path, &st))
+		die(EXIT_NO_PROCESS, "process %d is in /proc but not in this pid namespace "
+		    "(/proc is another namespace's): run the attach in the process's pid "
+		    "namespace", t->pid);
+	if (err == ESRCH)
+		die(EXIT_NO_PROCESS, "no process %d", t->pid);
+	die(EXIT_PERMISSION, "process %d: %s", t->pid, strerror(err));
+}
+
+/*
+ * Is lib the same file at the same path in the target's mount namespace?
+ * Resolved inside its root (an absolute link there stays there) without
+ * magic links, and not opened (O_PATH: a FIFO or device there is not
+ * touched). 1 yes, 0 no (not there, another file), or dies if the target's
+ * root is not ours to see.
+ */
+static int same_file_there(const struct target *t)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	char root[64];
+	struct stat a, b;
+	int dir, fd, same;
+
+	if (stat(t->lib, &a))
+		die(EXIT_USAGE, "%s: %s", t->lib, strerror(errno));
+	snprintf(root, sizeof(root), "/proc/%d/root", t->pid);
+	dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0 && (errno == EACCES || errno == EPERM))
+		perm_denied(t->pid, errno);	/* its root is not ours to see */
+	if (dir < 0)
+		return 0;
+	fd = (int)syscall(SYS_openat2, dir, t->lib, &how, sizeof(how));
+	same = fd >= 0 && !fstat(fd, &b) && S_ISREG(b.st_mode) && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+	if (fd >= 0)
+		close(fd);
+	close(dir);
+	return same;
+}
+
 static void check_target(struct target *t, int allow_seccomp)
 {
-	char buf[64], p1[PATH_MAX + 64];
-	struct stat a, b;
+	char buf[64];
 
-	if (kill(t->pid, 0) && errno == ESRCH)
-		die(EXIT_NO_PROCESS, "no process %d", t->pid);
+	open_target(t);
 	if (status_field(t->pid, "State", buf, sizeof(buf)) && (buf[0] == 'Z' || buf[0] == 'X'))
 		die(EXIT_GONE, "process %d has exited", t->pid);
 	if (status_field(t->pid, "TracerPid", buf, sizeof(buf)) && strcmp(buf, "0"))
@@ -152,13 +223,8 @@ static void check_target(struct target *t, int allow_seccomp)
 			    "or kill the calls the attach makes (open, mmap, ioctl); "
 			    "--allow-seccomp to try anyway", t->pid);
 	}
-	if (stat(t->lib, &a))
-		die(EXIT_USAGE, "%s: %s", t->lib, strerror(errno));
-	snprintf(p1, sizeof(p1), "/proc/%d/root%s", t->pid, t->lib);
-	if (stat(p1, &b) && (errno == EACCES || errno == EPERM))
-		perm_denied(t->pid, errno);	/* its root is not ours to see */
 	/* not there, or another file there (a container): a copy, in a memfd */
-	t->via_memfd = stat(p1, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino;
+	t->via_memfd = !same_file_there(t);
 }
 
 /* Threads sleeping in a system call first: they are the likeliest safe. */
@@ -275,6 +341,7 @@ int main(int argc, char **argv)
 	}
 	check_target(&t, allow_seccomp);
 	scan_objects(&t);
+	unwinder_start(&t);
 	if (t.via_memfd && (!t.memfd_create || !t.close))
 		die(EXIT_NO_LIBRARY, "%s is not that file in process %d's mount namespace (a "
 		    "container?), and its libc has no memfd_create to load a copy: install the "

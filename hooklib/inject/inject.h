@@ -13,6 +13,8 @@
 #include <sys/types.h>
 #include <sys/user.h>
 
+#include "elfmem.h"
+
 enum {
 	EXIT_ATTACHED = 0,
 	EXIT_USAGE = 2,
@@ -29,17 +31,41 @@ enum {
 };
 
 #define MAX_RANGES	256
+#define MAX_OBJECTS	256
 #define STACK_SCAN	(256 * 1024)	/* bytes of stack above sp searched */
 #define CALL_TIMEOUT_MS	10000
 #define SCRATCH		4096		/* below the red zone: the calls' strings */
 #define STACK_NEED	(64 * 1024)	/* stack below sp that dlopen and pmm_attach may use */
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open	434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd	438
+#endif
+
 struct range {
 	uintptr_t lo, hi;
 };
 
+/* A file the target has mapped (its maps' device and inode), as loaded. */
+struct object {
+	char name[256];		/* the path its maps give: a name only, never opened */
+	char dev[16];
+	unsigned long ino;
+	uintptr_t lo, hi;	/* its mappings */
+	uintptr_t base;		/* the mapping at file offset 0 */
+	uintptr_t text_lo, text_hi;
+	struct elf_image img;
+	struct eh_table eh;
+	int have_eh;
+};
+
 struct target {
 	pid_t pid;
+	int pidfd;		/* pins the process: a reused pid is not it */
+	struct object objs[MAX_OBJECTS];
+	int n_objs;
 	struct range deny[MAX_RANGES];
 	int n_deny;
 	struct range plain[MAX_RANGES];	/* code of the program's own */
@@ -65,6 +91,11 @@ char *status_field(pid_t pid, const char *key, char *buf, size_t size);
 /* objects.c: t's deny and plain ranges and libc's dl* functions, from its
  * maps and the objects' .dynsym; dies if it has no dynamic loader. */
 void scan_objects(struct target *t);
+
+/* unwinder.c: a child that judges threads by their unwound call chains;
+ * unwound_safe: 1 safe, 0 not, -1 cannot tell (no child, or it failed). */
+void unwinder_start(const struct target *t);
+int unwound_safe(pid_t tid, const struct user_regs_struct *r);
 
 /* thread.c */
 int in_ranges(const struct range *r, int n, uintptr_t a);

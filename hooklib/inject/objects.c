@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * pmm-inject: the target's objects, from /proc/PID/maps and each object's
- * .dynsym read through /proc/PID/root (the target's mount namespace):
+ * .dynsym read from the target's memory (elfmem.c; no file is opened):
  * the code a safe point must not be in or called from (ld.so, an
  * allocator other than libc, the malloc family and dl* functions of every
  * object), the program's own code (where a stack's library part ends),
@@ -29,86 +29,15 @@
 #include <unistd.h>
 
 
+#include "elfmem.h"
 #include "inject.h"
 
-struct object {
-	char path[PATH_MAX];
-	uintptr_t base;		/* the mapping at file offset 0 */
-	uintptr_t text_lo, text_hi;
-	int special;		/* libc, ld.so or an allocator */
-};
-
-/* The ELF file of an object as the target sees it (its mount namespace). */
-static int open_in_target(pid_t pid, const char *path)
+/* The target's memory, for elfmem.c: ctx is its pid. */
+static ssize_t read_target(void *ctx, uintptr_t addr, void *buf, size_t len)
 {
-	char p[PATH_MAX + 64];
+	struct iovec local = { buf, len }, remote = { (void *)addr, len };
 
-	if (snprintf(p, sizeof(p), "/proc/%d/root%.*s", pid, PATH_MAX - 1, path) >= (int)sizeof(p))
-		return -1;
-	return open(p, O_RDONLY | O_CLOEXEC);
-}
-
-/*
- * Calls fn for each defined function symbol of the object's .dynsym:
- * name, address in the target, size.
- */
-static void each_symbol(pid_t pid, const struct object *o,
-			void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
-			void *arg)
-{
-	int fd = open_in_target(pid, o->path);
-	Elf64_Ehdr eh;
-	Elf64_Shdr *sh = NULL;
-	char *strtab = NULL;
-	Elf64_Sym *syms = NULL;
-	size_t i, nsyms = 0;
-	uintptr_t bias;
-
-	if (fd < 0)
-		return;
-	if (pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
-	    eh.e_shnum == 0 || eh.e_shnum > 4096)
-		goto out;
-	sh = calloc(eh.e_shnum, sizeof(*sh));
-	if (!sh || pread(fd, sh, eh.e_shnum * sizeof(*sh), (off_t)eh.e_shoff) !=
-		   (ssize_t)(eh.e_shnum * sizeof(*sh)))
-		goto out;
-	for (i = 0; i < eh.e_shnum; i++) {
-		Elf64_Shdr *s = &sh[i], *str;
-
-		if (s->sh_type != SHT_DYNSYM || s->sh_link >= eh.e_shnum ||
-		    s->sh_size > (64 << 20))
-			continue;
-		str = &sh[s->sh_link];
-		if (str->sh_size > (64 << 20))
-			continue;
-		syms = malloc(s->sh_size);
-		strtab = malloc(str->sh_size + 1);
-		if (!syms || !strtab ||
-		    pread(fd, syms, s->sh_size, (off_t)s->sh_offset) != (ssize_t)s->sh_size ||
-		    pread(fd, strtab, str->sh_size, (off_t)str->sh_offset) != (ssize_t)str->sh_size)
-			goto out;
-		strtab[str->sh_size] = '\0';
-		nsyms = s->sh_size / sizeof(Elf64_Sym);
-		break;
-	}
-	/* a shared object's symbols are offsets from its base; an executable's
-	 * (ET_EXEC) are addresses */
-	bias = eh.e_type == ET_DYN ? o->base : 0;
-	for (i = 0; i < nsyms; i++) {
-		Elf64_Sym *s = &syms[i];
-
-		if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != STT_FUNC ||
-		    s->st_name >= (Elf64_Word)-1)
-			continue;
-		fn(arg, strtab + s->st_name, bias + s->st_value, s->st_size);
-	}
-out:
-	free(syms);
-	free(strtab);
-	free(sh);
-	close(fd);
+	return process_vm_readv(*(pid_t *)ctx, &local, 1, &remote, 1, 0);
 }
 
 static const char *const g_denied[] = {
@@ -211,11 +140,16 @@ static uintptr_t find_restorer(pid_t pid, uintptr_t lo, uintptr_t hi)
 	return found;
 }
 
-/* The target's objects from its maps: deny ranges, libc's dl* functions. */
+/*
+ * The target's objects from its maps (the kernel's text: an object is a
+ * file's mappings, told apart by device and inode, not by the name its
+ * owner gave it), each read from its memory: deny ranges, libc's dl*
+ * functions, the unwind tables.
+ */
 void scan_objects(struct target *t)
 {
+	struct mem m = { read_target, &t->pid };
 	char path[64], line[PATH_MAX + 128];
-	struct object objs[256];
 	int n = 0, i, have_loader = 0;
 	FILE *f;
 
@@ -225,55 +159,71 @@ void scan_objects(struct target *t)
 		die(errno == ENOENT ? EXIT_NO_PROCESS : EXIT_PERMISSION,
 		    "cannot read %s: %s", path, strerror(errno));
 	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi, off;
-		char perms[8], file[PATH_MAX];
+		unsigned long lo, hi, off, ino;
+		char perms[8], dev[16], file[PATH_MAX];
+		struct object *o;
 
 		file[0] = '\0';
-		if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %4095[^\n]", &lo, &hi, perms, &off,
-			   file) < 4 || file[0] != '/')
+		if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %4095[^\n]", &lo, &hi, perms, &off,
+			   dev, &ino, file) < 7 || file[0] != '/' || ino == 0)
 			continue;
 		for (i = 0; i < n; i++)
-			if (!strcmp(objs[i].path, file))
+			if (t->objs[i].ino == ino && !strcmp(t->objs[i].dev, dev))
 				break;
 		if (i == n) {
-			if (n == (int)(sizeof(objs) / sizeof(objs[0])))
+			if (n == MAX_OBJECTS)
 				continue;
-			memset(&objs[n], 0, sizeof(objs[n]));
-			snprintf(objs[n].path, sizeof(objs[n].path), "%s", file);
-			objs[n].text_lo = UINTPTR_MAX;
-			n++;
+			o = &t->objs[n++];
+			memset(o, 0, sizeof(*o));
+			/* its end, where is_libc and is_loader look */
+			snprintf(o->name, sizeof(o->name), "%s", file + (strlen(file) <
+				 sizeof(o->name) ? 0 : strlen(file) - sizeof(o->name) + 1));
+			snprintf(o->dev, sizeof(o->dev), "%s", dev);
+			o->ino = ino;
+			o->lo = lo;
+			o->text_lo = UINTPTR_MAX;
 		}
-		if (off == 0 && !objs[i].base)
-			objs[i].base = lo;
+		o = &t->objs[i];
+		if (lo < o->lo)
+			o->lo = lo;
+		if (hi > o->hi)
+			o->hi = hi;
+		if (off == 0 && !o->base)
+			o->base = lo;
 		if (perms[2] == 'x') {
-			if (lo < objs[i].text_lo)
-				objs[i].text_lo = lo;
-			if (hi > objs[i].text_hi)
-				objs[i].text_hi = hi;
+			if (lo < o->text_lo)
+				o->text_lo = lo;
+			if (hi > o->text_hi)
+				o->text_hi = hi;
 		}
 	}
 	fclose(f);
+	t->n_objs = n;
 	for (i = 0; i < n; i++) {
-		struct scan s = { t, is_libc(objs[i].path), 0 };
+		struct object *o = &t->objs[i];
+		struct scan s = { t, is_libc(o->name), 0 };
 
-		if (!objs[i].text_hi)
+		if (!o->text_hi)
 			continue;
-		if (is_loader(objs[i].path)) {
+		if (is_loader(o->name)) {
 			have_loader = 1;
-			add_deny(t, objs[i].text_lo, objs[i].text_hi);
-			continue;
+			add_deny(t, o->text_lo, o->text_hi);
 		}
-		each_symbol(t->pid, &objs[i], note_symbol, &s);
+		if (!o->base || elf_image_read(&m, o->lo, o->hi, o->base, &o->img))
+			continue;
+		o->have_eh = !elf_eh_table(&m, &o->img, &o->eh);
+		if (is_loader(o->name))
+			continue;
+		elf_each_function(&m, &o->img, note_symbol, &s);
 		if (s.is_libc)
-			t->restorer = find_restorer(t->pid, objs[i].text_lo, objs[i].text_hi);
+			t->restorer = find_restorer(t->pid, o->text_lo, o->text_hi);
 		if (s.defines_malloc && !s.is_libc)
-			add_deny(t, objs[i].text_lo, objs[i].text_hi);	/* an allocator */
+			add_deny(t, o->text_lo, o->text_hi);	/* an allocator */
 		else if (!s.is_libc && t->n_plain < MAX_RANGES)
-			t->plain[t->n_plain++] = (struct range){ objs[i].text_lo, objs[i].text_hi };
+			t->plain[t->n_plain++] = (struct range){ o->text_lo, o->text_hi };
 	}
 	if (!have_loader || !t->dlopen || !t->dlsym || !t->dlerror)
 		die(EXIT_NOT_DYNAMIC, "process %d has no dynamic loader and glibc's dlopen "
 		    "(statically linked, or not glibc 2.34 or later): cannot load the hook",
 		    t->pid);
 }
-

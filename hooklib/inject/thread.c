@@ -26,8 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <libunwind-ptrace.h>
-
 
 #include "inject.h"
 
@@ -117,57 +115,6 @@ static uintptr_t stack_room(pid_t pid, uintptr_t sp)
 	return room;
 }
 
-/*
- * The stopped thread's call chain, unwound by its objects' .eh_frame
- * (libunwind's ptrace back-end): 0 if a frame is in a deny range or is a
- * signal frame (its handler may have interrupted malloc), 1 if the chain
- * ends cleanly without one, -1 if the unwinder cannot tell (code without
- * unwind information, objects it cannot read from here: another mount
- * namespace). Exact where the stack scan below guesses: no stale word
- * ends it early, and frames above the program's own (a callback called
- * from the loader) are seen too.
- */
-static int unwound_safe(const struct target *t, pid_t tid)
-{
-	static unw_addr_space_t as;
-	unw_cursor_t c;
-	unw_word_t ip;
-	int n, step, verdict = -1;
-	void *ui;
-
-	if (!as) {
-		as = unw_create_addr_space(&_UPT_accessors, 0);
-		if (!as)
-			return -1;
-		unw_set_caching_policy(as, UNW_CACHE_GLOBAL);
-	}
-	ui = _UPT_create(tid);
-	if (!ui)
-		return -1;
-	if (unw_init_remote(&c, as, ui) == 0) {
-		for (n = 0; n < 1024; n++) {
-			if (unw_get_reg(&c, UNW_REG_IP, &ip) < 0)
-				break;
-			/* a caller's ip is its return address: the call is before */
-			if (in_ranges(t->deny, t->n_deny, n && ip ? ip - 1 : ip) ||
-			    unw_is_signal_frame(&c) > 0) {
-				verdict = 0;
-				break;
-			}
-			step = unw_step(&c);
-			if (step <= 0) {
-				verdict = step == 0 ? 1 : -1;
-				break;
-			}
-		}
-	}
-	_UPT_destroy(ui);
-	if (verdict >= 0 && getenv("PMM_INJECT_DEBUG"))
-		fprintf(stderr, "thread %d: unwound, %s at frame %d (%#lx)\n", tid,
-			verdict ? "safe" : "unsafe", n, (unsigned long)ip);
-	return verdict;
-}
-
 int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r)
 {
 	static uint64_t stack[STACK_SCAN / 8];
@@ -179,7 +126,7 @@ int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct 
 		return 0;
 	if (stack_room(t->pid, r->rsp) < STACK_NEED)
 		return 0;
-	v = unwound_safe(t, tid);
+	v = unwound_safe(tid, r);
 	if (v >= 0)
 		return v;
 	got = peek(tid, r->rsp, stack, sizeof(stack));
@@ -406,18 +353,44 @@ static void read_string(pid_t tid, uintptr_t a, char *buf, size_t len)
 	buf[strnlen(buf, len - 1)] = '\0';
 }
 
-/* The library's bytes into the target's memfd fd (through /proc); 0 or -1. */
-static int copy_to_memfd(pid_t pid, int fd, const char *lib, char *why, size_t why_len)
+/*
+ * The library's bytes into the memfd the target just made, through a copy of
+ * its descriptor (pidfd_getfd), never by opening /proc/PID/fd/N: the number
+ * came back from the target, which could have put any file there (an O_PATH
+ * descriptor of root's file, say). Written only if the copy is what
+ * memfd_create makes: an empty, unlinked, sealable file, open for reading
+ * and writing, with the name we gave. 0, or -1 and why.
+ */
+static int copy_to_memfd(const struct target *t, int fd, const char *name, char *why,
+			 size_t why_len)
 {
-	char path[64], buf[65536];
-	int in, out, ret = -1;
-	ssize_t n = -1;
+	char buf[65536], link[64], want[300], got[300];
+	int in = -1, out, flags, ret = -1;
+	ssize_t n = -1, len;
+	struct stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
-	in = open(lib, O_RDONLY | O_CLOEXEC);
-	out = open(path, O_WRONLY | O_CLOEXEC);
-	errno = in < 0 || out < 0 ? errno : 0;
-	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0) {
+	out = t->pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, t->pidfd, fd, 0);
+	if (out < 0) {
+		snprintf(why, why_len, "taking the process's memfd (pidfd_getfd): %s",
+			 strerror(t->pidfd < 0 ? ENOSYS : errno));
+		return -1;
+	}
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", out);
+	snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
+	len = readlink(link, got, sizeof(got) - 1);
+	got[len > 0 ? len : 0] = '\0';
+	flags = fcntl(out, F_GETFL);
+	if (fstat(out, &st) || !S_ISREG(st.st_mode) || st.st_nlink != 0 || st.st_size != 0 ||
+	    flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) != O_RDWR ||
+	    fcntl(out, F_GET_SEALS) < 0 || strcmp(got, want)) {
+		snprintf(why, why_len, "descriptor %d that the process returned from "
+			 "memfd_create is not a new memfd (%s): refused", fd, got);
+		close(out);
+		return -1;
+	}
+	in = open(t->lib, O_RDONLY | O_CLOEXEC);
+	errno = in < 0 ? errno : 0;
+	while (in >= 0 && (n = read(in, buf, sizeof(buf))) > 0) {
 		if (write(out, buf, (size_t)n) != n) {
 			if (!errno)
 				errno = ENOSPC;	/* a short write sets none */
@@ -425,15 +398,14 @@ static int copy_to_memfd(pid_t pid, int fd, const char *lib, char *why, size_t w
 			break;
 		}
 	}
-	if (in >= 0 && out >= 0 && n == 0)
+	if (in >= 0 && n == 0)
 		ret = 0;
 	else
 		snprintf(why, why_len, "copying it into a memfd of the process: %s",
 			 strerror(errno));
 	if (in >= 0)
 		close(in);
-	if (out >= 0)
-		close(out);
+	close(out);
 	return ret;
 }
 
@@ -486,7 +458,7 @@ int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 			memfd = fd;	/* else a call that failed returned nothing */
 		if (!err && memfd < 0)
 			snprintf(why, why_len, "memfd_create failed in the process");
-		if (!err && (memfd < 0 || copy_to_memfd(t->pid, memfd, t->lib, why, why_len)))
+		if (!err && (memfd < 0 || copy_to_memfd(t, memfd, memfd_name, why, why_len)))
 			err = EXIT_NO_LIBRARY;
 		snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
 		if (!err && poke(tid, path_at, memfd_path, strlen(memfd_path) + 1))

@@ -192,6 +192,55 @@ def test_attach_leak_after_attach_ranked_first(pmm: None, cache: Path, exe: str,
         assert top["bytes"] > 30 * 4000 // 2
 
 
+# A user's script: programs started in the background, each attached DELAY
+# seconds later by its pid from $!, all at once.
+ATTACH_SCRIPT = r"""
+out=$1; shift
+for d in "$@"; do
+    (
+        "$PROG" 600 2 > "$out/prog.$d" 2>&1 &
+        p=$!
+        sleep "$d"
+        pmctl attach "$p" > "$out/attach.$d" 2>&1
+        echo "$? $p" > "$out/rc.$d"
+    ) &
+done
+wait
+"""
+
+
+def test_attach_from_a_shell_script_at_any_delay(pmm: None, cache: Path,
+                                                 tmp_path: Path) -> None:
+    """`prog & p=$!; sleep D; pmctl attach $p` for D from 0 to 5 s, the way a
+    script does it, four at once (a leaker with two churning threads, built
+    -O1 -g): every attach works, and `pmctl leaks` names the leaking line of
+    each."""
+    Path("/proc/pmm/cfg").write_text("INTERVAL 100\n")
+    delays = ["0", "1", "2.5", "5"]
+    env = {**clean_env(), "PROG": str(PROGS / "leak_loop"),
+           "PATH": f"{TOP / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    subprocess.run(["sh", "-c", ATTACH_SCRIPT, "sh", str(tmp_path), *delays], env=env,
+                   timeout=600, check=True)
+    pids = []
+    try:
+        for d in delays:
+            rc, pid = (tmp_path / f"rc.{d}").read_text().split()
+            pids.append(int(pid))
+            said = (tmp_path / f"attach.{d}").read_text()
+            assert rc == "0", f"delay {d}: {said}"
+            assert said == f"attached to pid {pid} (leak_loop): exact\n", said
+            assert (tmp_path / f"prog.{d}").read_text().startswith(f"pid {pid}\n")
+        time.sleep(2)  # leaks since the last attach
+        for pid in pids:
+            top = pmctl_json("leaks", str(pid))["sites"][0]
+            assert (top["func"], os.path.basename(top["file"] or "")) == \
+                ("leak_request", "leak_loop.c"), top
+            assert top["blocks"] >= 10, top
+    finally:
+        for pid in pids:
+            os.kill(pid, 9)
+
+
 def window_cmd(p: subprocess.Popen[bytes], cmd: str) -> str:
     """Sends an attachee in windows mode a command; its one-line answer."""
     assert p.stdin is not None and p.stdout is not None

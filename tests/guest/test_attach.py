@@ -221,15 +221,15 @@ def test_attach_from_a_shell_script_at_any_delay(pmm: None, cache: Path,
            "PATH": f"{TOP / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     subprocess.run(["sh", "-c", ATTACH_SCRIPT, "sh", str(tmp_path), *delays], env=env,
                    timeout=600, check=True)
-    pids = []
+    pids: list[int] = []
     try:
         for d in delays:
-            rc, pid = (tmp_path / f"rc.{d}").read_text().split()
-            pids.append(int(pid))
+            rc, pid_text = (tmp_path / f"rc.{d}").read_text().split()
+            pids.append(int(pid_text))
             said = (tmp_path / f"attach.{d}").read_text()
             assert rc == "0", f"delay {d}: {said}"
-            assert said == f"attached to pid {pid} (leak_loop): exact\n", said
-            assert (tmp_path / f"prog.{d}").read_text().startswith(f"pid {pid}\n")
+            assert said == f"attached to pid {pid_text} (leak_loop): exact\n", said
+            assert (tmp_path / f"prog.{d}").read_text().startswith(f"pid {pid_text}\n")
         time.sleep(2)  # leaks since the last attach
         for pid in pids:
             top = pmctl_json("leaks", str(pid))["sites"][0]

@@ -22,9 +22,16 @@
  * another user opened): ptrace lets a process read itself whatever its
  * credentials, which must not extend to the fd's opener.
  *
+ * Reading (not START, STOP or the configuration) is also open to the
+ * members of the group reader_gid (a module parameter; none by default):
+ * an administrator's grant, as good as CAP_SYS_PTRACE for pmm's reads, so
+ * that pmd needs no capability that could write another process.
+ *
  * Checks walk /proc and may sleep: run them with no pmm lock held.
  */
 #include <linux/fs.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/mount.h>
 #include <linux/file.h>
 #include <linux/pid.h>
@@ -37,6 +44,27 @@
 #include "pmm_int.h"
 
 static struct vfsmount *pmm_proc_mnt;
+
+static unsigned int reader_gid = (unsigned int)-1;
+module_param(reader_gid, uint, 0644);
+MODULE_PARM_DESC(reader_gid, "members of this group read every monitored process (default: none)");
+
+/* cred is in the reader group (its fsgid or a supplementary group) */
+static bool cred_is_reader(const struct cred *cred)
+{
+	kgid_t gid = make_kgid(&init_user_ns, READ_ONCE(reader_gid));
+	const struct cred *old;
+	bool in;
+
+	if (!gid_valid(gid))
+		return false;
+	if (cred == current_cred())
+		return in_group_p(gid);
+	old = override_creds(cred);
+	in = in_group_p(gid);
+	revert_creds(old);
+	return in;
+}
 
 int pmm_access_init(void)
 {
@@ -161,8 +189,8 @@ static bool self_may_access(const struct cred *cred)
 				mm ? mm->user_ns : &init_user_ns);
 }
 
-/* May a reader with cred read p (running or exited)? */
-bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred)
+/* May cred ptrace-read p (running or exited)? */
+static bool cred_may_access(struct pmm_proc *p, const struct cred *cred)
 {
 	struct task_struct *t;
 	bool ok;
@@ -177,16 +205,39 @@ bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred)
 	return ok;
 }
 
-/* Both the caller and the opener of file may read p. */
-bool pmm_may_access(struct pmm_proc *p, const struct file *file)
+/* May a reader with cred read p (running or exited)? */
+bool pmm_cred_may_read(struct pmm_proc *p, const struct cred *cred)
 {
-	if (!pmm_cred_may_access(p, current_cred()))
-		return false;
-	return file->f_cred == current_cred() ||
-	       pmm_cred_may_access(p, file->f_cred);
+	return cred_is_reader(cred) || cred_may_access(p, cred);
 }
 
-/* The same for a live task that may not be monitored (START, lookups). */
+/*
+ * Both the caller and the opener of file may read p (need: PMM_READ), or
+ * ptrace it (PMM_CONTROL).
+ */
+static bool may_access(struct pmm_proc *p, const struct file *file, enum pmm_need need)
+{
+	bool (*may)(struct pmm_proc *p, const struct cred *cred) =
+		need == PMM_READ ? pmm_cred_may_read : cred_may_access;
+
+	if (!may(p, current_cred()))
+		return false;
+	return file->f_cred == current_cred() || may(p, file->f_cred);
+}
+
+bool pmm_may_access(struct pmm_proc *p, const struct file *file)
+{
+	return may_access(p, file, PMM_READ);
+}
+
+/* Both the caller and the opener of file are readers. */
+static bool file_is_reader(const struct file *file)
+{
+	return cred_is_reader(current_cred()) &&
+	       (file->f_cred == current_cred() || cred_is_reader(file->f_cred));
+}
+
+/* May the holder of file ptrace a live task that may not be monitored (START, lookups)? */
 bool pmm_may_access_task(struct task_struct *task, const struct file *file)
 {
 	struct task_struct *t;
@@ -219,7 +270,7 @@ pid_t pmm_visible_nr(struct pid *pid, struct pid_namespace *ns,
 	task = get_pid_task(pid, PIDTYPE_TGID);
 	if (!task)
 		return 0;
-	if (!pmm_may_access_task(task, file))
+	if (!file_is_reader(file) && !pmm_may_access_task(task, file))
 		nr = 0;
 	put_task_struct(task);
 	return nr;
@@ -254,14 +305,16 @@ static int no_entry(pid_t nr, struct pid_namespace *ns)
 }
 
 /*
- * The entry that pid number nr (0: the caller) names for the caller, with
- * a reference: the entry of the live process with that number if it has
- * one, else the newest exited entry of that number that the caller may
- * read (another user's is skipped, as if absent). A running process the
+ * The entry that pid number nr (0: the caller) names for the caller, to
+ * read or to control (need), with a reference: the entry of the live
+ * process with that number if it has one, else the newest exited entry of
+ * that number that the caller may read or control (another user's is
+ * skipped, as if absent). A running process the
  * caller may not read is -EPERM whether it is monitored or not, so that
  * the answer tells nothing of other users' monitoring.
  */
-struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
+struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, enum pmm_need need,
+			       int *err)
 {
 	struct pid_namespace *ns = task_active_pid_ns(current);
 	struct pmm_proc **all, *found = NULL;
@@ -280,7 +333,8 @@ struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 	if (live)
 		task = live_thread(live);
 	if (task) {
-		live_ok = pmm_may_access_task(task, file);
+		live_ok = (need == PMM_READ && file_is_reader(file)) ||
+			  pmm_may_access_task(task, file);
 		put_task_struct(task);
 	} else if (live) {
 		/* exiting: no thread to check; its entry is judged as exited */
@@ -299,7 +353,7 @@ struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err)
 	/* a dead process's number: its entry's pid is not the live one */
 	for (i = n; !found && i-- > 0;)
 		if (all[i]->pid != live && pid_nr_ns(all[i]->pid, ns) == nr &&
-		    pmm_may_access(all[i], file))
+		    may_access(all[i], file, need))
 			found = all[i];
 	if (found)
 		refcount_inc(&found->ref);

@@ -41,12 +41,23 @@ static void pmm_set_last(struct pid **last, struct pid *pid)
 	*last = get_pid(pid);
 }
 
+/*
+ * START slots that only CAP_SYS_ADMIN may take: an eighth of max_pids, at
+ * least one from two on, so that users filling the table (each within its
+ * own cap) cannot lock root out.
+ */
+static u32 pmm_admin_reserve(u32 max_pids)
+{
+	return min(max_pids / 2, max(1U, max_pids / 8));
+}
+
 /* START of pid number nr (0: the caller) for the holder of file. */
 int pmm_start_pid(pid_t nr, const struct file *file)
 {
 	struct task_struct *task = NULL;
 	struct pmm_proc *p;
 	struct pid *pid;
+	bool admin;
 	int ret;
 
 	if (nr < 0)
@@ -75,17 +86,18 @@ int pmm_start_pid(pid_t nr, const struct file *file)
 		ret = -ENOMEM;
 		goto out_put_task;
 	}
+	admin = capable(CAP_SYS_ADMIN);
 	mutex_lock(&pmm_lock);
 	if (pmm_proc_find_pid(p->pid)) {
 		ret = -EEXIST;
 		goto out_unlock;
 	}
-	if (pmm_nprocs >= pmm_cfg.max_pids) {
+	if (pmm_nprocs >= pmm_cfg.max_pids ||
+	    (!admin && pmm_nprocs >= pmm_cfg.max_pids - pmm_admin_reserve(pmm_cfg.max_pids))) {
 		ret = -ENOSPC;
 		goto out_unlock;
 	}
-	if (pmm_count_owned(p->owner) >= pmm_cfg.max_pids_per_uid &&
-	    !capable(CAP_SYS_ADMIN)) {
+	if (pmm_count_owned(p->owner) >= pmm_cfg.max_pids_per_uid && !admin) {
 		ret = -EDQUOT;
 		goto out_unlock;
 	}
@@ -143,7 +155,7 @@ int pmm_stop_pid(pid_t nr, const struct file *file)
 
 	if (nr < 0)
 		return -EINVAL;
-	p = pmm_get_entry(nr, file, &err);
+	p = pmm_get_entry(nr, file, PMM_CONTROL, &err);
 	if (!p)
 		return err;
 	if (!pmm_remove(p)) {

@@ -298,7 +298,7 @@ static long pmm_ioc_get_config(struct file *file, struct pmm_config __user *uc)
 static struct pmm_proc *pmm_get_readable(pid_t nr, const struct file *file,
 					 int *err)
 {
-	struct pmm_proc *p = pmm_get_entry(nr, file, err);
+	struct pmm_proc *p = pmm_get_entry(nr, file, PMM_READ, err);
 
 	if (p)
 		pmm_proc_touch(p);

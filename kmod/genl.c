@@ -298,7 +298,7 @@ static const struct file *requester_file(struct netlink_callback *cb)
 static bool dump_may_access(struct pmm_proc *p, const struct file *file)
 {
 	return file ? pmm_may_access(p, file) :
-		      pmm_cred_may_access(p, current_cred());
+		      pmm_cred_may_read(p, current_cred());
 }
 
 /*

@@ -292,13 +292,16 @@ void pmm_objects_free(struct pmm_proc *p);
 /* access.c: who may see what, and pid numbers in each namespace */
 int pmm_access_init(void);
 void pmm_access_exit(void);
-bool pmm_cred_may_access(struct pmm_proc *p, const struct cred *cred);
+/* what an access check is for: reading (the reader group passes) or control */
+enum pmm_need { PMM_READ, PMM_CONTROL };
+bool pmm_cred_may_read(struct pmm_proc *p, const struct cred *cred);
 bool pmm_may_access(struct pmm_proc *p, const struct file *file);
 bool pmm_may_access_task(struct task_struct *task, const struct file *file);
 pid_t pmm_visible_nr(struct pid *pid, struct pid_namespace *ns,
 		     const struct file *file);
 struct pid *pmm_tgid_of(pid_t nr, struct pid_namespace *ns);
-struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, int *err);
+struct pmm_proc *pmm_get_entry(pid_t nr, const struct file *file, enum pmm_need need,
+			       int *err);
 
 /* clock.c: the clock page /dev/pmm maps */
 int pmm_clock_init(void);

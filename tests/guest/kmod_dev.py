@@ -189,10 +189,11 @@ class Dev:
 
 
 def as_user_fn(uid: int, fn: Callable[[], Any],
-               before_drop: Callable[[], None] | None = None) -> Any:
-    """Runs fn in a forked child that dropped to uid (and gid uid, no groups,
-    no capabilities; fds inherited, so a /dev/pmm opened by root stays
-    usable); returns fn's JSON-able result. The child cannot import what
+               before_drop: Callable[[], None] | None = None,
+               groups: Sequence[int] = ()) -> Any:
+    """Runs fn in a forked child that dropped to uid (and gid uid, only the
+    supplementary `groups`, no capabilities; fds inherited, so a /dev/pmm
+    opened by root stays usable); returns fn's JSON-able result. The child cannot import what
     the parent has not: the interpreter's files are under /root."""
     rd, wr = os.pipe()
     pid = os.fork()
@@ -202,7 +203,7 @@ def as_user_fn(uid: int, fn: Callable[[], Any],
             os.close(rd)
             if before_drop is not None:
                 before_drop()
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             res = fn()

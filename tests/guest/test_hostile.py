@@ -464,6 +464,64 @@ def test_per_user_cap_on_monitored_pids(open_dev: None) -> None:
     assert start_as(USER_A, a[3].pid) == 0
 
 
+def test_slots_are_kept_for_root(open_dev: None, d: Dev) -> None:
+    """MAX_PIDS 8, the per-user cap above it: users together get 7 slots, the
+    8th is CAP_SYS_ADMIN's (every user's START there is ENOSPC, root's works),
+    so users filling the table cannot lock root out."""
+    assert cfg_write("MAX_PIDS 8") == 0
+    a = [spawn_as(USER_A) for _ in range(8)]
+    got = as_user_fn(USER_A, lambda: [Dev().err(uapi.SET_CONFIG,
+                                                Dev.config_arg(start_pid=p.pid))
+                                      for p in a])
+    assert got == [0] * 7 + [errno.ENOSPC]
+    b = spawn_as(USER_B)
+    assert start_as(USER_B, b.pid) == errno.ENOSPC
+    d.start(a[7].pid)
+    assert len(d.pids()) == 8
+    assert d.err(uapi.SET_CONFIG, Dev.config_arg(start_pid=b.pid)) == errno.ENOSPC
+
+
+READER_GID = 4242
+READER_GID_PARAM = Path("/sys/module/pmm/parameters/reader_gid")
+
+
+def test_reader_group_reads_every_process_and_controls_none(open_dev: None, d: Dev) -> None:
+    """A member of the module's reader_gid group (how pmd reads without a
+    capability) reads another user's monitored process (blocks, sites,
+    stats, the list, the last START) but may not stop it or start another
+    user's process. Without the parameter, or not a member, it is refused
+    as any other user is."""
+    a = spawn_as(USER_A)
+    other = spawn_as(USER_A)
+    assert start_as(USER_A, a.pid) == 0
+
+    def as_reader() -> dict[str, object]:
+        dev = Dev()
+        return {
+            "blocks": read_err(dev, uapi.READ_BLOCKS, a.pid),
+            "sites": read_err(dev, uapi.READ_SITES, a.pid),
+            "stats": dev.err(uapi.GET_STATS, uapi.Stats(pid=a.pid)),
+            "listed": sorted(p.pid for p in dev.pids()),
+            "last_start": dev.config().start_pid,
+            "stop": dev.err(uapi.SET_CONFIG, Dev.config_arg(stop_pid=a.pid)),
+            "start": dev.err(uapi.SET_CONFIG, Dev.config_arg(start_pid=other.pid)),
+        }
+
+    refused = {"blocks": errno.EPERM, "sites": errno.EPERM, "stats": errno.EPERM,
+               "listed": [], "last_start": 0, "stop": errno.EPERM, "start": errno.EPERM}
+    assert READER_GID_PARAM.read_text() == "4294967295\n"  # none by default
+    assert as_user_fn(USER_B, as_reader, groups=[READER_GID]) == refused
+    READER_GID_PARAM.write_text(f"{READER_GID}\n")
+    try:
+        assert as_user_fn(USER_B, as_reader, groups=[READER_GID]) == {
+            "blocks": 0, "sites": 0, "stats": 0, "listed": [a.pid], "last_start": a.pid,
+            "stop": errno.EPERM, "start": errno.EPERM}
+        assert as_user_fn(USER_B, as_reader) == refused
+    finally:
+        READER_GID_PARAM.write_text("4294967295\n")
+    assert a.pid in pids_of(d)
+
+
 def test_exited_entries_expire(open_dev: None, d: Dev) -> None:
     """EXITED_TTL seconds after the exit an exited entry is gone, its memory
     with it; a per-pid read postpones that."""

@@ -1,21 +1,21 @@
 """pmd as pmd.service runs it: an unprivileged user holding only the unit's
-capabilities (CAP_NET_ADMIN CAP_SYS_PTRACE, ambient and bounding, no new
-privileges), with /dev/pmm open to its group as the
-PMM_GROUP udev rule makes it. Against the real module and a hooked leaker
-run by another user (root):
+capability (CAP_NET_ADMIN, ambient and bounding, no new privileges) and its
+supplementary group, the module's reader group (reader_gid), with /dev/pmm
+open to its group as the PMM_GROUP udev rule makes it. Against the real
+module and a hooked leaker run by another user (root):
 
-- with both, pmd receives the module's events (samples in its database)
-  and keeps the leaker's sites when it exits (as test_postmortem.py checks
-  as root);
+- as the unit has it, pmd receives the module's events (samples in its
+  database) and keeps the leaker's sites when it exits (as
+  test_postmortem.py checks as root), with no CAP_SYS_PTRACE;
 - without CAP_NET_ADMIN the kernel refuses the events group and the module
   the list of the processes it monitors: pmd's listener says "cannot join
   genl family pmm (its events group needs CAP_NET_ADMIN): ... Operation not
   permitted" and "cannot ask the module which processes it monitors";
-- without CAP_SYS_PTRACE pmd records the samples, but the module does not
+- outside the reader group pmd records the samples, but the module does not
   show it the other user's exited process ("the module no longer holds it:
-  nothing kept of its sites"), nor /proc its exe.
+  nothing kept of its sites").
 
-Two pmds (both, and CAP_NET_ADMIN alone) and a listener probe
+Two pmds (the unit's, and one outside the reader group) and a listener probe
 (pmd's genl.Listener alone: a whole pmd starts slowly under TCG) run side by
 side, one leaker for all.
 """
@@ -40,7 +40,9 @@ from helpers import TOP
 from pmm.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
-UNIT_CAPS = ["net_admin", "sys_ptrace"]
+UNIT_CAPS = ["net_admin"]
+READER_GID = 4243  # the unit's SupplementaryGroups=pmm-readers, as reader_gid names it
+READER_GID_PARAM = Path("/sys/module/pmm/parameters/reader_gid")
 LEAK = TOP / "examples" / "bin" / "leak"
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 SAMPLES = "SELECT count(*) FROM samples WHERE pid = ? AND source = 'kmod'"
@@ -54,11 +56,13 @@ def unit_caps() -> list[str]:
     return [c.removeprefix("CAP_").lower() for c in line.group(1).split()]
 
 
-def capped(caps: list[str], *python_args: str) -> list[str]:
+def capped(caps: list[str], *python_args: str, reader: bool = True) -> list[str]:
     """Python as user nobody with exactly `caps` (ambient, inheritable and
-    bounding), no new privileges: what the unit's settings give pmd."""
+    bounding), in the reader group or no group, no new privileges: what the
+    unit's settings give pmd."""
     sets = ",".join(["-all", *(f"+{c}" for c in caps)])
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--no-new-privs",
+    groups = f"--groups={READER_GID}" if reader else "--clear-groups"
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", groups, "--no-new-privs",
             f"--inh-caps={sets}", f"--ambient-caps={sets}", f"--bounding-set={sets}", "--",
             sys.executable, *python_args]
 
@@ -83,11 +87,12 @@ def probe(caps: list[str]) -> subprocess.Popen[str]:
 class CappedPmd:
     """pmd as user nobody with exactly `caps`; its log in a file."""
 
-    def __init__(self, d: Path, caps: list[str]) -> None:
+    def __init__(self, d: Path, caps: list[str], reader: bool = True) -> None:
         self.db, self.log = d / "pmm.db", d / "pmd.log"
         self.f = open(self.log, "w")  # noqa: SIM115
         self.p = subprocess.Popen(
-            capped(caps, "-m", "pmd.main", "--db", str(self.db), "--commit-interval", "200ms"),
+            capped(caps, "-m", "pmd.main", "--db", str(self.db), "--commit-interval", "200ms",
+                   reader=reader),
             stderr=self.f, cwd=TOP)
 
     def text(self) -> str:
@@ -129,7 +134,7 @@ def nobodys_dir() -> Iterator[Path]:
     nobody = pwd.getpwnam("nobody")
     with tempfile.TemporaryDirectory(prefix="pmd-caps-") as d:
         os.chmod(d, 0o755)
-        for name in ("all", "no-sys-ptrace"):
+        for name in ("unit", "not-reader"):
             sub = Path(d) / name
             sub.mkdir()
             os.chown(sub, nobody.pw_uid, nobody.pw_gid)
@@ -146,8 +151,9 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
     os.chmod("/dev/pmm", 0o660)
     with Device.open() as dev:
         dev.set_config(interval_ms=100)
-    pmds = {"all": CappedPmd(nobodys_dir / "all", UNIT_CAPS),
-            "no-sys-ptrace": CappedPmd(nobodys_dir / "no-sys-ptrace", without("sys_ptrace"))}
+    READER_GID_PARAM.write_text(f"{READER_GID}\n")
+    pmds = {"unit": CappedPmd(nobodys_dir / "unit", UNIT_CAPS),
+            "not-reader": CappedPmd(nobodys_dir / "not-reader", UNIT_CAPS, reader=False)}
     leak = None
     try:
         # root's hooked leaker: another user's process, monitored from its
@@ -166,19 +172,20 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
         assert leak.stdin is not None
         leak.stdin.close()
         assert leak.wait(timeout=30) == 0
-        assert pmds["all"].wait_log(rf"pid {pid} \(leak\): kept its \d+ sites?"), \
-            pmds["all"].text() + diagnose(pmds["all"])
+        assert pmds["unit"].wait_log(rf"pid {pid} \(leak\): kept its \d+ sites?"), \
+            pmds["unit"].text() + diagnose(pmds["unit"])
         # the module shows a reader only the processes it may read: to pmd
-        # without CAP_SYS_PTRACE, root's exited process is not there
-        assert pmds["no-sys-ptrace"].wait_log(
+        # outside the reader group, root's exited process is not there
+        assert pmds["not-reader"].wait_log(
             rf"pid {pid} \(leak\): the module no longer holds it: nothing kept"), \
-            pmds["no-sys-ptrace"].text()
+            pmds["not-reader"].text()
         said = {cap: p.communicate(timeout=120) for cap, p in probes.items()}
     finally:
         if leak is not None and leak.poll() is None:
             leak.kill()
             leak.wait()
         rcs = {name: pmd.stop() for name, pmd in pmds.items()}
+        READER_GID_PARAM.write_text("4294967295\n")
     assert rcs == dict.fromkeys(pmds, 0), {n: p.text() for n, p in pmds.items()}
     # without CAP_NET_ADMIN: neither the events nor the list
     out, err = said["net_admin"]
@@ -186,15 +193,16 @@ def test_pmd_needs_exactly_the_units_capabilities(nobodys_dir: Path) -> None:
     assert re.search(r"cannot join genl family pmm \(its events group needs CAP_NET_ADMIN\): "
                      r".*Operation not permitted", err), err
     assert "cannot ask the module which processes it monitors" in err, err
-    # without CAP_SYS_PTRACE: samples, but not the sites of another user's
-    # process, nor its /proc/PID/exe
+    # outside the reader group: samples, but not the sites of another user's
+    # process; neither pmd may read its /proc/PID/exe (ptrace's), both its
+    # command line
     sites = "SELECT count(*) FROM exit_sites WHERE pid = ?"
-    assert pmds["all"].rows(sites, pid) >= 1
-    assert pmds["no-sys-ptrace"].rows(sites, pid) == 0
-    exe = "SELECT count(*) FROM processes WHERE pid = ? AND exe LIKE '%/leak'"
-    assert pmds["all"].rows(exe, pid) == 1
-    assert pmds["no-sys-ptrace"].rows(exe, pid) == 0
-    # nothing refused the user that holds both
-    assert "Operation not permitted" not in pmds["all"].text()
-    assert "could not be kept" not in pmds["all"].text()
-    assert "no longer holds" not in pmds["all"].text()
+    assert pmds["unit"].rows(sites, pid) >= 1
+    assert pmds["not-reader"].rows(sites, pid) == 0
+    seen = "SELECT count(*) FROM processes WHERE pid = ? AND exe = '' AND cmdline LIKE '%/leak -n%'"
+    assert pmds["unit"].rows(seen, pid) == 1
+    assert pmds["not-reader"].rows(seen, pid) == 1
+    # nothing refused the unit's pmd
+    assert "Operation not permitted" not in pmds["unit"].text()
+    assert "could not be kept" not in pmds["unit"].text()
+    assert "no longer holds" not in pmds["unit"].text()

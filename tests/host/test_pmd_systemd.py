@@ -32,7 +32,7 @@ from pmm import journal, sdnotify
 TOP = Path(__file__).resolve().parents[2]
 UNIT = TOP / "pmd" / "pmd.service"
 DEFAULTS = TOP / "packaging" / "pmd.default"
-MAX_EXPOSURE = 4.0
+MAX_EXPOSURE = 2.2  # what the unit scores now: a change may only lower it
 
 
 def unit_settings() -> dict[str, list[str]]:
@@ -45,7 +45,7 @@ def unit_settings() -> dict[str, list[str]]:
     return out
 
 
-def test_unit_security_exposure_is_4_or_better() -> None:
+def test_unit_security_exposure_does_not_rise() -> None:
     r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager",
                         str(UNIT)], capture_output=True, text=True, timeout=60)
     m = re.search(r"Overall exposure level for pmd\.service: ([0-9.]+) (\w+)", r.stdout)
@@ -68,11 +68,14 @@ def test_unit_verifies_clean(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
 
 
-def test_unit_runs_pmd_as_its_user_with_three_capabilities() -> None:
+def test_unit_runs_pmd_as_its_user_with_net_admin_alone() -> None:
     s = unit_settings()
     assert s["User"] == ["pmd"] and s["Group"] == ["pmm"]
     assert "DynamicUser" not in s  # /var/lib/private would hide the database from group pmm
-    caps = {"CAP_NET_ADMIN", "CAP_SYS_PTRACE"}
+    # the module's reader group, not CAP_SYS_PTRACE (which could write any process)
+    assert s["SupplementaryGroups"] == ["pmm-readers"]
+    assert "ProtectProc" not in s  # ptraceable would hide other users' /proc/PID
+    caps = {"CAP_NET_ADMIN"}
     assert set(s["AmbientCapabilities"][0].split()) == caps
     assert set(s["CapabilityBoundingSet"][0].split()) == caps
     assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"]

@@ -32,9 +32,10 @@
  * the value 42 apart from any other (a signal an attach held and sent
  * again would be one), and prints both at the end;
  * small-stack: waits for its wait line (wait AT) on a stack of 32 KiB of
- * its own (makecontext), where dlopen could run off the end;
+ * its own (makecontext), where dlopen could run off the end, once there
+ * saying "waiting on a small stack";
  * in-loader: waits for it in a callback of dl_iterate_phdr, which holds
- * the loader's lock meanwhile;
+ * the loader's lock meanwhile, saying "waiting in the loader";
  * segv-handler: installs a SIGSEGV handler (as a JVM or a crash reporter
  * does) and says at the end whether it is still there;
  * via-pointers: each round's malloc and free are called through pointers
@@ -207,10 +208,23 @@ static void wait_line(void)
 		fail("stdin");
 }
 
+/* says where it waits (a test attaches only once it is there), then waits */
+static void wait_line_at(const char *where)
+{
+	printf("waiting %s\n", where);
+	fflush(stdout);
+	wait_line();
+}
+
 static int wait_in_callback(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	wait_line();
+	wait_line_at("in the loader");
 	return 1;	/* one object is enough */
+}
+
+static void wait_line_on_small_stack(void)
+{
+	wait_line_at("on a small stack");
 }
 
 /* wait_line on a 32 KiB stack of its own, then back */
@@ -224,7 +238,7 @@ static void wait_on_small_stack(void)
 	g_small_ctx.uc_stack.ss_sp = stack;
 	g_small_ctx.uc_stack.ss_size = size;
 	g_small_ctx.uc_link = &g_main_ctx;
-	makecontext(&g_small_ctx, wait_line, 0);
+	makecontext(&g_small_ctx, wait_line_on_small_stack, 0);
 	if (swapcontext(&g_main_ctx, &g_small_ctx))
 		fail("swapcontext");
 	munmap(stack, size);

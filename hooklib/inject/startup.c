@@ -331,6 +331,7 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 {
 	char path[PATH_MAX], why[512] = "", msg[PATH_MAX + 128];
 	int e, status, result = 0, err_fd;
+	struct stat st;
 	pid_t pid;
 
 	e = find_program(argv[0], path, sizeof(path));
@@ -352,6 +353,8 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 	}
 	close(err_fd);
 	t->pid = pid;
+	t->hold_fd = status_fd >= 0 && !fstat(status_fd, &st) && S_ISSOCK(st.st_mode) ?
+		     status_fd : -1;
 	scan_objects(t);	/* dies without dlopen: EXITKILL ends the program */
 	e = attach_thread(t, pid, conf, &result, why, sizeof(why));
 	if (e == EXIT_LOAD_FAILED || e == EXIT_NO_LIBRARY) {
@@ -368,7 +371,8 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 		refuse(pid, EXIT_ATTACH_FAILED, msg);
 	}
 	if (status_fd >= 0) {
-		dprintf(status_fd, "pid %d\n", pid);
+		if (t->hold_fd < 0)
+			dprintf(status_fd, "pid %d\n", pid);
 		close(status_fd);
 		g_status_fd = -1;
 	}

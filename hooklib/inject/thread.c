@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -409,6 +410,17 @@ static int copy_to_memfd(const struct target *t, int fd, const char *name, char 
 	return ret;
 }
 
+/* "pid PID" on t->hold_fd, then the reader's answer (a byte or its end), 10 s at most */
+static void announce_and_hold(const struct target *t)
+{
+	struct pollfd p = { .fd = t->hold_fd, .events = POLLIN };
+	char c;
+
+	dprintf(t->hold_fd, "pid %d\n", t->pid);
+	if (poll(&p, 1, 10000) == 1 && read(t->hold_fd, &c, 1) < 0)
+		c = 0;	/* an error is an answer too */
+}
+
 int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,
 			 char *why, size_t why_len)
 {
@@ -487,6 +499,8 @@ out:
 	     gone == EXIT_GONE) &&
 	    !err)
 		err = EXIT_GONE;
+	if (!err && *result >= 0 && t->hold_fd >= 0)
+		announce_and_hold(t);
 	ptrace(PTRACE_DETACH, tid, 0, 0);
 	for (i = 0; i < p.n; i++)
 		syscall(SYS_tgkill, t->pid, tid, p.sig[i]);

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -198,13 +199,15 @@ def poll_delay(elapsed_s: float) -> float:
     return 0.25
 
 
-def read_status(fd: int) -> str:
-    """All pmm-inject writes on its status pipe (it closes it once the
-    command runs, or ends)."""
-    chunks = []
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(4096):
-            chunks.append(chunk)
+def read_status(sock: socket.socket) -> str:
+    """pmm-inject's status line: "pid PID" (the command then waits for our
+    answer), or a refusal (it closes the socket after it)."""
+    chunks: list[bytes] = []
+    while not chunks or not chunks[-1].endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace").strip()
 
 
@@ -234,21 +237,24 @@ def run_command(
     With injector (injector_argv's), pmm-inject starts it: the pid watched
     is the command's, the status pmm-inject's (the command's)."""
     capturer = MapsCapturer(follow_fork=follow_fork)
-    status_r = -1
+    status_sock: socket.socket | None = None
     try:
         if injector is None:
             proc = subprocess.Popen(list(argv), env=env)
         else:
-            status_r, status_w = os.pipe()
+            # a socket: the command then waits at its entry point after "pid
+            # PID" until we answer, so that even one that ends at once has its
+            # maps captured
+            status_sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                proc = subprocess.Popen([injector[0], "--status-fd", str(status_w),
+                proc = subprocess.Popen([injector[0], "--status-fd", str(theirs.fileno()),
                                          *injector[1:], "--", *argv],
-                                        env=env, pass_fds=(status_w,))
+                                        env=env, pass_fds=(theirs.fileno(),))
             except OSError:
-                os.close(status_r)
+                status_sock.close()
                 raise
             finally:
-                os.close(status_w)
+                theirs.close()
     except FileNotFoundError:
         raise CommandNotRunnable(f"{argv[0]}: command not found", 127) from None
     except PermissionError:
@@ -266,11 +272,14 @@ def run_command(
     }
     try:
         pid = proc.pid
-        if injector is not None:
-            line = read_status(status_r)
-            if not line.startswith("pid "):
-                raise injector_refusal(line, proc.wait(), argv[0])
-            pid = int(line.split()[1])
+        if status_sock is not None:
+            with status_sock:
+                line = read_status(status_sock)
+                if not line.startswith("pid "):
+                    raise injector_refusal(line, proc.wait(), argv[0])
+                pid = int(line.split()[1])
+                capturer.capture(pid)  # held at its entry point until we answer
+                status_sock.sendall(b"g")
         on_start(pid)  # the command may write to stderr before this line
         capturer.capture(pid)
         t0 = time.monotonic()

@@ -17,7 +17,7 @@
 # minimums); pip downloads the others from PyPI now, as pure-Python wheels only
 # (py3-none-any), unpacked into /usr/share/pmm/python. Installing the packages
 # needs no network, and nothing in them names a Python version: the scripts
-# start with #!/usr/bin/python3 and postinst compiles the code for whatever
+# start with #!/usr/bin/python3 -I and postinst compiles the code for whatever
 # python3 is (again when it changes: /usr/share/python3/runtime.d).
 #
 #   PMM_DEB_MAINTAINER   the Maintainer field (default: the author of HEAD)
@@ -191,8 +191,10 @@ find "$lib" -type f -exec chmod 0644 {} +
 
 for tool in pmctl:pmctl.cli pmd:pmd.main; do
 	name=${tool%%:*}
+	# -I: neither the current directory nor /usr/bin, PYTHONPATH or a user's
+	# site-packages is on sys.path (sudo pmctl imports only what is installed)
 	cat >"$work/$name" <<EOF
-#!/usr/bin/python3
+#!/usr/bin/python3 -I
 # $name, from the pmm-tools package: its code, and the libraries Debian does not
 # package in versions new enough, are in $pydir.
 import sys

@@ -108,16 +108,32 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 	else
 		python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
 	fi
+	case "$python" in
+	/*[[:space:]]* | [!/]*)
+		echo "install: PYTHON=$python: give an absolute path without spaces (it goes in the scripts' #! line)" >&2
+		exit 1 ;;
+	esac
 	pydir=$prefix/lib/pmm/python
 	"$python" -m pip install -q --upgrade --no-warn-script-location --target "$destdir$pydir" .
 	installed+=("$pydir/")
 	for tool in pmctl:pmctl.cli pmd:pmd.main; do
 		name=${tool%%:*}
 		wrapper=$(mktemp)
-		# the package's directory goes first on sys.path; the user's
-		# PYTHONPATH is left as it is
-		printf '#!/bin/sh\nexec %s -c "import sys; sys.path.insert(0, \\"%s\\"); from %s import main; sys.argv[0] = \\"%s\\"; sys.exit(main())" "$@"\n' \
-			"$python" "$pydir" "${tool#*:}" "$name" >"$wrapper"
+		# Scripts, as the Debian package installs them. -I: neither the current
+		# directory nor the script's, PYTHONPATH or a user's site-packages is on
+		# sys.path, so `sudo pmctl` run where a user left a dataclasses.py, or
+		# with a user's environment, imports only the installed code.
+		cat >"$wrapper" <<EOF
+#!$python -I
+# $name, from pmm's make install: its code, and the libraries it needs, are in
+# $pydir.
+import sys
+
+sys.path.insert(0, "$pydir")
+from ${tool#*:} import main  # noqa: E402
+
+sys.exit(main())
+EOF
 		put 0755 "$wrapper" "$prefix/bin/$name"
 		rm -f "$wrapper"
 	done

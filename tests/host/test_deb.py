@@ -187,7 +187,7 @@ def test_pmm_tools_is_pure_and_names_no_python_version(unpacked: Path) -> None:
     assert [p for p in searched if b"python3.1" in p.read_bytes()] == []
     for tool in ("pmctl", "pmd"):
         script = (unpacked / "usr/bin" / tool).read_text()
-        assert script.startswith("#!/usr/bin/python3\n")
+        assert script.startswith("#!/usr/bin/python3 -I\n")
         assert f'sys.path.insert(0, "/{PYDIR}")' in script
 
 
@@ -237,6 +237,26 @@ print(sys.modules["typer"].__file__)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["/usr/lib/python3/dist-packages/pygments/__init__.py",
                                      f"{unpacked / PYDIR}/typer/__init__.py"]
+
+
+def test_packaged_tools_import_nothing_from_the_current_directory(unpacked: Path,
+                                                                  tmp_path: Path) -> None:
+    # `sudo pmctl` where a user left modules, and with that user's PYTHONPATH
+    # (sudo -E): run as themselves (their #! line), the scripts import only
+    # the packaged code and Debian's
+    from test_install import poisoned_directory
+
+    bad = poisoned_directory(tmp_path / "user")
+    (tmp_path / "bin").mkdir()
+    for tool in ("pmctl", "pmd"):
+        copy = tmp_path / "bin" / tool
+        copy.write_text((unpacked / "usr/bin" / tool).read_text()
+                        .replace(f"/{PYDIR}", str(unpacked / PYDIR)))
+        copy.chmod(0o755)
+        r = subprocess.run([str(copy), "--version"], capture_output=True, text=True, cwd=bad,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(bad)}, timeout=60)
+        assert not (bad / "ran").exists(), (tool, (bad / "ran").read_text())
+        assert (r.returncode, r.stdout, r.stderr) == (0, f"{tool} {VERSION}\n", ""), r
 
 
 def samples_in(db: Path) -> int:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,13 +62,9 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
         assert line in unit
     assert (stage / "etc/default/pmd").read_text().count("PMD_OPTS=") >= 1
     wrapper = (stage / "usr/local/bin/pmctl").read_text()
-    assert 'sys.path.insert(0, \\"/usr/local/lib/pmm/python\\")' in wrapper
-    assert "PYTHONPATH" not in wrapper  # the user's own is kept
+    assert 'sys.path.insert(0, "/usr/local/lib/pmm/python")' in wrapper
     assert_anyone_may_run(wrapper)
-    # The wrapper names its final path; run its command with the staged tree instead.
-    staged = wrapper.replace("/usr/local/lib/pmm/python", str(stage / "usr/local/lib/pmm/python"))
-    out = subprocess.run(["sh", "-c", staged.split("\n", 1)[1], "pmctl", "--help"],
-                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    out = run_staged(stage, "/usr/local", "pmctl", "--help", bin_dir=tmp_path / "bin")
     assert out.returncode == 0, out.stderr
     assert "start" in out.stdout and "trend" in out.stdout
 
@@ -125,7 +122,7 @@ def assert_anyone_may_run(wrapper: str) -> None:
     """The wrapper's interpreter is a file every user may execute, reached
     through directories every user may enter (not a pyenv shim or a venv
     under root's 0700 home), so the pmm group's members can run the tools."""
-    interpreter = Path(wrapper.split("\n")[1].split()[1])
+    interpreter = Path(wrapper.split("\n")[0].removeprefix("#!").split()[0])
     assert interpreter.is_absolute(), wrapper
     real = interpreter.resolve()
     assert real.stat().st_mode & 0o001, real
@@ -133,15 +130,52 @@ def assert_anyone_may_run(wrapper: str) -> None:
         assert d.stat().st_mode & 0o001, d
 
 
-def staged_tool(stage: Path, tool: str, *args: str, env: dict[str, str] | None = None
-                ) -> subprocess.CompletedProcess[str]:
-    """The installed wrapper's command, with the staged tree for its final path."""
-    wrapper = (stage / "usr/bin" / tool).read_text()
-    assert 'sys.path.insert(0, \\"/usr/lib/pmm/python\\")' in wrapper
-    staged = wrapper.replace("/usr/lib/pmm/python", str(stage / "usr/lib/pmm/python"))
-    return subprocess.run(["sh", "-c", staged.split("\n", 1)[1], tool, *args],
-                          capture_output=True, text=True,
+def run_staged(stage: Path, prefix: str, tool: str, *args: str, bin_dir: Path,
+               env: dict[str, str] | None = None, cwd: Path | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """The installed script run as itself (its #! line), from a copy in
+    bin_dir that names the staged tree instead of its final path."""
+    script = (stage / prefix.lstrip("/") / "bin" / tool).read_text()
+    pydir = f"{prefix}/lib/pmm/python"
+    assert f'sys.path.insert(0, "{pydir}")' in script
+    bin_dir.mkdir(exist_ok=True)
+    copy = bin_dir / tool
+    copy.write_text(script.replace(pydir, str(stage / pydir.lstrip("/"))))
+    copy.chmod(0o755)
+    return subprocess.run([str(copy), *args], capture_output=True, text=True, cwd=cwd,
                           env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=60)
+
+
+def staged_tool(stage: Path, tool: str, *args: str, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed wrapper (PREFIX=/usr), with the staged tree for its final path."""
+    with tempfile.TemporaryDirectory() as d:
+        return run_staged(stage, "/usr", tool, *args, bin_dir=Path(d), env=env, cwd=cwd)
+
+
+# modules the interpreter or pmctl imports, as a user may leave them in a directory
+POISON = ("dataclasses", "typing", "json", "enum", "pathlib", "typer", "pmm", "pmctl")
+
+
+def poisoned_directory(d: Path) -> Path:
+    """A directory whose every module writes d/ran (its name) when imported:
+    the marker says whether root ran a user's file."""
+    d.mkdir()
+    for name in POISON:
+        (d / f"{name}.py").write_text(
+            f"open({str(d / 'ran')!r}, 'a').write({name!r} + '\\n')\n")
+    return d
+
+
+def test_installed_tools_import_nothing_from_the_current_directory(
+        staged_usr: Path, tmp_path: Path) -> None:
+    # `sudo pmctl` where a user left modules, and with that user's PYTHONPATH
+    # (sudo -E): the scripts import the installed code only
+    bad = poisoned_directory(tmp_path / "user")
+    for tool in ("pmctl", "pmd"):
+        r = staged_tool(staged_usr, tool, "--version", env={"PYTHONPATH": str(bad)}, cwd=bad)
+        assert not (bad / "ran").exists(), (tool, (bad / "ran").read_text())
+        assert (r.returncode, r.stdout.split()[0], r.stderr) == (0, tool, ""), r
 
 
 def test_installed_pmctl_run_finds_the_installed_hook(staged_usr: Path, tmp_path: Path) -> None:
@@ -213,3 +247,4 @@ def test_uninstall_without_install_says_so(tmp_path: Path) -> None:
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "pmm is not installed there" in r.stderr
+

@@ -69,9 +69,13 @@ pkg_control() {
 		-e "s|@INSTALLED_SIZE@|$size|g" -e "s|@DEPENDS@|$3|g" \
 		"packaging/deb/$1.control" >"$2/DEBIAN/control"
 }
-# pkg_script NAME ROOT KIND: a maintainer script (postinst, prerm, postrm)
+# pkg_script NAME ROOT KIND: a maintainer script (postinst, prerm, postrm);
+# an @ACCOUNTS@ line becomes scripts/accounts.sh (shared with make install)
 pkg_script() {
-	sed "s|@VERSION@|$version|g" "packaging/deb/$1.$3" >"$2/DEBIAN/$3"
+	sed -e "s|@VERSION@|$version|g" -e '/^@ACCOUNTS@$/{r scripts/accounts.sh' -e 'd;}' \
+		"packaging/deb/$1.$3" >"$2/DEBIAN/$3"
+	! grep -q '@[A-Z]\+@' "$2/DEBIAN/$3" ||
+		{ echo "build-deb: packaging/deb/$1.$3: a placeholder is left" >&2; exit 1; }
 	chmod 0755 "$2/DEBIAN/$3"
 	sh -n "$2/DEBIAN/$3"
 }

@@ -7,7 +7,9 @@
 #             pmm, as in the Debian package: the udev rule makes /dev/pmm root:pmm
 #             0660 so pmd, which the unit runs as user pmd of group pmm, can open
 #             it; the group is created empty, so only pmd is in it). Created as a
-#             system group when installing to the real system if missing.
+#             system group when installing to the real system if missing; an
+#             existing one (and an existing user pmd) must be a system account
+#             in /etc/group (/etc/passwd), else nothing is installed.
 #   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
 #   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
 #   PMM_KO    the module file to install (default kmod/pmm.ko)
@@ -53,6 +55,23 @@ ko=${PMM_KO:-kmod/pmm.ko}
 for f in "$ko" hooklib/libpmmhook.so hooklib/pmm-inject hooklib/pmm_hooks.h; do
 	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
 done
+# /dev/pmm's group, and pmd's user (the unit runs pmd as user pmd, group
+# pmm): created as system accounts when missing, adopted only when they are
+# system accounts of this machine (scripts/accounts.sh). Checked before
+# anything is installed: a refusal changes nothing.
+group=${PMM_GROUP:-pmm}
+with_unit=0
+[ "${PMM_INSTALL_PYTHON:-1}" != 0 ] && [ -f pmd/pmd.service ] && with_unit=1
+if [ -z "$destdir" ]; then
+	. scripts/accounts.sh
+	refused=$(pmm_account_refusal group "$group")
+	[ $with_unit = 1 ] && [ -z "$refused" ] && refused=$(pmm_account_refusal passwd pmd)
+	if [ -n "$refused" ]; then
+		echo "install: $refused; nothing was installed" >&2
+		exit 1
+	fi
+fi
+
 installed=()
 put() { # put MODE SRC DEST (DEST relative to DESTDIR)
 	install -D -m "$1" "$2" "$destdir$3"
@@ -84,7 +103,6 @@ put 0644 README.md "$prefix/share/doc/pmm/README.md"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 
 # /dev/pmm's group: pmd (user pmd, group pmm in the unit) must open it
-group=${PMM_GROUP:-pmm}
 if [ -z "$destdir" ] && ! getent group "$group" >/dev/null; then
 	groupadd --system "$group"
 fi

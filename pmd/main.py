@@ -9,7 +9,8 @@ Exit status: 0 after SIGTERM/SIGINT with everything written; 1 if a --pid
 names no process, the database cannot be opened, the metrics endpoint cannot
 listen (port in use, no such address) or its textfile cannot be written, or
 the last rows could not be written; 2 bad arguments (nothing to watch, a
-malformed --metrics, an unknown --pprof-allow-user included). pmd has no exit
+malformed --metrics or --metrics-host, an unknown --pprof-allow-user
+included). pmd has no exit
 status of its own for a missing pid (pmctl's 5): a daemon's callers tell
 only success, failure and misuse apart.
 """
@@ -205,6 +206,14 @@ def pmd(
         "it a profile names a process's call sites only to root and the process's owner "
         "connecting over loopback (the user is read from the kernel's socket table).")]
         = None,
+    metrics_host: Annotated[list[str] | None, typer.Option(
+        "--metrics-host", metavar="NAME[:PORT]", show_default=False,
+        help="Also answer requests that name pmd NAME (a DNS name or an address; with "
+        "pmd's port unless given), e.g. the name Prometheus scrapes it by; repeat for more. "
+        "Without it pmd answers only requests for its --metrics address (when that is "
+        "0.0.0.0 or [::], the address connected to) and, over loopback, localhost: other "
+        "Host headers get 421, so a web page whose DNS name was rebound to pmd's address "
+        "reads nothing.")] = None,
     no_genl: Annotated[bool, typer.Option(
         "--no-genl", help="Do not listen to the module's events (generic netlink); "
         "sample only the --pid processes.")] = False,
@@ -232,6 +241,13 @@ def pmd(
         except ValueError as e:
             err(f"--metrics: {e} (see `pmd --help`)")
             raise typer.Exit(USAGE) from None
+    from pmm.metrics import parse_host
+
+    try:
+        host_names = frozenset(parse_host(h) for h in metrics_host or [])
+    except ValueError as e:
+        err(f"--metrics-host: {e} (see `pmd --help`)")
+        raise typer.Exit(USAGE) from None
     drop_ambient_capabilities()
     handler = setup_logging(verbose)
     explicit = db is not None or bool(os.environ.get("PMM_DB"))
@@ -240,7 +256,7 @@ def pmd(
                    commit_interval=commit_interval, detect_every=detect_every,
                    window=window, genl=not no_genl, max_pending=max_pending,
                    metrics_address=address, metrics_textfile=metrics_textfile,
-                   pprof_allow_uids=allowed)
+                   pprof_allow_uids=allowed, metrics_host_names=host_names)
     try:
         rc = serve(opts, create_parents=not explicit)
     finally:

@@ -17,7 +17,7 @@
 # minimums); pip downloads the others from PyPI now, as pure-Python wheels only
 # (py3-none-any), unpacked into /usr/share/pmm/python. Installing the packages
 # needs no network, and nothing in them names a Python version: the scripts
-# start with #!/usr/bin/python3 and postinst compiles the code for whatever
+# start with #!/usr/bin/python3 -I and postinst compiles the code for whatever
 # python3 is (again when it changes: /usr/share/python3/runtime.d).
 #
 #   PMM_DEB_MAINTAINER   the Maintainer field (default: the author of HEAD)
@@ -69,9 +69,13 @@ pkg_control() {
 		-e "s|@INSTALLED_SIZE@|$size|g" -e "s|@DEPENDS@|$3|g" \
 		"packaging/deb/$1.control" >"$2/DEBIAN/control"
 }
-# pkg_script NAME ROOT KIND: a maintainer script (postinst, prerm, postrm)
+# pkg_script NAME ROOT KIND: a maintainer script (postinst, prerm, postrm);
+# an @ACCOUNTS@ line becomes scripts/accounts.sh (shared with make install)
 pkg_script() {
-	sed "s|@VERSION@|$version|g" "packaging/deb/$1.$3" >"$2/DEBIAN/$3"
+	sed -e "s|@VERSION@|$version|g" -e '/^@ACCOUNTS@$/{r scripts/accounts.sh' -e 'd;}' \
+		"packaging/deb/$1.$3" >"$2/DEBIAN/$3"
+	! grep -q '@[A-Z]\+@' "$2/DEBIAN/$3" ||
+		{ echo "build-deb: packaging/deb/$1.$3: a placeholder is left" >&2; exit 1; }
 	chmod 0755 "$2/DEBIAN/$3"
 	sh -n "$2/DEBIAN/$3"
 }
@@ -191,8 +195,10 @@ find "$lib" -type f -exec chmod 0644 {} +
 
 for tool in pmctl:pmctl.cli pmd:pmd.main; do
 	name=${tool%%:*}
+	# -I: neither the current directory nor /usr/bin, PYTHONPATH or a user's
+	# site-packages is on sys.path (sudo pmctl imports only what is installed)
 	cat >"$work/$name" <<EOF
-#!/usr/bin/python3
+#!/usr/bin/python3 -I
 # $name, from the pmm-tools package: its code, and the libraries Debian does not
 # package in versions new enough, are in $pydir.
 import sys

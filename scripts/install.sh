@@ -7,7 +7,9 @@
 #             pmm, as in the Debian package: the udev rule makes /dev/pmm root:pmm
 #             0660 so pmd, which the unit runs as user pmd of group pmm, can open
 #             it; the group is created empty, so only pmd is in it). Created as a
-#             system group when installing to the real system if missing.
+#             system group when installing to the real system if missing; an
+#             existing one (and an existing user pmd) must be a system account
+#             in /etc/group (/etc/passwd), else nothing is installed.
 #   PMM_DKMS=0        copy pmm.ko into /lib/modules/KVER/extra instead of DKMS
 #   PMM_INSTALL_PYTHON=0  skip pmctl/pmd (the module, library, headers, rules only)
 #   PMM_KO    the module file to install (default kmod/pmm.ko)
@@ -53,6 +55,23 @@ ko=${PMM_KO:-kmod/pmm.ko}
 for f in "$ko" hooklib/libpmmhook.so hooklib/pmm-inject hooklib/pmm_hooks.h; do
 	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
 done
+# /dev/pmm's group, and pmd's user (the unit runs pmd as user pmd, group
+# pmm): created as system accounts when missing, adopted only when they are
+# system accounts of this machine (scripts/accounts.sh). Checked before
+# anything is installed: a refusal changes nothing.
+group=${PMM_GROUP:-pmm}
+with_unit=0
+[ "${PMM_INSTALL_PYTHON:-1}" != 0 ] && [ -f pmd/pmd.service ] && with_unit=1
+if [ -z "$destdir" ]; then
+	. scripts/accounts.sh
+	refused=$(pmm_account_refusal group "$group")
+	[ $with_unit = 1 ] && [ -z "$refused" ] && refused=$(pmm_account_refusal passwd pmd)
+	if [ -n "$refused" ]; then
+		echo "install: $refused; nothing was installed" >&2
+		exit 1
+	fi
+fi
+
 installed=()
 put() { # put MODE SRC DEST (DEST relative to DESTDIR)
 	install -D -m "$1" "$2" "$destdir$3"
@@ -84,7 +103,6 @@ put 0644 README.md "$prefix/share/doc/pmm/README.md"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"
 
 # /dev/pmm's group: pmd (user pmd, group pmm in the unit) must open it
-group=${PMM_GROUP:-pmm}
 if [ -z "$destdir" ] && ! getent group "$group" >/dev/null; then
 	groupadd --system "$group"
 fi
@@ -108,16 +126,32 @@ if [ "${PMM_INSTALL_PYTHON:-1}" != 0 ]; then
 	else
 		python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
 	fi
+	case "$python" in
+	/*[[:space:]]* | [!/]*)
+		echo "install: PYTHON=$python: give an absolute path without spaces (it goes in the scripts' #! line)" >&2
+		exit 1 ;;
+	esac
 	pydir=$prefix/lib/pmm/python
 	"$python" -m pip install -q --upgrade --no-warn-script-location --target "$destdir$pydir" .
 	installed+=("$pydir/")
 	for tool in pmctl:pmctl.cli pmd:pmd.main; do
 		name=${tool%%:*}
 		wrapper=$(mktemp)
-		# the package's directory goes first on sys.path; the user's
-		# PYTHONPATH is left as it is
-		printf '#!/bin/sh\nexec %s -c "import sys; sys.path.insert(0, \\"%s\\"); from %s import main; sys.argv[0] = \\"%s\\"; sys.exit(main())" "$@"\n' \
-			"$python" "$pydir" "${tool#*:}" "$name" >"$wrapper"
+		# Scripts, as the Debian package installs them. -I: neither the current
+		# directory nor the script's, PYTHONPATH or a user's site-packages is on
+		# sys.path, so `sudo pmctl` run where a user left a dataclasses.py, or
+		# with a user's environment, imports only the installed code.
+		cat >"$wrapper" <<EOF
+#!$python -I
+# $name, from pmm's make install: its code, and the libraries it needs, are in
+# $pydir.
+import sys
+
+sys.path.insert(0, "$pydir")
+from ${tool#*:} import main  # noqa: E402
+
+sys.exit(main())
+EOF
 		put 0755 "$wrapper" "$prefix/bin/$name"
 		rm -f "$wrapper"
 	done

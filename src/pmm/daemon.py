@@ -319,6 +319,8 @@ class Options:
     metrics_address: tuple[str, int] | None = None  # HTTP endpoint (pmm.metrics)
     metrics_textfile: Path | None = None  # node_exporter textfile
     pprof_allow_uids: frozenset[int] = frozenset()  # may read every process's profile
+    # names requests may give the endpoint in Host (pmm.metrics.parse_host's)
+    metrics_host_names: frozenset[tuple[str, int | None]] = frozenset()
 
 
 class Daemon:
@@ -1019,7 +1021,7 @@ def serve(opts: Options, create_parents: bool = False) -> int:
 
         # bound before the database is opened: a port in use is said at once
         exporter = Exporter(opts.metrics_address, opts.metrics_textfile,
-                            opts.pprof_allow_uids)
+                            opts.pprof_allow_uids, host_names=opts.metrics_host_names)
     try:
         store = Store.open(opts.db, create_parents=create_parents)
     except BaseException:

@@ -7,7 +7,11 @@ loop and the HTTP thread share no mutable state. Per scrape the HTTP thread
 also reads MemAvailable and the module's counters (PMM_GET_CONFIG, cached
 for a second).
 
-Endpoints (`MetricsServer`, one thread per request):
+Endpoints (`MetricsServer`, one thread per connection). Every request must
+name pmd in its Host header (its address, localhost over loopback, or a
+--metrics-host name; else 421), so a web page whose DNS name was rebound to
+pmd's address reads nothing. Connections are capped per peer: its uid, from
+the kernel's socket table, or its address when remote (see verify_request).
 
 - GET /metrics: Prometheus text, or OpenMetrics when the Accept header asks
   (prometheus_client's content negotiation). Open to whoever can connect:
@@ -32,8 +36,9 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import socket
-import sys
+import struct
 import tempfile
 import threading
 import time
@@ -64,7 +69,11 @@ CONFIG_CACHE_S = 1.0  # the module's counters are read at most this often
 REQUEST_TIMEOUT_S = 30.0  # a client that sends nothing is let go
 HEADER_DEADLINE_S = 10.0  # the request line and headers must all arrive within this
 MAX_CONNECTIONS = 16  # connections served at once; more are closed at once
+RESERVED_CONNECTIONS = 4  # of those, the last free ones: root's and allowed users' only
+PEER_CONNECTIONS = 4  # at once from one other user, or from one remote address
+REMOTE_CONNECTIONS = 8  # at once from all remote addresses together
 ALLOW_OPTION = "--pprof-allow-user"
+HOST_OPTION = "--metrics-host"
 
 # the detector's verdicts (pmm.trend.Verdict values) as label values
 VERDICT_LABELS = {"LEAK": "leak", "GROWING": "growing", "STABLE": "stable",
@@ -161,69 +170,79 @@ def process_owner(pid: int, proc: str = "/proc") -> int | None:
     return owner
 
 
-def _proc_net_words(raw: bytes, port: int) -> str:
-    """An address as /proc/net/tcp* prints it: each 32-bit word in the
-    machine's byte order, then the port."""
-    words = "".join(f"{int.from_bytes(raw[i:i + 4], sys.byteorder):08X}"
-                    for i in range(0, len(raw), 4))
-    return f"{words}:{port:04X}"
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+INET_DIAG_NOCOOKIE = 0xFFFFFFFF
+TCP_LIVE_STATES = {1, 4, 5}  # established, fin-wait 1 and 2 (not time-wait: uid 0)
+DIAG_TIMEOUT_S = 1.0  # the kernel answers at once; this only bounds a surprise
+_diag_failed = False
 
 
-def _proc_net_forms(addr: str, port: int) -> dict[str, str]:
-    """The address as each socket table that may list it prints it: an IPv4
-    (or IPv4-mapped) address in tcp as IPv4 and in tcp6 IPv4-mapped (an IPv6
-    socket connected to ::ffff:a.b.c.d); an IPv6 one in tcp6 only."""
-    ip = ipaddress.ip_address(addr)
+def _plain(addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address, an IPv4-mapped IPv6 one as IPv4."""
+    ip = ipaddress.ip_address(addr.partition("%")[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if isinstance(ip, ipaddress.IPv4Address):
-        mapped = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)
-        return {"tcp": _proc_net_words(ip.packed, port),
-                "tcp6": _proc_net_words(mapped.packed, port)}
-    return {"tcp6": _proc_net_words(ip.packed, port)}
+        return ip.ipv4_mapped
+    return ip
 
 
-TCP_LIVE_STATES = {"01", "04", "05"}  # established, fin-wait 1 and 2 (not time-wait: uid 0)
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
-def peer_uid(local: tuple[str, int], peer: tuple[str, int],
-             proc_net: str = "/proc/net") -> int | None:
-    """The uid owning the other end of a local TCP connection: the kernel's
-    socket table row whose local address is `peer` and remote `local`, with
-    a live socket (an inode; not time-wait, whose uid reads 0). None when
-    not found or ambiguous."""
-    peer_forms = _proc_net_forms(*peer)
-    local_forms = _proc_net_forms(*local)
-    uids: set[int] = set()
-    found = False
-    for table, want_local in peer_forms.items():
-        want_remote = local_forms.get(table)
-        if want_remote is None:
-            continue
-        try:
-            with open(f"{proc_net}/{table}") as f:
-                found = True
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) < 10 or fields[1] != want_local or \
-                            fields[2] != want_remote:
-                        continue
-                    if fields[3] in TCP_LIVE_STATES and fields[9] != "0":
-                        uids.add(int(fields[7]))
-        except OSError:
-            continue
-    if not found:
+def peer_uid(local: tuple[str, int], peer: tuple[str, int]) -> int | None:
+    """The uid owning the other end of a local TCP connection: the socket
+    whose local address is `peer` and remote `local`, found by the kernel's
+    exact lookup in its socket table (sock_diag; one hash lookup, where
+    reading /proc/net/tcp walks every bucket: 20 ms here), when it is live
+    (established or closing, with an inode; not time-wait, whose uid reads
+    0). None when there is no such socket (a remote peer) or it cannot be
+    asked."""
+    peer_ip, local_ip = _plain(peer[0]), _plain(local[0])
+    if peer_ip.version != local_ip.version:  # no TCP connection joins them
         return None
-    return uids.pop() if len(uids) == 1 else None
+    family = socket.AF_INET if peer_ip.version == 4 else socket.AF_INET6
+    # inet_diag_sockid: ports and addresses in network order (IPv4 in the
+    # first word), no interface, no cookie
+    sockid = struct.pack("!HH", peer[1], local[1]) + peer_ip.packed.ljust(16, b"\0") + \
+        local_ip.packed.ljust(16, b"\0") + struct.pack("=III", 0, INET_DIAG_NOCOOKIE,
+                                                         INET_DIAG_NOCOOKIE)
+    request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
+    header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
+            s.settimeout(DIAG_TIMEOUT_S)
+            s.sendto(header + request, (0, 0))
+            reply = s.recv(8192)
+    except OSError as e:
+        global _diag_failed
+        if not _diag_failed:  # once: every connection would say it
+            log.warning("metrics endpoint: the kernel's socket table cannot be asked "
+                        "(sock_diag: %s): local users are not told apart, and profiles are "
+                        "refused", e.strerror or e)
+        _diag_failed = True
+        return None
+    # nlmsghdr, then inet_diag_msg: family, state, timer, retrans, the
+    # sockid (48 bytes), expires, rqueue, wqueue, uid, inode
+    if len(reply) < 16 + 72 or struct.unpack_from("=H", reply, 4)[0] != SOCK_DIAG_BY_FAMILY:
+        return None  # NLMSG_ERROR: no such socket (ENOENT)
+    state = reply[16 + 1]
+    sport, dport = struct.unpack_from("!HH", reply, 16 + 4)
+    uid, inode = struct.unpack_from("=II", reply, 16 + 4 + 48 + 12)
+    if (sport, dport) != (peer[1], local[1]) or state not in TCP_LIVE_STATES or inode == 0:
+        return None
+    return int(uid)
 
 
 def is_loopback(addr: str) -> bool:
     """Whether the address is a loopback one (IPv4-mapped included)."""
-    ip = ipaddress.ip_address(addr)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+    return _plain(addr).is_loopback
 
 
 def refusal(uid: int | None, peer_addr: str, owner: int | None,
@@ -491,6 +510,40 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+LOCALHOST = "localhost"
+
+
+def parse_host(text: str) -> tuple[str, int | None]:
+    """'NAME', 'NAME:PORT', an IP address, or '[IPV6]' with or without
+    ':PORT' (a Host header's forms) as (name lowercased or the address in
+    its normal form, port or None). ValueError says what is wrong."""
+    rest = text.strip().lower()
+    port: int | None = None
+    if rest.startswith("["):
+        address, bracket, tail = rest[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise ValueError(f"{text!r}: an IPv6 address goes in brackets, e.g. [::1]:9466")
+        rest, port_text = address, tail[1:] if tail else None
+    elif rest.count(":") == 1:
+        rest, _, port_text = rest.partition(":")
+    elif ":" in rest:
+        raise ValueError(f"{text!r}: put an IPv6 address in brackets, e.g. [::1]:9466")
+    else:
+        port_text = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+            raise ValueError(f"{text!r}: the port is a number from 1 to 65535")
+        port = int(port_text)
+    try:
+        return str(ipaddress.ip_address(rest)), port
+    except ValueError:
+        pass
+    if text.strip().startswith("[") or len(rest) > 253 or not HOST_NAME.fullmatch(rest):
+        raise ValueError(f"{text!r}: not a host name or an IP address")
+    return rest, port
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: MetricsServer
     timeout = REQUEST_TIMEOUT_S
@@ -514,7 +567,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         ok = super().parse_request()
         self.headers_read.set()
         self.deadline.cancel()
-        return ok
+        if not ok:
+            return False
+        # before anything is read for the request: its Host must be pmd's
+        if not self.path.startswith("/"):  # an absolute URL names its own host
+            self._text(400, "give the path alone, e.g. GET /metrics")
+            return False
+        why = self.server.host_refusal(self.headers.get_all("Host") or [],
+                                       str(self.connection.getsockname()[0]))
+        if why is not None:
+            self._text(*why)
+            return False
+        return True
 
     def finish(self) -> None:
         self.deadline.cancel()
@@ -613,13 +677,16 @@ class MetricsServer(http.server.ThreadingHTTPServer):
     # accepted to be closed, not left in the kernel's queue
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
-                 snapshot: Callable[[], Snapshot], allowed_uids: frozenset[int]) -> None:
+                 snapshot: Callable[[], Snapshot], allowed_uids: frozenset[int],
+                 host_names: frozenset[tuple[str, int | None]] = frozenset()) -> None:
         self.registry = registry
         self.snapshot = snapshot
         self.allowed_uids = allowed_uids
         self.request_deadline = HEADER_DEADLINE_S
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.active = 0  # connections being served (at most MAX_CONNECTIONS)
+        self.remote = 0  # of those, from remote addresses
+        self.by_peer: dict[str, int] = {}  # connections of each peer (peer_key)
+        self.peer_of: dict[socket.socket, str] = {}
         self.active_lock = threading.Lock()
         self.profile_lock = threading.Lock()  # one heap profile built at a time
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -637,24 +704,114 @@ class MetricsServer(http.server.ThreadingHTTPServer):
                    errno.EADDRNOTAVAIL: "no such address on this machine",
                    errno.EACCES: "permission denied"}.get(e.errno or 0, e.strerror)
             raise MetricsError(f"--metrics {shown}: cannot listen: {why}") from None
+        self.port = int(self.server_address[1])
+        self.bound = _plain(str(self.server_address[0]))
+        # a name --metrics gave (it resolved to the bound address) is pmd's too
+        with contextlib.suppress(ValueError):
+            name = parse_host(host)[0]
+            if not _is_address(name):
+                host_names |= {(name, None)}
+        self.host_names = host_names
         self.thread: threading.Thread | None = None
+
+    # -- which Host a request may name (DNS rebinding) --
+
+    def host_refusal(self, values: list[str], local: str) -> tuple[int, str] | None:
+        """Why a request whose Host headers are `values`, received on the
+        local address `local`, is not answered: (status, one line); None
+        when its Host is pmd's: the bound address and port (when bound to
+        every address, the one the connection came to), localhost,
+        127.0.0.1 or [::1] with the port over loopback, or a --metrics-host
+        name. A web page whose DNS name was rebound to pmd's address sends
+        that name, and is refused before anything is read."""
+        if len(values) != 1:
+            return 400, "give one Host header: pmd's address, e.g. Host: 127.0.0.1:9466"
+        try:
+            host, port = parse_host(values[0])
+        except ValueError:
+            return 400, "the Host header is not HOST or HOST:PORT"
+        if port is None:
+            port = 80  # what a client that leaves the port out connects to
+        if (host, port) in self.host_names or \
+                (port == self.port and (host, None) in self.host_names):
+            return None
+        arrived = _plain(local)
+        try:
+            ip = _plain(host)
+        except ValueError:
+            ip = None
+        if port == self.port:
+            if ip is None and host == LOCALHOST and arrived.is_loopback:
+                return None
+            # bound to every address (0.0.0.0, [::]): the one the connection came to
+            if ip is not None and ip == (arrived if self.bound.is_unspecified else self.bound):
+                return None
+            if ip is not None and arrived.is_loopback and ip.is_loopback:
+                return None
+        return 421, (f"this Host is not pmd's: pmd answers requests for its address "
+                     f"({self.url_host()}), localhost over loopback, and names given with "
+                     f"{HOST_OPTION}")
+
+    # -- connection slots --
+
+    def peer_key(self, request: socket.socket, peer: tuple[str, int]) -> tuple[str, bool]:
+        """Whose connection it is, for the caps: ("uid N", whether N is root
+        or an allowed user) for a local peer (found in the kernel's socket
+        table, whatever address it came to), ("address A", False) for a
+        remote one."""
+        with contextlib.suppress(OSError):
+            uid = peer_uid(request.getsockname()[:2], peer)
+            if uid is not None:
+                return f"uid {uid}", uid == 0 or uid in self.allowed_uids
+        if is_loopback(peer[0]):
+            return "uid unknown", False  # gone already, or not found
+        return f"address {_plain(peer[0])}", False
+
+    def _no_slot(self, key: str, privileged: bool) -> str | None:
+        """Why a new connection of `key` gets no slot now (None: it does)."""
+        if self.active >= MAX_CONNECTIONS:
+            return f"{MAX_CONNECTIONS} connections already"
+        if privileged:
+            return None
+        if self.active >= MAX_CONNECTIONS - RESERVED_CONNECTIONS:
+            return (f"{self.active} connections: the last {RESERVED_CONNECTIONS} are kept "
+                    f"for root and {ALLOW_OPTION} users")
+        if self.by_peer.get(key, 0) >= PEER_CONNECTIONS:
+            return f"{PEER_CONNECTIONS} connections of this peer already"
+        if key.startswith("address ") and self.remote >= REMOTE_CONNECTIONS:
+            return f"{REMOTE_CONNECTIONS} remote connections already"
+        return None
 
     def verify_request(self, request: socket.socket | tuple[bytes, socket.socket],
                        client_address: tuple[str, int] | str) -> bool:
-        """Whether a connection slot is free (taken here; else socketserver
-        closes the connection at once)."""
-        if not self.slots.acquire(blocking=False):
-            log.debug("metrics endpoint: %d connections already, %s refused",
-                      MAX_CONNECTIONS, client_address)
-            return False
+        """Whether the connection gets a slot (taken here; else socketserver
+        closes it at once): at most MAX_CONNECTIONS in all, the last
+        RESERVED_CONNECTIONS for root and the allowed users only, and at
+        most PEER_CONNECTIONS of any other user or remote address, and
+        REMOTE_CONNECTIONS of all remote ones: one user cannot take every
+        slot."""
+        assert isinstance(request, socket.socket) and isinstance(client_address, tuple)
+        key, privileged = self.peer_key(request, client_address[:2])
         with self.active_lock:
-            self.active += 1
-        return True
+            why = self._no_slot(key, privileged)
+            if why is None:
+                self.active += 1
+                self.remote += key.startswith("address ")
+                self.by_peer[key] = self.by_peer.get(key, 0) + 1
+                self.peer_of[request] = key
+        if why is not None:
+            log.debug("metrics endpoint: %s refused (%s): %s", client_address[0], key, why)
+        return why is None
 
-    def _release(self) -> None:
+    def _release(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
+        assert isinstance(request, socket.socket)
         with self.active_lock:
+            key = self.peer_of.pop(request)
             self.active -= 1
-        self.slots.release()
+            self.remote -= key.startswith("address ")
+            self.by_peer[key] -= 1
+            if not self.by_peer[key]:
+                del self.by_peer[key]
 
     def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
                         client_address: tuple[str, int] | str) -> None:
@@ -662,7 +819,7 @@ class MetricsServer(http.server.ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._release()  # no thread started: its slot is free again
+            self._release(request)  # no thread started: its slot is free again
             raise
 
     def process_request_thread(self, request: socket.socket | tuple[bytes, socket.socket],
@@ -671,7 +828,7 @@ class MetricsServer(http.server.ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self._release(request)
 
     def url_host(self) -> str:
         """host:port it listens on, as a URL names it."""
@@ -709,13 +866,15 @@ def check_textfile(path: Path) -> None:
 
 class Exporter:
     """pmd's metrics: the registry over the published snapshot, served over
-    HTTP (`address`) and/or written to a textfile every TEXTFILE_PERIOD
-    seconds and at close (`textfile`). Binding and the textfile's directory
-    are checked at construction (MetricsError)."""
+    HTTP (`address`, answering requests for its address and `host_names`,
+    parse_host's (name, port or None: pmd's)) and/or written to a textfile
+    every TEXTFILE_PERIOD seconds and at close (`textfile`). Binding and the
+    textfile's directory are checked at construction (MetricsError)."""
 
     def __init__(self, address: tuple[str, int] | None = None, textfile: Path | None = None,
                  allowed_uids: frozenset[int] = frozenset(),
-                 read_config: Callable[[], ConfigInfo] | None = None) -> None:
+                 read_config: Callable[[], ConfigInfo] | None = None,
+                 host_names: frozenset[tuple[str, int | None]] = frozenset()) -> None:
         self.latest = Snapshot()
         self.module = ModuleConfig(read_config)
         collector = PmmCollector(lambda: self.latest, self.module)
@@ -729,7 +888,8 @@ class Exporter:
         if textfile is not None:
             check_textfile(textfile)
         self.server = None if address is None else \
-            MetricsServer(*address, self.registry, lambda: self.latest, allowed_uids)
+            MetricsServer(*address, self.registry, lambda: self.latest, allowed_uids,
+                          host_names)
         self.stopping = threading.Event()
         self.writer: threading.Thread | None = None
         self.write_error = ""

@@ -1,9 +1,12 @@
 """`make deb` (scripts/build-deb.sh), built once into a temporary directory:
 the three packages' fields, file lists, conffiles and maintainer scripts;
-nothing in pmm-tools compiled or naming a Python version; and the tools,
+nothing in pmm-tools compiled or naming a Python version; pmm-tools'
+postinst run on this machine's tree (throwaway layers: accounts_ns), making
+system accounts and refusing those it must not adopt; and the tools,
 unpacked with dpkg-deb -x, run on Debian's /usr/bin/python3 with only the
 package's directory and Debian's dist-packages on sys.path (the vendored set
-is complete). Installing them for real is tests/guest/test_deb.py."""
+is complete), and from a directory of a user's modules. Installing them for
+real is tests/guest/test_deb.py."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from accounts_ns import Outcome, can_run, run_in_namespace, system_range
 
 TOP = Path(__file__).resolve().parents[2]
 VERSION = re.search(r'^PACKAGE_VERSION="(.*)"', (TOP / "dkms.conf").read_text(), re.M)[1]  # type: ignore[index]
@@ -157,6 +161,10 @@ def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path)
             assert (control / "conffiles").read_text() == "/etc/default/pmd\n"
             postinst = (control / "postinst").read_text()
             assert "groupadd --system pmm" in postinst and "useradd --system --gid pmm" in postinst
+            # scripts/accounts.sh, copied in: the accounts are checked before either is made
+            assert postinst.index("pmm_account_refusal() {") < \
+                postinst.index("refused=$(pmm_account_refusal group pmm)") < \
+                postinst.index("groupadd --system pmm")
             assert "py3compile -p pmm-tools /usr/share/pmm/python" in postinst
             assert "py3clean -p pmm-tools" in (control / "prerm").read_text()
         elif name == "pmm-dkms":
@@ -187,7 +195,7 @@ def test_pmm_tools_is_pure_and_names_no_python_version(unpacked: Path) -> None:
     assert [p for p in searched if b"python3.1" in p.read_bytes()] == []
     for tool in ("pmctl", "pmd"):
         script = (unpacked / "usr/bin" / tool).read_text()
-        assert script.startswith("#!/usr/bin/python3\n")
+        assert script.startswith("#!/usr/bin/python3 -I\n")
         assert f'sys.path.insert(0, "/{PYDIR}")' in script
 
 
@@ -237,6 +245,75 @@ print(sys.modules["typer"].__file__)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["/usr/lib/python3/dist-packages/pygments/__init__.py",
                                      f"{unpacked / PYDIR}/typer/__init__.py"]
+
+
+def test_packaged_tools_import_nothing_from_the_current_directory(unpacked: Path,
+                                                                  tmp_path: Path) -> None:
+    # `sudo pmctl` where a user left modules, and with that user's PYTHONPATH
+    # (sudo -E): run as themselves (their #! line), the scripts import only
+    # the packaged code and Debian's
+    from test_install import poisoned_directory
+
+    bad = poisoned_directory(tmp_path / "user")
+    (tmp_path / "bin").mkdir()
+    for tool in ("pmctl", "pmd"):
+        copy = tmp_path / "bin" / tool
+        copy.write_text((unpacked / "usr/bin" / tool).read_text()
+                        .replace(f"/{PYDIR}", str(unpacked / PYDIR)))
+        copy.chmod(0o755)
+        r = subprocess.run([str(copy), "--version"], capture_output=True, text=True, cwd=bad,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(bad)}, timeout=60)
+        assert not (bad / "ran").exists(), (tool, (bad / "ran").read_text())
+        assert (r.returncode, r.stdout, r.stderr) == (0, f"{tool} {VERSION}\n", ""), r
+
+
+def postinst_for_real(debs: dict[str, Path], tmp: Path, setup: str) -> Outcome:
+    """pmm-tools' postinst configure, run on this machine's /usr, /etc and
+    /var (throwaway layers: accounts_ns) with the accounts `setup` makes;
+    py3compile and deb-systemd-helper/-invoke stubbed (the package is not
+    unpacked there, and the unit is not what is tested)."""
+    control, stubs = tmp / "control", tmp / "stubs"
+    subprocess.run(["dpkg-deb", "-e", str(debs["pmm-tools"]), str(control)], check=True)
+    stubs.mkdir()
+    for cmd in ("py3compile", "deb-systemd-helper", "deb-systemd-invoke"):
+        (stubs / cmd).write_text("#!/bin/sh\nexit 0\n")
+        (stubs / cmd).chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    return run_in_namespace(tmp, setup, [str(control / "postinst"), "configure"], env)
+
+
+@pytest.mark.skipif(can_run() is not None, reason=str(can_run()))
+def test_postinst_refuses_accounts_it_should_not_adopt(debs: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    from test_install import person_and_directory_accounts
+
+    for n, (case, setup, _, refusal) in enumerate(person_and_directory_accounts()):
+        (tmp_path / str(n)).mkdir()
+        got = postinst_for_real(debs, tmp_path / str(n), setup)
+        assert (got.rc, got.stderr) == (1, f"pmm-tools: {refusal}\n"), (case, got)
+        assert got.changed == [], (case, got.changed)
+
+
+@pytest.mark.skipif(can_run() is not None, reason=str(can_run()))
+def test_postinst_creates_system_accounts_or_adopts_them(debs: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    (tmp_path / "new").mkdir()
+    got = postinst_for_real(debs, tmp_path / "new", "! getent group pmm && ! getent passwd pmd")
+    assert (got.rc, got.stderr) == (0, ""), got
+    gid = int(got.group.split(":")[2])
+    assert got.group == got.group_files and gid in system_range("GID")
+    assert got.user == got.user_files
+    assert got.user.split(":")[2:] == [got.user.split(":")[2], str(gid), "pmm monitoring daemon",
+                                       "/nonexistent", "/usr/sbin/nologin"]
+    assert int(got.user.split(":")[2]) in system_range("UID")
+    # system accounts of the files: adopted as they are
+    (tmp_path / "old").mkdir()
+    setup = "groupadd --system pmm\nuseradd --system --gid pmm --comment mine pmd"
+    got = postinst_for_real(debs, tmp_path / "old", setup)
+    assert (got.rc, got.stderr) == (0, ""), got
+    assert got.user.split(":")[4] == "mine"
+    assert not [line for line in got.changed if " etc.up/" in line and
+                line.split()[1] in ("etc.up/group", "etc.up/passwd")]
 
 
 def samples_in(db: Path) -> int:

@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -712,3 +713,322 @@ def test_profile_bound_to_the_process_start_time(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ProfileError) as e:
         heap_profile(pid, snap)
     assert e.value.status == 404 and built == [1, 1]
+
+
+# -- which Host pmd answers (DNS rebinding) ----------------------------------------------
+
+
+def raw_get(addr: str, port: int, path: str, hosts: list[str],
+            request_line: str | None = None) -> tuple[int, bytes]:
+    """GET over a new connection, with one Host line per item of `hosts`:
+    (status, body). A plain connect: no name resolution (as_user's
+    children cannot import encodings.idna from a root-only interpreter)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family) as c:
+        c.settimeout(10)
+        c.connect((addr, port))
+        head = (request_line or f"GET {path} HTTP/1.1") + "\r\n" + \
+            "".join(f"Host: {h}\r\n" for h in hosts) + "Connection: close\r\n\r\n"
+        c.sendall(head.encode())
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    status_line, _, rest = data.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_foreign_host_is_misdirected_before_anything_is_read(tmp_path: Path) -> None:
+    reads: list[str] = []
+
+    def read_config() -> ConfigInfo:
+        reads.append("module")
+        return CONFIG
+
+    ex = Exporter(address=("127.0.0.1", 0), read_config=read_config,
+                  host_names=frozenset({("pmd.example", None), ("proxy.example", 8443)}))
+    assert ex.server is not None
+    server = ex.server
+
+    def snapshot() -> Snapshot:
+        reads.append("snapshot")
+        return own_figures(os.getpid(), read_stat(os.getpid()).start_time)
+
+    server.snapshot = snapshot
+    ex.start()
+    port = server.port
+    pid = os.getpid()
+    try:
+        for path in ("/metrics", "/debug/pprof/targets", f"/debug/pprof/heap?pid={pid}",
+                     "/nothing"):
+            for host in (f"evil.example:{port}", "evil.example", f"localhost:{port + 1}",
+                         f"192.0.2.7:{port}", f"pmd.example:{port + 1}", "proxy.example",
+                         f"127.0.0.1.evil.example:{port}"):
+                status, body = raw_get("127.0.0.1", port, path, [host])
+                assert status == 421, (path, host, body)
+                assert body.decode().count("\n") == 1 and "--metrics-host" in body.decode()
+            assert raw_get("127.0.0.1", port, path, [])[0] == 400
+            assert raw_get("127.0.0.1", port, path, [f"127.0.0.1:{port}"] * 2)[0] == 400
+            assert raw_get("127.0.0.1", port, path, ["bad host"])[0] == 400
+        # an absolute URL in the request line names its own host: refused
+        status, _ = raw_get("127.0.0.1", port, "", [f"127.0.0.1:{port}"],
+                            f"GET http://evil.example:{port}/metrics HTTP/1.1")
+        assert status == 400
+        assert raw_get("127.0.0.1", port, "/metrics", [f"evil.example:{port}"],
+                       "POST /metrics HTTP/1.1")[0] == 421
+        assert reads == []  # nothing of the snapshot, the module or /proc was read
+        # pmd's own names: its address, localhost over loopback, the configured ones
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}",
+                     f"[::1]:{port}", f"pmd.example:{port}", f"PMD.example:{port}",
+                     "proxy.example:8443"):
+            status, body = raw_get("127.0.0.1", port, "/metrics", [host])
+            assert status == 200 and b"pmm_pmd_up" in body, (host, body)
+        assert "module" in reads
+        status, body = raw_get("127.0.0.1", port, "/debug/pprof/targets",
+                               [f"pmd.example:{port}"])
+        assert status == 200
+        assert [t["targets"] for t in json.loads(body)] == [[f"pmd.example:{port}"]]
+    finally:
+        ex.close()
+
+
+def global_address(family: int) -> str | None:
+    """An address of this machine beyond loopback, if it has one."""
+    flag = "-4" if family == socket.AF_INET else "-6"
+    out = subprocess.run(["ip", flag, "-o", "addr", "show", "scope", "global"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if "tentative" not in fields:
+            return fields[3].split("/")[0]
+    return None
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
+def test_every_address_binding_answers_the_address_connected_to(bind: str) -> None:
+    ex = Exporter(address=(bind, 0))
+    assert ex.server is not None
+    ex.start()
+    port = ex.server.port
+    try:
+        assert raw_get("127.0.0.1", port, "/metrics", [f"127.0.0.1:{port}"])[0] == 200
+        assert raw_get("127.0.0.1", port, "/metrics", [f"localhost:{port}"])[0] == 200
+        assert raw_get("127.0.0.1", port, "/metrics", [f"0.0.0.0:{port}"])[0] == 421
+        address = global_address(socket.AF_INET)
+        if address is None:
+            pytest.skip("no address beyond loopback here")
+        # scraped by IP: the address the connection came to
+        assert raw_get(address, port, "/metrics", [f"{address}:{port}"])[0] == 200
+        # another address, or localhost from beyond loopback: not pmd's
+        assert raw_get(address, port, "/metrics", [f"192.0.2.254:{port}"])[0] == 421
+        assert raw_get(address, port, "/metrics", [f"localhost:{port}"])[0] == 421
+        assert raw_get(address, port, "/metrics", [f"127.0.0.1:{port}"])[0] == 421
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("value", ["bad name", "a..b", "-a", "a:0", "a:x", "::1", "[::1",
+                                   "[pmd]:80", "a:1:2", "a/b", ""])
+def test_bad_metrics_host_is_a_usage_error(value: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "pmd.main", "--no-genl", "--pid", "1",
+                        "--metrics", "127.0.0.1:0", "--metrics-host", value],
+                       capture_output=True, text=True, cwd=TOP)
+    assert r.returncode == 2, r
+    assert r.stderr.startswith("pmd: --metrics-host: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_parse_host_forms() -> None:
+    assert metrics.parse_host("Pmd.Example") == ("pmd.example", None)
+    assert metrics.parse_host("pmd.example:9466") == ("pmd.example", 9466)
+    assert metrics.parse_host("192.0.2.10:80") == ("192.0.2.10", 80)
+    assert metrics.parse_host("[::1]:9466") == ("::1", 9466)
+    assert metrics.parse_host("[FD00:0::2]") == ("fd00::2", None)
+
+
+def test_metrics_host_reaches_the_endpoint(tmp_path: Path) -> None:
+    # pmd's command line: --metrics-host names answered, others not
+    pmd = Pmd(tmp_path, [os.getpid()], "--metrics", "127.0.0.1:0", "--metrics-host",
+              "pmd.example", "--metrics-host", "[fd00::9]:8443")
+    try:
+        port = int(pmd.wait_url().rpartition(":")[2])
+        assert raw_get("127.0.0.1", port, "/metrics", [f"pmd.example:{port}"])[0] == 200
+        assert raw_get("127.0.0.1", port, "/metrics", ["[fd00::9]:8443"])[0] == 200
+        assert raw_get("127.0.0.1", port, "/metrics", ["pmd.example:8443"])[0] == 421
+        assert raw_get("127.0.0.1", port, "/metrics", [f"other.example:{port}"])[0] == 421
+    finally:
+        assert pmd.stop() == 0, pmd.text()
+
+
+# -- connection slots per user ------------------------------------------------------------
+
+ALLOWED_UID = 65020  # named as --pprof-allow-user
+PROMETHEUS_UID = 65030  # a local Prometheus's user: neither root nor allowed
+
+
+class Holders:
+    """Users holding idle connections to the endpoint until `release()`:
+    each `hold(uid, n)` is a forked child of that uid opening n connections
+    (those the endpoint closes at once stay closed)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.release_r, self.release_w = os.pipe()
+        self.threads: list[threading.Thread] = []
+        self.opened: list[Any] = []
+
+    def hold(self, uid: int, n: int) -> None:
+        ready_r, ready_w = os.pipe()
+
+        def child() -> int:
+            os.close(self.release_w)  # so that release() ends the wait below
+            socks = []
+            for _ in range(n):
+                c = socket.socket()
+                c.connect(("127.0.0.1", self.port))
+                socks.append(c)
+            os.write(ready_w, b"x")
+            os.read(self.release_r, 1)
+            return len(socks)
+
+        t = threading.Thread(target=lambda: self.opened.append(as_user(uid, uid, child)))
+        t.start()
+        self.threads.append(t)
+        try:
+            ready = select.select([ready_r], [], [], 30)[0]
+            assert ready and os.read(ready_r, 1) == b"x", f"uid {uid} could not connect"
+        finally:
+            os.close(ready_r)
+            os.close(ready_w)
+
+    def release(self) -> None:
+        os.close(self.release_w)
+        for t in self.threads:
+            t.join(timeout=30)
+        os.close(self.release_r)
+
+
+def answered(uid: int, port: int) -> bool:
+    """Whether a GET /metrics by that user gets 200 (not a connection closed unanswered)."""
+    def fetch() -> bool:
+        try:
+            return raw_get("127.0.0.1", port, "/metrics", [f"127.0.0.1:{port}"])[0] == 200
+        except (OSError, IndexError, ValueError):
+            return False
+    return bool(fetch() if uid == 0 else as_user(uid, uid, fetch))
+
+
+@contextlib.contextmanager
+def prometheus_as(uid: int, target: str) -> Iterator[str]:
+    """A real Prometheus run by `uid`, in a directory of its own."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="pmm-prometheus-"))
+    try:
+        os.chown(d, uid, uid)
+        port = free_port()
+        (d / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n"
+            f"  - job_name: pmd\n    static_configs: [{{targets: ['{target}']}}]\n")
+        log = open(d / "prometheus.log", "w")  # noqa: SIM115
+        p = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                              "prometheus", f"--config.file={d / 'prometheus.yml'}",
+                              f"--storage.tsdb.path={d / 'tsdb'}",
+                              f"--web.listen-address=127.0.0.1:{port}"],
+                             stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            def ready() -> bool:
+                assert p.poll() is None, (d / "prometheus.log").read_text()
+                with contextlib.suppress(OSError):
+                    return get(f"{base}/-/ready")[0] == 200
+                return False
+            wait_for(ready, 60, "Prometheus ready")
+            yield base
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+            log.close()
+    finally:
+        shutil.rmtree(d)
+
+
+def test_one_user_cannot_take_every_slot() -> None:
+    from pmm.metrics import PEER_CONNECTIONS, RESERVED_CONNECTIONS
+
+    ex = Exporter(address=("127.0.0.1", 0), allowed_uids=frozenset({ALLOWED_UID}))
+    assert ex.server is not None
+    server = ex.server
+    server.request_deadline = 300  # the idle connections stay until released
+    ex.start()
+    port = server.port
+    holders = Holders(port)
+    try:
+        # one user opens more connections than there are slots, and keeps them
+        holders.hold(NOBODY.pw_uid, MAX_CONNECTIONS + 8)
+        wait_for(lambda: server.active == PEER_CONNECTIONS, 10, "the user's connections")
+        time.sleep(0.5)
+        assert server.active == PEER_CONNECTIONS
+        assert server.by_peer == {f"uid {NOBODY.pw_uid}": PEER_CONNECTIONS}
+        # root, an allowed user and another user are answered
+        assert answered(0, port)
+        assert answered(ALLOWED_UID, port)
+        assert answered(PROMETHEUS_UID, port)
+        # a real Prometheus, run by another user, scrapes pmd
+        with prometheus_as(PROMETHEUS_UID, f"127.0.0.1:{port}") as base:
+            wait_for(lambda: [r["value"][1] for r in query(base, "pmm_pmd_up")] == ["1"], 30,
+                     "a scrape")
+            assert [r["value"][1] for r in query(base, 'up{job="pmd"}')] == ["1"]
+        # users enough to fill every slot but the reserved ones: a further
+        # user is refused, root and the allowed user are still answered
+        others = range(65011, 65011 + (MAX_CONNECTIONS - RESERVED_CONNECTIONS) //
+                       PEER_CONNECTIONS - 1)
+        for uid in others:
+            holders.hold(uid, MAX_CONNECTIONS)
+        wait_for(lambda: server.active == MAX_CONNECTIONS - RESERVED_CONNECTIONS, 10,
+                 "the shared slots taken")
+        assert not answered(65019, port)
+        assert answered(0, port)
+        assert answered(ALLOWED_UID, port)
+    finally:
+        holders.release()
+        ex.close()
+    assert sorted(holders.opened) == [MAX_CONNECTIONS] * len(others) + [MAX_CONNECTIONS + 8]
+
+
+def test_remote_addresses_have_their_own_caps() -> None:
+    from pmm.metrics import PEER_CONNECTIONS, REMOTE_CONNECTIONS
+
+    ex = Exporter(address=("127.0.0.1", 0))
+    assert ex.server is not None
+    server = ex.server
+    taken: list[socket.socket] = []
+
+    def connect(peer: tuple[str, int]) -> bool:
+        s = socket.socket()  # unconnected: the kernel's table has no such peer
+        if server.verify_request(s, peer):
+            taken.append(s)
+            return True
+        s.close()
+        return False
+
+    try:
+        # each remote address at most PEER_CONNECTIONS, all of them REMOTE_CONNECTIONS
+        got = [connect(("192.0.2.7", 40000 + i)) for i in range(PEER_CONNECTIONS + 2)]
+        assert got == [True] * PEER_CONNECTIONS + [False, False]
+        assert server.by_peer == {"address 192.0.2.7": PEER_CONNECTIONS}
+        for i in range(REMOTE_CONNECTIONS):
+            connect((f"2001:db8::{i + 1}", 40000))
+        assert server.remote == REMOTE_CONNECTIONS == server.active
+        assert not connect(("192.0.2.99", 40000))
+        # a local user is not counted with them; a peer that went away from
+        # loopback is one class of its own
+        assert [connect(("127.0.0.1", 1)) for _ in range(PEER_CONNECTIONS + 1)] == \
+            [True] * PEER_CONNECTIONS + [False]
+        assert server.by_peer["uid unknown"] == PEER_CONNECTIONS
+        for s in taken:
+            server._release(s)
+        assert (server.active, server.remote, server.by_peer) == (0, 0, {})
+    finally:
+        for s in taken:
+            s.close()
+        ex.close()

@@ -15,13 +15,14 @@ pmm_login_defs() {
 	echo "${pmm_value:-$2}"
 }
 
-# pmm_account_refusal group|passwd NAME: one line saying why the existing
-# account NAME may not be adopted; nothing when it may, or when there is no
-# such account (it is to be created)
+# pmm_account_refusal group|passwd NAME [WHAT]: one line saying why the
+# existing account NAME may not be adopted; nothing when it may, or when there
+# is no such account (it is to be created). WHAT: what a group gives its
+# members, when it is not /dev/pmm's
 pmm_account_refusal() {
 	if [ "$1" = group ]; then
 		pmm_kind=group pmm_id=GID pmm_file=/etc/group
-		pmm_gives="its members would use /dev/pmm and read pmd's database"
+		pmm_gives=${3:-"its members would use /dev/pmm and read pmd's database"}
 	else
 		pmm_kind=user pmm_id=UID pmm_file=/etc/passwd
 		pmm_gives="pmd would run as it, with pmd's capabilities"
@@ -37,5 +38,22 @@ pmm_account_refusal() {
 	pmm_max=$(pmm_login_defs "SYS_${pmm_id}_MAX" $(($(pmm_login_defs "${pmm_id}_MIN" 1000) - 1)))
 	if [ "$pmm_num" -lt "$pmm_min" ] || [ "$pmm_num" -gt "$pmm_max" ]; then
 		echo "$pmm_kind $2 exists, but is not a system $pmm_kind ($pmm_id $pmm_num is outside SYS_${pmm_id}_MIN..SYS_${pmm_id}_MAX of /etc/login.defs, $pmm_min..$pmm_max): $pmm_gives; refusing to adopt it"
+	fi
+}
+
+# Group pmm-readers: the module's reader group (its reader_gid parameter):
+# its members, pmd among them (pmd.service's SupplementaryGroups), read every
+# monitored process, without CAP_SYS_PTRACE.
+pmm_readers_gives="its members would read every monitored process"
+
+# pmm_readers_setup: the group made a system group if missing; its gid for
+# the module at each load (/etc/modprobe.d/pmm.conf) and now if it is loaded
+pmm_readers_setup() {
+	getent group pmm-readers >/dev/null || groupadd --system pmm-readers
+	pmm_gid=$(getent group pmm-readers | cut -d: -f3)
+	printf '%s\n' "# pmm's install: members of group pmm-readers (pmd) read every monitored process" \
+		"options pmm reader_gid=$pmm_gid" >/etc/modprobe.d/pmm.conf
+	if [ -w /sys/module/pmm/parameters/reader_gid ]; then
+		echo "$pmm_gid" >/sys/module/pmm/parameters/reader_gid
 	fi
 }

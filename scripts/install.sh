@@ -18,8 +18,10 @@
 # PREFIX/libexec/pmm/pmm-inject (pmctl attach, pmctl run --no-preload),
 # PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
 # its dependencies), PREFIX/bin/{pmctl,pmd}, /etc/udev/rules.d/60-pmm.rules,
-# /etc/systemd/system/pmd.service (run as user pmd, created if missing), /etc/default/pmd
-# (kept when present); every file is listed in PREFIX/share/pmm/manifest,
+# /etc/systemd/system/pmd.service (run as user pmd, created if missing, in group
+# pmm-readers: /etc/modprobe.d/pmm.conf gives the module that group's gid as its
+# reader_gid), /etc/default/pmd (kept when present); every file is listed in
+# PREFIX/share/pmm/manifest,
 # which `uninstall` reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +68,8 @@ if [ -z "$destdir" ]; then
 	. scripts/accounts.sh
 	refused=$(pmm_account_refusal group "$group")
 	[ $with_unit = 1 ] && [ -z "$refused" ] && refused=$(pmm_account_refusal passwd pmd)
+	[ $with_unit = 1 ] && [ -z "$refused" ] &&
+		refused=$(pmm_account_refusal group pmm-readers "$pmm_readers_gives")
 	if [ -n "$refused" ]; then
 		echo "install: $refused; nothing was installed" >&2
 		exit 1
@@ -167,6 +171,11 @@ EOF
 		if [ -z "$destdir" ] && ! getent passwd pmd >/dev/null; then
 			useradd --system --gid "$group" --home-dir /nonexistent --no-create-home \
 				--shell /usr/sbin/nologin --comment "pmm monitoring daemon" pmd
+		fi
+		# the unit's SupplementaryGroups=pmm-readers: the module's reader_gid
+		if [ -z "$destdir" ]; then
+			pmm_readers_setup
+			installed+=(/etc/modprobe.d/pmm.conf)
 		fi
 		if [ ! -e "$destdir/etc/default/pmd" ]; then # the admin's settings are kept
 			put 0644 packaging/pmd.default /etc/default/pmd

@@ -100,6 +100,8 @@ say modules_load "$(cat /usr/lib/modules-load.d/pmm.conf | grep -v '^#')"
 say t_modprobe "$(since "$t_start")"
 modprobe pmm
 say modinfo "$(modinfo -F filename pmm)"
+say readers "$(getent group pmm-readers)"
+say reader_gid "$(cat /sys/module/pmm/parameters/reader_gid)"
 # the packaged rule, applied by this namespace's view of the rules (the
 # running udevd, if any, sees the real /usr and has settled first)
 udevadm settle 2>/dev/null || true
@@ -209,6 +211,8 @@ def test_deb_install_and_demo_from_installed_paths(tmp_path: Path) -> None:
     assert got["enabled"] == "/lib/systemd/system/pmd.service"
     assert got["verify"] == "ok"
     assert got["device"] == "660 root pmm"
+    # pmd's group for reading every process, given to the module by modprobe.d
+    assert got["readers"].split(":")[2] == got["reader_gid"], got
     leaks = output.split("@@ leaks_begin", 1)[1].split("@@ leaks_end", 1)[0]
     assert f"pmd.c:{leak_line()}" in leaks, leaks
     assert got["trend"] == "leak"

@@ -47,6 +47,8 @@ getent group "$PMM_GROUP_NAME" >"$results/group" || true
 getent -s files group "$PMM_GROUP_NAME" >"$results/group_files" || true
 getent passwd pmd >"$results/user" || true
 getent -s files passwd pmd >"$results/user_files" || true
+getent -s files group pmm-readers >"$results/readers" || true
+cat /etc/modprobe.d/pmm.conf >"$results/modprobe" 2>/dev/null || true
 """
 
 
@@ -60,6 +62,8 @@ class Outcome:
     group_files: str  # from /etc/group alone
     user: str  # getent passwd pmd
     user_files: str
+    readers: str  # group pmm-readers, from /etc/group
+    modprobe: str  # /etc/modprobe.d/pmm.conf
 
 
 def userdb_group(name: str, gid: int) -> str:
@@ -98,7 +102,8 @@ def run_in_namespace(tmp: Path, setup: str, argv: list[str], env: dict[str, str]
     return Outcome(rc=int(read("rc")), stdout=read("stdout"), stderr=read("stderr"),
                    changed=read("changed").splitlines(), group=read("group").strip(),
                    group_files=read("group_files").strip(), user=read("user").strip(),
-                   user_files=read("user_files").strip())
+                   user_files=read("user_files").strip(), readers=read("readers").strip(),
+                   modprobe=read("modprobe"))
 
 
 def system_range(kind: str) -> range:

@@ -164,7 +164,7 @@ def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path)
             # scripts/accounts.sh, copied in: the accounts are checked before either is made
             assert postinst.index("pmm_account_refusal() {") < \
                 postinst.index("refused=$(pmm_account_refusal group pmm)") < \
-                postinst.index("groupadd --system pmm")
+                postinst.index("groupadd --system pmm\n")
             assert "py3compile -p pmm-tools /usr/share/pmm/python" in postinst
             assert "py3clean -p pmm-tools" in (control / "prerm").read_text()
         elif name == "pmm-dkms":
@@ -306,9 +306,13 @@ def test_postinst_creates_system_accounts_or_adopts_them(debs: dict[str, Path],
     assert got.user.split(":")[2:] == [got.user.split(":")[2], str(gid), "pmm monitoring daemon",
                                        "/nonexistent", "/usr/sbin/nologin"]
     assert int(got.user.split(":")[2]) in system_range("UID")
+    readers = int(got.readers.split(":")[2])
+    assert got.readers.startswith("pmm-readers:") and readers in system_range("GID")
+    assert got.modprobe.splitlines()[1:] == [f"options pmm reader_gid={readers}"]
     # system accounts of the files: adopted as they are
     (tmp_path / "old").mkdir()
-    setup = "groupadd --system pmm\nuseradd --system --gid pmm --comment mine pmd"
+    setup = ("groupadd --system pmm\nuseradd --system --gid pmm --comment mine pmd\n"
+             "groupadd --system pmm-readers")
     got = postinst_for_real(debs, tmp_path / "old", setup)
     assert (got.rc, got.stderr) == (0, ""), got
     assert got.user.split(":")[4] == "mine"

@@ -306,6 +306,10 @@ def person_and_directory_accounts() -> list[tuple[str, str, bool, str]]:
         ("a directory's user", system_group + userdb_user("pmd", sys_uid), True,
          "user pmd exists, but from a name service other than /etc/passwd (LDAP, NIS, "
          "sssd, userdb): pmd would run as it, with pmd's capabilities; refusing to adopt it"),
+        ("a person's reader group", f"groupadd --gid {person_gid} pmm-readers", True,
+         f"group pmm-readers exists, but is not a system group (GID {person_gid} is outside "
+         f"SYS_GID_MIN..SYS_GID_MAX of /etc/login.defs, {limits}): its members would read "
+         "every monitored process; refusing to adopt it"),
     ]
 
 
@@ -334,6 +338,10 @@ def test_install_creates_system_accounts_or_adopts_them(tmp_path: Path) -> None:
     uid, gid = (int(x) for x in got.user.split(":")[2:4])
     assert uid in system_range("UID") and gid == int(got.group.split(":")[2])
     assert any(line.startswith("> usr.up/local/bin/pmctl ") for line in got.changed)
+    # the module's reader group (pmd.service's), its gid the module's reader_gid
+    readers = int(got.readers.split(":")[2])
+    assert got.readers.startswith("pmm-readers:") and readers in system_range("GID")
+    assert got.modprobe.splitlines()[1:] == [f"options pmm reader_gid={readers}"]
     # a system group of the files: adopted as it is
     (tmp_path / "old").mkdir()
     gid = free_id(grp.getgrgid, system_range("GID"))

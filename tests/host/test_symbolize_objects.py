@@ -670,3 +670,91 @@ def test_frame_json_round_trip() -> None:
                  lines=(sy.SourceLoc("grow", "/src/a.c", 5), sy.SourceLoc("main", "/src/a.c", 9)))
     assert sy.Frame.from_dict(f.as_dict()) == f
     assert sy.Frame.from_dict({"addr": 16}) == sy.Frame(16)
+
+
+# -- debuginfod within bounds ----------------------------------------------------------
+
+def test_debuginfod_over_http_needs_the_opt_in(monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A process's build-ids are fetched over https only: an http:// server
+    is not even connected to without PMM_DEBUGINFOD_INSECURE=1 (said once),
+    nor one of another scheme."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.setblocking(False)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setenv("DEBUGINFOD_URLS", f"{url} file:///srv/debuginfod")
+        for _ in range(2):
+            f = symbolize(sy.ObjectRef("/gone/libhttp.so", "a1" * 20), [0x1234])
+            assert f.describe() == "libhttp.so+0x1234"
+        with pytest.raises(BlockingIOError):
+            server.accept()  # no one connected
+    said = [r.getMessage() for r in caplog.records if "debuginfod" in r.getMessage()]
+    assert said == [f"debuginfod: {url} is not asked: plain http (set PMM_DEBUGINFOD_INSECURE=1 "
+                    "to allow it)",
+                    "debuginfod: file:///srv/debuginfod is not asked: only https:// servers are"]
+    monkeypatch.setenv("DEBUGINFOD_URLS", "https://a.example http://b.example")
+    assert sy.debuginfod_urls() == "https://a.example"
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    assert sy.debuginfod_urls() == "https://a.example http://b.example"
+
+
+def test_debuginfod_budget_per_run(stripped: tuple[Path, int, list[int]], debuginfod: str,
+                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    """At most PMM_DEBUGINFOD_MAX_FETCHES requests a run (each build-id a
+    process names is one), and no file larger than the bytes left of
+    PMM_DEBUGINFOD_MAX_BYTES: past either, nothing is asked, and it is said."""
+    _, leak, offs = stripped
+    monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    cache = tmp_path / "cache" / "debuginfod"
+    stripped_id = build_id(BIN / "pm-stripped")
+    ref = sy.ObjectRef("/gone/pm-stripped", stripped_id)
+    # smaller than the debug file: the client does not fetch it
+    monkeypatch.setenv("PMM_DEBUGINFOD_MAX_BYTES", "1000")
+    assert symbolize(ref, offs).line is None
+    assert not list(cache.glob(f"{stripped_id}/debuginfo"))
+    monkeypatch.delenv("PMM_DEBUGINFOD_MAX_BYTES")
+    monkeypatch.setattr(sy.debuginfo, "budget", sy.debuginfo.DebuginfodBudget())
+    monkeypatch.setenv("PMM_DEBUGINFOD_MAX_FETCHES", "1")
+    assert symbolize(ref, offs).line == leak
+    size = (cache / stripped_id / "debuginfo").stat().st_size
+    assert sy.debuginfo.budget.fetches == 1 and sy.debuginfo.budget.bytes == size
+    lib = BIN / "libpm-nodebug.so"
+    other = sy.ObjectRef("/gone/libpm-nodebug.so", build_id(lib))
+    got = symbolize(other, return_offsets(lib, func="leak_in_lib", callee="malloc"))
+    assert got.symbol is None  # its executable is on the server, but not asked for
+    assert not list(cache.glob(f"{build_id(lib)}/*"))
+    said = [r.getMessage() for r in caplog.records if "PMM_DEBUGINFOD_MAX_FETCHES" in
+            r.getMessage()]
+    assert said == ["debuginfod: 1 requests made in this run (PMM_DEBUGINFOD_MAX_FETCHES): "
+                    "no more"]
+
+
+def test_debuginfod_cache_is_capped(debuginfod: str, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PMM_DEBUGINFOD_CACHE_MAX bytes, what was used longest ago goes
+    (with its build-id's directory once empty); the client's own files at
+    the top and what was just fetched stay."""
+    cache = tmp_path / "cache" / "debuginfod"
+    old = [cache / ("0" * 39 + str(n)) / "debuginfo" for n in range(3)]
+    for n, f in enumerate(old):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(bytes(1000))
+        os.utime(f, (1000 + n, 1000 + n))
+    (cache / "cache_clean_interval_s").write_text("86400")
+    monkeypatch.setenv("PMM_DEBUGINFOD_CACHE_MAX", "2500")
+    sy.prune_debuginfod_cache(str(cache))
+    assert [f.exists() for f in old] == [False, True, True]
+    assert not old[0].parent.exists() and (cache / "cache_clean_interval_s").exists()
+    # fetching more: the older ones go, the new one stays even if it alone is over
+    monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    monkeypatch.setenv("PMM_DEBUGINFOD_CACHE_MAX", "1")
+    got = sy.debuginfod_find("executable", build_id(BIN / "libpm-nodebug.so"))
+    assert got is not None and Path(got).is_relative_to(cache)
+    kept = {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}
+    assert {p for p in kept if p.parent != Path(".")} == {Path(got).relative_to(cache)}
+    assert Path("cache_clean_interval_s") in kept

@@ -536,6 +536,49 @@ def test_addr2line_on_another_users_file_runs_as_that_user_without_privileges(
     assert f"fd {fd} {lib}" in got
 
 
+PMD_LIKE = """\
+from pmm import symbolize as sy
+ref = sy.ObjectRef({lib!r}, None)
+s = sy.Symbolizer(backend=sy.Addr2line({exe!r}), disk_cache=False)
+s.symbolize_objects([(ref, 0x1010)])
+"""
+
+
+def test_addr2line_run_by_pmd_for_another_users_file(nobody_dir: Path) -> None:
+    """pmd's case: a caller that may not change users (user pmd with
+    CAP_SYS_PTRACE, as its unit gives it) symbolizes nobody's object:
+    addr2line keeps the caller's uid but no capability, and NO_NEW_PRIVS."""
+    lib = build_lib(nobody_dir, "libtheirs.so", "their_work", "-g")
+    os.chown(lib, NOBODY, NOBODY)
+    exe, seen = fake_addr2line(nobody_dir)
+    subprocess.run(["setpriv", f"--reuid={OTHER}", f"--regid={OTHER}", "--clear-groups",
+                    "--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace", sys.executable,
+                    "-c", PMD_LIKE.format(lib=str(lib), exe=str(exe))],
+                   check=True, env={**os.environ, "PMM_CACHE_DIR": str(nobody_dir / "cache")})
+    got = seen.read_text().splitlines()
+    fields = {(ln.split(maxsplit=1) + [""])[0]: (ln.split(maxsplit=1) + [""])[1] for ln in got}
+    assert fields["Uid:"].split() == [str(OTHER)] * 4
+    for cap in ("CapInh:", "CapPrm:", "CapEff:", "CapAmb:"):
+        assert int(fields[cap], 16) == 0, cap
+    assert fields["NoNewPrivs:"] == "1"
+    assert fields["env"].strip() == "LC_ALL=C"
+
+
+def test_pyelftools_does_not_read_another_users_file(tmp_path: Path) -> None:
+    """pyelftools parses in the caller's process (root's): not a file
+    someone else wrote; the frame keeps its nearest symbol, and why is said."""
+    pytest.importorskip("elftools", reason="pyelftools (the elf extra) not installed")
+    lib = build_lib(tmp_path, "libtheirs.so", "their_work", "-g")
+    os.chown(lib, NOBODY, NOBODY)
+    s = sy.Symbolizer(backend=sy.PyElfTools())
+    off = func_offset(lib, "call_their_work") + 1
+    (frame,) = s.symbolize_objects([(sy.ObjectRef(str(lib), None), off)]).values()
+    assert (frame.func, frame.line, frame.symbol) == ("call_their_work", None,
+                                                      "call_their_work+0x1")
+    assert s.refusals == {str(lib): f"{lib}: pyelftools does not read a file someone else "
+                                    "wrote (binutils' addr2line does, unprivileged)"}
+
+
 def test_addr2line_that_does_not_answer_is_killed(tmp_path: Path, nobody_dir: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Another user's object whose parse takes forever: killed at the time

@@ -299,9 +299,16 @@ class PyElfTools:
 
     def resolve(self, path: ElfInput, vaddrs: Sequence[int]) -> list[SourceLoc]:
         """Each vaddr's function (from DWARF, else the symbol table), file and
-        line; all unknown if the object cannot be parsed."""
+        line; all unknown if the object cannot be parsed. ToolFailed for a
+        file someone else wrote: pyelftools parses in this process, which
+        may be privileged, with no time budget (addr2line reads such a file
+        unprivileged)."""
+        opened = as_open(path)
+        if not opened.owner_trusted:
+            raise ToolFailed(f"{opened.path}: pyelftools does not read a file someone else "
+                             "wrote (binutils' addr2line does, unprivileged)")
         try:
-            _f, dwarf, aranges, syms, cache = self._open(path)
+            _f, dwarf, aranges, syms, cache = self._open(opened)
         except Exception:  # noqa: BLE001 - any parse failure: unknown
             return [SourceLoc(None, None, None)] * len(vaddrs)
         out: list[SourceLoc] = []

@@ -91,10 +91,7 @@ def run(argv: Sequence[str], *, timeout: float, pass_fds: Sequence[int] = (),
         raise ToolFailed(f"{os.path.basename(argv[0])} cannot run: {e.strerror}") from None
     name = os.path.basename(argv[0])
     try:
-        out = _collect(p, timeout, input_text)
-    except ToolFailed:
-        _kill(p)
-        raise
+        out = _collect(p, name, timeout, input_text)
     except BaseException:
         _kill(p)
         raise
@@ -103,10 +100,11 @@ def run(argv: Sequence[str], *, timeout: float, pass_fds: Sequence[int] = (),
     return out.decode(errors="replace")
 
 
-def _collect(p: subprocess.Popen[bytes], timeout: float, input_text: str | None) -> bytes:
-    """p's stdout until it ends, within timeout seconds and MAX_OUTPUT bytes."""
+def _collect(p: subprocess.Popen[bytes], name: str, timeout: float,
+             input_text: str | None) -> bytes:
+    """p's stdout until it ends, within timeout seconds and MAX_OUTPUT bytes
+    (name: the program's, for messages)."""
     assert p.stdout is not None
-    name = os.path.basename(str(p.args[0] if isinstance(p.args, list) else p.args))
     deadline = time.monotonic() + timeout
     pending = (input_text or "").encode()
     chunks: list[bytes] = []

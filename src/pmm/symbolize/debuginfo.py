@@ -342,7 +342,8 @@ class DebugFinder:
                     ) -> DebugFiles:
         """The debug file of an object already open (a process's mapping),
         which the process named path, looked for as `find` does."""
-        return self._remember(("open", obj.file.identity, path),
+        return self._remember(("open", target.key if target is not None else None,
+                               obj.file.identity, path),
                               lambda: self._find(ObjectRef(path, None), target, obj))
 
     def _find(self, ref: ObjectRef, target: Target | None,

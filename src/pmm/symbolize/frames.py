@@ -222,7 +222,7 @@ class Symbolizer:
         expect = (m.inode, None)
         tries: list[Callable[[], OpenFile]] = [partial(open_named, path, target, expect)]
         if target is not None and target.alive():
-            tries.insert(0, partial(target.open_mapped, m.start, m.end, path))
+            tries.insert(0, partial(target.open_mapped, m.start, m.end, path, expect))
         why = ""
         for attempt in tries:
             try:

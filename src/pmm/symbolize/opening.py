@@ -289,16 +289,19 @@ class Target:
         """path as the process names it, inside its root."""
         return open_at(self.root_fd, path, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, expect)
 
-    def open_mapped(self, start: int, end: int, path: str) -> OpenFile:
+    def open_mapped(self, start: int, end: int, path: str,
+                    expect: Expect | None = None) -> OpenFile:
         """The file mapped at [start, end) while the process lives, through
         /proc/PID/map_files (the kernel's own reference: needs CAP_SYS_ADMIN
-        or CAP_CHECKPOINT_RESTORE); OSError when that cannot be done."""
+        or CAP_CHECKPOINT_RESTORE), with the inode the map named (expect: a
+        map read earlier may be out of date); OSError when that cannot be
+        done."""
         link = f"/proc/{self.pid}/map_files/{start:x}-{end:x}"
         pathfd = os.open(link, _O_PATH | os.O_CLOEXEC)
         try:
             if not self.alive():
                 raise Refused(path, "the process exited while its map was read")
-            return _reopen(pathfd, path, None)
+            return _reopen(pathfd, path, expect)
         finally:
             os.close(pathfd)
 

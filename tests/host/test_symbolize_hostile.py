@@ -603,6 +603,31 @@ def test_addr2line_that_does_not_answer_is_killed(tmp_path: Path, nobody_dir: Pa
         Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
 
 
+def test_one_users_objects_that_time_out_are_not_parsed_again(
+        tmp_path: Path, nobody_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pmd's worker serves every user: after two time-outs on one user's
+    files, its Symbolizer parses no more of that user's, at once; another
+    user's are still parsed."""
+    monkeypatch.setattr(sy.backends, "UNTRUSTED_TIMEOUT_S", 1.0, raising=False)
+    exe, _ = fake_addr2line(nobody_dir, sleep="exec /bin/sleep 60")
+    refs = []
+    for n, owner in enumerate((OTHER, OTHER, OTHER, NOBODY)):
+        lib = build_lib(tmp_path, f"libslow{n}.so", "slow_work", "-g")
+        os.chown(lib, owner, owner)
+        refs.append(sy.ObjectRef(str(lib), None))
+    s = sy.Symbolizer(backend=sy.Addr2line(str(exe)))
+    took = []
+    for ref in refs:
+        t0 = time.monotonic()
+        s.symbolize_objects([(ref, 0x1010)])
+        took.append(time.monotonic() - t0)
+    assert [t >= 1.0 for t in took] == [True, True, False, True]
+    assert s.refusals[str(refs[2].path)] == (
+        f"{refs[2].path}: not parsed: files of uid {OTHER} gave no answer in time 2 times")
+    assert s.refusals[str(refs[3].path)] == (
+        f"{refs[3].path}: addr2line: no answer within 1 s (killed)")
+
+
 ALT_S = """\
 \t.text
 \t.globl\t{func}

@@ -127,7 +127,7 @@ from pmm.symbolize.maps import (
     ticks_from_ns,
 )
 from pmm.symbolize.opening import OpenFile, Refused, Target, open_beneath, open_named
-from pmm.symbolize.sandbox import ToolFailed
+from pmm.symbolize.sandbox import TimedOut, ToolFailed
 
 __all__ = [
     "ADDR2LINE_TIMEOUT_S",
@@ -158,6 +158,7 @@ __all__ = [
     "SourceLoc",
     "Symbolizer",
     "Target",
+    "TimedOut",
     "ToolFailed",
     "_parse_fileline",
     "cache_dirs",

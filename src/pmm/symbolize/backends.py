@@ -164,7 +164,7 @@ def run_binutils(f: OpenFile, argv_before: Sequence[str], argv_after: Sequence[s
             pass_fds=(f.fd,) if path == f.tool_path else (), untrusted=not trusted,
             run_as=sandbox.run_as_for(f.st.st_uid, f.st.st_gid))
     except ToolFailed as e:
-        raise ToolFailed(f"{f.path}: {e}") from None
+        raise type(e)(f"{f.path}: {e}") from None
 
 
 class Addr2line:

@@ -3,6 +3,7 @@ caches the answers in memory and on disk, and `describe_sites` names sites."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -14,7 +15,7 @@ from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pmm.model import Site
 from pmm.symbolize.backends import (
@@ -30,8 +31,15 @@ from pmm.symbolize.debuginfo import DebugFinder, ObjectRef
 from pmm.symbolize.elf import ElfFile, MalformedElf, debug_file_load_segments, vaddr_in
 from pmm.symbolize.maps import Mapping, find_mapping
 from pmm.symbolize.opening import OpenFile, Refused, Replaced, Target, open_named
+from pmm.symbolize.sandbox import TimedOut
 
 log = logging.getLogger("pmm.symbolize")
+
+_T = TypeVar("_T")
+# a user's files that made binutils time out this often are not parsed again
+# by the same Symbolizer: one user's objects cannot hold pmd's worker for
+# longer than this many time budgets a Symbolizer
+TIMEOUTS_PER_OWNER = 2
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,7 @@ class Symbolizer:
         # (answers key, looked-up file offset) -> inlined chain
         self._chains: dict[tuple[str, int], tuple[SourceLoc, ...]] = {}
         self.refusals: dict[str, str] = {}
+        self._timeouts: collections.Counter[int] = collections.Counter()
 
     def _refuse(self, path: str | None, why: str) -> None:
         """Notes (and logs, once) why an object's frames stay unnamed."""
@@ -193,6 +202,24 @@ class Symbolizer:
         if self.refusals.get(where) != why:
             self.refusals[where] = why
             log.warning("frames in %s stay unnamed: %s", where, why)
+
+    def _parse(self, path: str | None, file: OpenFile, run: Callable[[], _T]) -> _T | None:
+        """run() (the back-end on file), or None with the reason noted when it
+        fails, or when the file's owner has had TIMEOUTS_PER_OWNER time-outs
+        from this Symbolizer already (a file of someone else's)."""
+        owner = file.st.st_uid
+        if not file.owner_trusted and self._timeouts[owner] >= TIMEOUTS_PER_OWNER:
+            self._refuse(path, f"{file.path}: not parsed: files of uid {owner} gave no answer "
+                               f"in time {TIMEOUTS_PER_OWNER} times")
+            return None
+        try:
+            return run()
+        except TimedOut as e:
+            self._timeouts[owner] += 1
+            self._refuse(path, str(e))
+        except OSError as e:
+            self._refuse(path, str(e))
+        return None
 
     def _load_disk(self, key: str) -> dict[int, SourceLoc]:
         f = sym_cache_file(key, self.backend.name) if self.disk_cache else None
@@ -306,11 +333,8 @@ class Symbolizer:
                 self._cache[(key, v)] = loc
             missing = [v for v in missing if (key, v) not in self._cache]
         if missing:
-            try:
-                got = self.backend.resolve(debug.file, missing)
-            except OSError as e:
-                self._refuse(path, str(e))
-            else:
+            got = self._parse(path, debug.file, partial(self.backend.resolve, debug.file, missing))
+            if got is not None:
                 for v, loc in zip(missing, got, strict=True):
                     self._cache[(key, v)] = loc
                 self._save_disk(key)
@@ -386,14 +410,14 @@ class Symbolizer:
         if missing and debug is not None and key is not None:
             if self.backend.available():
                 todo = [vaddrs[v] or 0 for v in missing]
-                got: list[tuple[SourceLoc, ...]] | None = None
-                try:
-                    if isinstance(self.backend, InliningBackend):
-                        got = self.backend.resolve_inlined(debug.file, todo)
-                    else:
-                        got = [(loc,) for loc in self.backend.resolve(debug.file, todo)]
-                except OSError as e:
-                    self._refuse(ref.path, str(e))
+                backend = self.backend
+                if isinstance(backend, InliningBackend):
+                    got = self._parse(ref.path, debug.file,
+                                      partial(backend.resolve_inlined, debug.file, todo))
+                else:
+                    flat = self._parse(ref.path, debug.file,
+                                       partial(backend.resolve, debug.file, todo))
+                    got = [(loc,) for loc in flat] if flat is not None else None
                 fresh = {v: tuple(loc for loc in chain if loc.func or loc.file)
                          for v, chain in zip(missing, got or [], strict=False)}
                 chains.update(fresh)

@@ -41,6 +41,10 @@ class ToolFailed(OSError):
     failed; the message says which, in one line."""
 
 
+class TimedOut(ToolFailed):
+    """A tool killed at its time budget."""
+
+
 def nobody() -> tuple[int, int]:
     """The uid and gid of the unprivileged user nobody (65534 without one)."""
     try:
@@ -120,7 +124,7 @@ def _collect(p: subprocess.Popen[bytes], name: str, timeout: float,
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ToolFailed(f"{name}: no answer within {timeout:g} s (killed)")
+                raise TimedOut(f"{name}: no answer within {timeout:g} s (killed)")
             for key, _ in sel.select(left):
                 if key.fileobj is p.stdin:
                     assert p.stdin is not None
@@ -146,7 +150,7 @@ def _collect(p: subprocess.Popen[bytes], name: str, timeout: float,
     try:
         p.wait(max(left, 0.0))
     except subprocess.TimeoutExpired:
-        raise ToolFailed(f"{name}: no answer within {timeout:g} s (killed)") from None
+        raise TimedOut(f"{name}: no answer within {timeout:g} s (killed)") from None
     return b"".join(chunks)
 
 

@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -177,6 +178,7 @@ class DebuginfodBudget:
         self.fetches = 0
         self.bytes = 0
         self.since = time.monotonic()
+        self.lock = threading.Lock()  # pmd's worker and HTTP threads share it
 
     def _roll(self) -> None:
         if time.monotonic() - self.since >= DEBUGINFOD_BUDGET_PERIOD_S:
@@ -189,20 +191,22 @@ class DebuginfodBudget:
 
     def take(self) -> str | None:
         """Counts one run of debuginfod-find; why not, if the budget is spent."""
-        self._roll()
-        most = _env_int("PMM_DEBUGINFOD_MAX_FETCHES", DEBUGINFOD_MAX_FETCHES)
-        if self.fetches >= most:
-            return (f"debuginfod: {most} requests made in this run "
-                    "(PMM_DEBUGINFOD_MAX_FETCHES): no more")
-        if self.bytes_left() <= 0:
-            return ("debuginfod: the bytes this run may fetch (PMM_DEBUGINFOD_MAX_BYTES) "
-                    "are fetched: no more")
-        self.fetches += 1
-        return None
+        with self.lock:
+            self._roll()
+            most = _env_int("PMM_DEBUGINFOD_MAX_FETCHES", DEBUGINFOD_MAX_FETCHES)
+            if self.fetches >= most:
+                return (f"debuginfod: {most} requests made in this run "
+                        "(PMM_DEBUGINFOD_MAX_FETCHES): no more")
+            if self.bytes_left() <= 0:
+                return ("debuginfod: the bytes this run may fetch (PMM_DEBUGINFOD_MAX_BYTES) "
+                        "are fetched: no more")
+            self.fetches += 1
+            return None
 
     def spent(self, size: int) -> None:
         """Counts size bytes fetched."""
-        self.bytes += size
+        with self.lock:
+            self.bytes += size
 
 
 budget = DebuginfodBudget()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import collections
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -154,17 +155,19 @@ class ElfFile:
         """`load`, remembered by the file's identity (device, inode, size,
         mtime, ctime, owner): the same bytes are parsed once."""
         key = file.identity
-        known = _elf_cache.get(key)
+        with _elf_lock:  # pmd symbolizes in its worker and its HTTP threads
+            known = _elf_cache.get(key)
+            if known is not None:
+                _elf_cache.move_to_end(key)
         if known is None:
             try:
                 known = cls.load(file)
             except MalformedElf as e:
                 known = e
-            if len(_elf_cache) >= _ELF_CACHE_MAX:  # a long-lived pmd sees objects come and go
-                _elf_cache.popitem(last=False)
-            _elf_cache[key] = known
-        else:
-            _elf_cache.move_to_end(key)
+            with _elf_lock:
+                if len(_elf_cache) >= _ELF_CACHE_MAX:  # a long-lived pmd sees objects come and go
+                    _elf_cache.popitem(last=False)
+                _elf_cache[key] = known
         if isinstance(known, MalformedElf):
             raise known
         return known
@@ -346,6 +349,7 @@ def _symbol_rank(s: FuncSymbol) -> tuple[int, int, int]:
 _elf_cache: collections.OrderedDict[tuple[int, ...], ElfFile | MalformedElf] = \
     collections.OrderedDict()
 _ELF_CACHE_MAX = 64  # each holds its file open
+_elf_lock = threading.Lock()
 
 
 def _read(file: OpenFile, offset: int, size: int, what: str) -> bytes:

@@ -915,7 +915,7 @@ def test_pmd_loop_goes_on_while_a_symbolization_hangs(tmp_path: Path,
             d.handle_event(ev)
             slowest = max(slowest, time.monotonic() - t0)
     d.flush_now()
-    assert slowest < 1.0
+    assert slowest < 3.0  # the worker waits 20 s on the object
     (alert,) = d.store.alerts(PID)
     assert alert.site == 1 and "; fastest site 1 +" in alert.message
     assert d.store.sample_count(PID + 1, start_key(START_NS)) == 200

@@ -37,8 +37,10 @@ stores what `pmctl leaks`, `stats`, `trend` and `alerts` need once the
 module dropped it (pmm.postmortem). The sites named in SITES events get
 their one-line description the same way while the process runs. Reading
 and symbolizing (addr2line on large objects may take seconds) happen in one
-worker thread (`PostmortemWorker`); the loop writes the results with the
-other rows, so the database keeps one writer. A harvest that fails is
+worker thread (`PostmortemWorker`), never in the loop; the loop writes the
+results with the other rows, so the database keeps one writer. An alert
+names its site's description when the worker has given it by then (it is
+asked when the site first appears), else the site's number alone. A harvest that fails is
 counted, and logged the first time it fails that way (one line); the entry
 is not read again.
 
@@ -455,7 +457,7 @@ class Daemon:
         g = site_growth(st.snaps, limit=1)
         if g:
             site = g[0].site
-            where = self._site_where(pid, start, site)
+            where = self._site_where(st, site)
             msg += f"; fastest site {site}{' ' + where if where else ''} "
             msg += human_rate(g[0].rate_kib_min * 1024)
         elif st.snaps:
@@ -463,7 +465,7 @@ class Daemon:
             last_t = st.snaps[-1][1]
             big = max((x for x in st.snaps if x[1] == last_t), key=lambda x: (x[2], -x[0]))
             site = big[0]
-            where = self._site_where(pid, start, site)
+            where = self._site_where(st, site)
             msg += f"; largest site {site}{' ' + where if where else ''} "
             msg += f"{human_bytes(big[2])} live"
         a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
@@ -477,31 +479,25 @@ class Daemon:
         if added:
             log.warning("%s", msg)
 
-    def _site_where(self, pid: int, start: int, site: int) -> str:
-        """The site's description: stored or waiting to be, else read and
-        symbolized now (once per alert, in the loop: the worker may not
-        have reached it yet)."""
-        for p, st, s, where in reversed(self.pending_sites):
-            if (p, st, s) == (pid, start, site):
+    def _site_where(self, st: ProcState, site: int) -> str:
+        """The site's description if the worker gave it already (stored or
+        waiting to be), else '' (the worker, asked when the site was first
+        seen, stores it in the sites table when it has it): the loop never
+        symbolizes, which may take seconds an object."""
+        pid, start = st.key
+        for p, s_start, s, where in reversed(self.pending_sites):
+            if (p, s_start, s) == (pid, start, site):
                 return where
-        known = self.store.sites(pid, start).get(site)
+        try:
+            known = self.store.sites(pid, start).get(site)
+        except StoreError as e:
+            log.debug("no description for site %d of pid %d: %s", site, pid, e)
+            known = None
         if known:
             return known
-        try:
-            from pmm import postmortem
-            from pmm.symbolize import Symbolizer
-
-            with self.open_device() as dev:
-                snap = postmortem.snapshot(dev, pid, start, harvest=False)
-            # from the module's objects and offsets: no absolute address
-            # into the group-readable database or the log
-            where = postmortem.describe(snap, pid, start, [site],
-                                        Symbolizer(disk_cache=False)).get(site, "")
-            if where:
-                self.store.set_site(pid, start, site, where)
-            return where
-        except Exception as e:  # noqa: BLE001 - the description is a nicety
-            log.debug("no description for site %d of pid %d: %s", site, pid, e)
+        if site not in st.described:
+            st.described.add(site)
+            self.worker.describe(st.key, [site])
         return ""
 
     # -- post-mortem records --------------------------------------------------

@@ -66,7 +66,7 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int,
     the process's saved map. disk_cache=False: the symbolizer keeps its
     answers in memory only (pmd: root's home is not its to fill)."""
     from pmm.sitestack import needs_map, site_frames
-    from pmm.symbolize import Symbolizer, maps_for
+    from pmm.symbolize import Symbolizer, Target, maps_for
 
     info = dev.require_monitored(pid)
     blocks = dev.blocks(pid)
@@ -77,7 +77,8 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int,
     described = [g.desc for g in shown if g.desc is not None]
     maps = maps_for(pid, info.start_time_ns) if needs_map(described) else None
     frames = site_frames(described, objects, depth=MAX_FRAMES, maps=maps,
-                         symbolizer=Symbolizer(maps, disk_cache=disk_cache))
+                         symbolizer=Symbolizer(maps, disk_cache=disk_cache),
+                         target=Target.of(pid, info.start_time_ns))
     entries = []
     for g in shown:
         fr = frames.get(g.site, [])

@@ -45,7 +45,7 @@ from pmm.model import (
 )
 from pmm.procsampler import boottime_ns
 from pmm.store import ExitRecord, ExitSiteRow, Store, start_key
-from pmm.symbolize import Frame, Symbolizer
+from pmm.symbolize import Frame, Symbolizer, Target
 from pmm.uapi import MAX_FRAMES
 
 T = TypeVar("T")
@@ -129,10 +129,12 @@ def snapshot(dev: ModuleReader, pid: int, start_time_key: int,
 
 
 def _frames(sites: Iterable[Site], objects: list[ObjectFile],
-            symbolizer: Symbolizer | None) -> dict[int, list[Frame]]:
-    # addresses=False: a frame the module could not place becomes Frame(0)
+            symbolizer: Symbolizer | None, info: PidInfo) -> dict[int, list[Frame]]:
+    # addresses=False: a frame the module could not place becomes Frame(0);
+    # the process's files inside its root while it runs
     return sitestack.site_frames(sites, objects, MAX_FRAMES, maps=None, addresses=False,
-                                 symbolizer=symbolizer)
+                                 symbolizer=symbolizer,
+                                 target=Target.of(info.pid, info.start_time_ns))
 
 
 def _same_process(info: PidInfo | None, start_time_key: int) -> bool:
@@ -160,7 +162,7 @@ def collect(dev: ModuleReader, pid: int, start_time_key: int,
     by_id = {s.site: s for s in sites}
     groups = {g.site: g for g in leaks.group_blocks(blocks, by_id, now_mono - since_exit)}
     del blocks  # the largest read: only its groups are kept
-    frames = _frames(sites, objects, symbolizer)
+    frames = _frames(sites, objects, symbolizer, info)
     rows: list[ExitSiteRow] = []
     for sid in sorted(set(by_id) | set(groups)):
         s = by_id.get(sid)
@@ -220,12 +222,13 @@ def describe(dev: ModuleReader, pid: int, start_time_key: int, site_ids: Iterabl
     never an absolute address. Sites with nothing to show are left out, and
     all are when the pid is now another process."""
     wanted = set(site_ids)
-    if not _same_process(dev.pid_info(pid), start_time_key):
+    info = dev.pid_info(pid)
+    if info is None or not _same_process(info, start_time_key):
         return {}
     sites = [s for s in dev.sites(pid) if s.site in wanted]
     if not sites:
         return {}
-    frames = _frames(sites, dev.objects(pid), symbolizer)
+    frames = _frames(sites, dev.objects(pid), symbolizer, info)
     out = {s.site: sitestack.describe_site(s, frames.get(s.site, [])) for s in sites}
     return {k: v for k, v in out.items() if v}
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pmm.model import ObjectFile, Site
-from pmm.symbolize import Frame, ObjectRef, Symbolizer, first_user_frame
+from pmm.symbolize import Frame, ObjectRef, Symbolizer, Target, first_user_frame
 from pmm.symbolize import Mapping as MapLine
 from pmm.uapi import MAX_FRAMES
 
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from pmm.device import Device
 
 def object_ref(o: ObjectFile) -> ObjectRef:
-    """The symbolizer's key for a module object: its path and build-id."""
-    return ObjectRef(path=o.path or None, build_id=o.build_id)
+    """The symbolizer's key for a module object: its path, build-id, and the
+    inode and size the process had (a file swapped in at the path since is
+    not taken for it)."""
+    return ObjectRef(path=o.path or None, build_id=o.build_id, ino=o.ino or None,
+                     size=o.size if o.ino else None)
 
 
 def needs_map(sites: Iterable[Site]) -> bool:
@@ -44,9 +47,11 @@ def site_frames(
     maps: Sequence[MapLine] | None = None,
     addresses: bool = True,
     symbolizer: Symbolizer | None = None,
+    target: Target | None = None,
 ) -> dict[int, list[Frame]]:
     """Per site id, its first `depth` frames symbolized (see the module's
-    docstring for which way each frame goes)."""
+    docstring for which way each frame goes); target: the process, while it
+    is known (its files are opened inside its root)."""
     objs = objects if isinstance(objects, Mapping) else {o.obj: o for o in objects}
     sym = symbolizer or Symbolizer(maps)
     # per site, each frame as (object, offset) when the module placed it, else its address
@@ -59,8 +64,8 @@ def site_frames(
     by_object = [k for ks in keyed.values() for k in ks if isinstance(k, tuple)]
     by_address = [k for ks in keyed.values() for k in ks if isinstance(k, int) and k and maps]
     try:
-        resolved = sym.symbolize_objects(by_object) if by_object else {}
-        mapped = sym.symbolize(by_address) if by_address else {}
+        resolved = sym.symbolize_objects(by_object, target=target) if by_object else {}
+        mapped = sym.symbolize(by_address, target=target) if by_address else {}
     except (OSError, ValueError, subprocess.SubprocessError):
         resolved, mapped = {}, {}
     out: dict[int, list[Frame]] = {}
@@ -109,7 +114,8 @@ def describe_module_sites(dev: Device, pid: int, wanted: Iterable[int] | None = 
     sites = [s for s in dev.sites(pid) if want is None or s.site in want]
     objects = dev.objects(pid)
     maps = maps_for(pid, info.start_time_ns) if addresses and needs_map(sites) else None
-    frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps, addresses=addresses)
+    frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps, addresses=addresses,
+                         target=Target.of(pid, info.start_time_ns))
     out = {}
     for s in sites:
         where = describe_site(s, frames.get(s.site, []))

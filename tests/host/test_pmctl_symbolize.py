@@ -97,7 +97,8 @@ def test_symbolize_live_and_after_exit(prog: Path, backend: str, tmp_path: Path,
 def test_no_debug_info_gives_object_offset(prog: Path, tmp_path: Path) -> None:
     stripped = tmp_path / "stripped"
     subprocess.run(["strip", "-o", str(stripped), str(prog)], check=True)
-    maps = [sy.Mapping(0x555555554000, 0x555555556000, "r-xp", 0, 42, str(stripped))]
+    maps = [sy.Mapping(0x555555554000, 0x555555556000, "r-xp", 0, stripped.stat().st_ino,
+                       str(stripped))]
     ra = 0x555555554000 + 0x1180
     f = sy.Symbolizer(maps, sy.Addr2line()).symbolize([ra])[ra]
     assert f.line is None and f.file is None
@@ -152,13 +153,14 @@ def test_disk_cache_per_object(prog: Path, tmp_path: Path,
     monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
     exe = tmp_path / "copy"
     shutil.copy2(prog, exe)
-    maps = [sy.Mapping(0x555555554000, 0x555555558000, "r-xp", 0, 42, str(exe))]
+    maps = [sy.Mapping(0x555555554000, 0x555555558000, "r-xp", 0, exe.stat().st_ino, str(exe))]
     segs = sy.load_segments(str(exe))
     assert segs
     calls: list[int] = []
 
     class Counting(sy.Addr2line):
-        def resolve(self, path: str, vaddrs: Sequence[int]) -> list[sy.SourceLoc]:
+        def resolve(self, path: sy.backends.ElfInput, vaddrs: Sequence[int]
+                    ) -> list[sy.SourceLoc]:
             calls.append(len(vaddrs))
             return super().resolve(path, vaddrs)
 

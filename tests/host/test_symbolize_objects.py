@@ -45,8 +45,11 @@ def own_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never the user's cache, /usr/lib/debug or debuginfod servers unless a test says so."""
     monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PMM_DEBUG_DIRS", "")
-    for var in ("DEBUGINFOD_URLS", "DEBUGINFOD_CACHE_PATH", "PMM_SYMBOLIZER"):
+    for var in ("DEBUGINFOD_URLS", "DEBUGINFOD_CACHE_PATH", "PMM_SYMBOLIZER",
+                "PMM_DEBUGINFOD_INSECURE", "PMM_DEBUGINFOD_MAX_FETCHES",
+                "PMM_DEBUGINFOD_MAX_BYTES", "PMM_DEBUGINFOD_CACHE_MAX"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sy.debuginfo, "budget", sy.debuginfo.DebuginfodBudget())
 
 
 # -- where the leaks are, from the binaries ----------------------------------
@@ -339,6 +342,7 @@ def test_debuginfod_only(stripped: tuple[Path, int, list[int]], debuginfod: str,
                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, leak, offs = stripped
     monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")  # the local server is plain http
     cache = tmp_path / "cache"
     exe = tmp_path / "pm-stripped"
     shutil.copy(BIN / "pm-stripped", exe)
@@ -367,6 +371,7 @@ def test_debuginfod_executable_for_symbols_of_a_gone_object(debuginfod: str, tmp
     """No debug info anywhere and the object gone: debuginfod's copy of the
     executable gives its program headers and dynamic symbols."""
     monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
     lib = BIN / "libpm-nodebug.so"
     offs = return_offsets(lib, func="leak_in_lib", callee="malloc")
     ref = sy.ObjectRef(str(tmp_path / "gone" / lib.name), build_id(lib))
@@ -431,7 +436,7 @@ def test_build_id_mismatch_gives_no_wrong_line(tmp_path: Path,
     leak = marked_line(tmp_path / "inline.c", "LEAK: inline")
     offs = return_offsets(obj, leak, callee="malloc")
     old = sy.ObjectRef(str(obj), old_id)
-    assert symbolize(old, offs).line == leak  # cached, by the old build-id
+    assert symbolize(old, offs).line == leak  # cached, under the file's identity
     dbg = tmp_path / "debug" / ".build-id" / old_id[:2] / f"{old_id[2:]}.debug"
     dbg.parent.mkdir(parents=True)
     subprocess.run(["objcopy", "--only-keep-debug", str(obj), str(dbg)], check=True)
@@ -452,17 +457,16 @@ def test_build_id_mismatch_gives_no_wrong_line(tmp_path: Path,
     assert build_id(obj) == new_id
     # the same code (only its lines moved): the same offsets name other lines now
     assert return_offsets(obj, leak + 7, callee="malloc") == offs
-    # the cache holds the old build's answers: by build-id, for it alone
-    assert symbolize(old, offs).line == leak
-    assert symbolize(sy.ObjectRef(str(obj), new_id), offs).line == leak + 7
-    # no build-id given: the file at the path, whatever it is now
-    assert symbolize(sy.ObjectRef(str(obj), None), offs).line == leak + 7
-    # not cached: the new file is not taken for the old build ...
-    monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    # the old file's answers came from its own DWARF: kept under its identity,
+    # which the rewritten file no longer has (its ctime moved): the new file's
+    # lines are never taken for the old build
     f = symbolize(old, offs)
     assert (f.func, f.file, f.line, f.symbol) == (None, None, None, None)
     assert f.describe() == f"pm-inline+0x{offs[0]:x}"
-    # ... and the old one's debug file names its line
+    assert symbolize(sy.ObjectRef(str(obj), new_id), offs).line == leak + 7
+    # no build-id given: the file at the path, whatever it is now
+    assert symbolize(sy.ObjectRef(str(obj), None), offs).line == leak + 7
+    # the old one's debug file names its line
     monkeypatch.setenv("PMM_DEBUG_DIRS", str(tmp_path / "debug"))
     assert symbolize(old, offs).line == leak
 
@@ -503,14 +507,14 @@ def test_gnu_debuglink(with_build_id: bool, tmp_path: Path,
 
 # -- the cache --------------------------------------------------------------------------
 
-def test_answers_cached_by_build_id_only_located_ones(tmp_path: Path) -> None:
-    """Answers with a line are kept on disk by build-id: a second Symbolizer
-    runs no addr2line. Answers without one are not kept (debug info
-    installed later may name them)."""
+def test_answers_cached_only_located_ones(tmp_path: Path) -> None:
+    """Answers with a line are kept on disk: a second Symbolizer runs no
+    addr2line. Answers without one are not kept (debug info installed later
+    may name them). The object's own DWARF: kept under the file's identity."""
     calls: list[int] = []
 
     class Counting(sy.Addr2line):
-        def resolve_inlined(self, path: str, vaddrs: Sequence[int]
+        def resolve_inlined(self, path: sy.backends.ElfInput, vaddrs: Sequence[int]
                             ) -> list[tuple[sy.SourceLoc, ...]]:
             calls.append(len(vaddrs))
             return super().resolve_inlined(path, vaddrs)
@@ -527,17 +531,34 @@ def test_answers_cached_by_build_id_only_located_ones(tmp_path: Path) -> None:
         assert (got[(ref, start)].func, got[(ref, start)].line) == ("_start", None)
         assert got[(ref, start)].symbol == "_start+0x4"
     assert calls == [2, 1]  # the second time, only the one without a line
+    st = exe.stat()
+    ident = ":".join(str(x) for x in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                      st.st_ctime_ns, st.st_uid))
+    cached = sy.object_cache_file(f"file:{ident}", "addr2line")
+    assert cached is not None
+    assert list((tmp_path / "cache" / "sym").glob("*.json")) == [cached]
+    assert list(json.loads(cached.read_text())["offsets"]) == [str(offs[0] - 1)]
+
+
+def test_answers_of_a_trusted_debug_file_cached_by_build_id(
+        stripped: tuple[Path, int, list[int]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a debug file under a debug directory: kept by build-id, and
+    all cached, no file is looked for (nor debuginfod asked)."""
+    _, leak, offs = stripped
+    monkeypatch.setenv("PMM_DEBUG_DIRS", str(DEBUG))
+    ref = sy.ObjectRef(str(BIN / "pm-stripped"), build_id(BIN / "pm-stripped"))
+    assert symbolize(ref, offs).line == leak
 
     class NoFinder(sy.DebugFinder):
-        def find(self, ref: sy.ObjectRef) -> sy.DebugFiles:
+        def find(self, ref: sy.ObjectRef, target: sy.Target | None = None) -> sy.DebugFiles:
             raise AssertionError(f"looked for {ref}'s files (maybe asking debuginfod)")
 
-    # all cached: no file is looked for
-    assert one(sy.Symbolizer(finder=NoFinder()).symbolize_objects([(ref, offs[0])])).line == leak
-    cached = sy.object_cache_file(ref.build_id, None, "addr2line")
-    assert list((tmp_path / "cache" / "sym").glob("*.json")) == [cached]
+    got = sy.Symbolizer(finder=NoFinder()).symbolize_objects([(ref, offs[0])])
+    assert one(got).line == leak
+    cached = sy.object_cache_file(f"build-id:{ref.build_id}", "addr2line")
     assert cached is not None
-    assert list(json.loads(cached.read_text())["offsets"]) == [str(offs[0] - 1)]
+    assert list((tmp_path / "cache" / "sym").glob("*.json")) == [cached]
 
 
 # -- pieces -----------------------------------------------------------------------------
@@ -619,6 +640,7 @@ def test_debuginfod_that_does_not_answer_is_given_up(tmp_path: Path,
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)  # connections complete in the backlog, never accepted
         monkeypatch.setenv("DEBUGINFOD_URLS", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
         monkeypatch.setattr(sy.debuginfo, "DEBUGINFOD_FIND_TIMEOUT_S", 1)
         ref = sy.ObjectRef("/gone/libslow.so", "cd" * 20)
         t0 = time.monotonic()
@@ -648,3 +670,91 @@ def test_frame_json_round_trip() -> None:
                  lines=(sy.SourceLoc("grow", "/src/a.c", 5), sy.SourceLoc("main", "/src/a.c", 9)))
     assert sy.Frame.from_dict(f.as_dict()) == f
     assert sy.Frame.from_dict({"addr": 16}) == sy.Frame(16)
+
+
+# -- debuginfod within bounds ----------------------------------------------------------
+
+def test_debuginfod_over_http_needs_the_opt_in(monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A process's build-ids are fetched over https only: an http:// server
+    is not even connected to without PMM_DEBUGINFOD_INSECURE=1 (said once),
+    nor one of another scheme."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.setblocking(False)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setenv("DEBUGINFOD_URLS", f"{url} file:///srv/debuginfod")
+        for _ in range(2):
+            f = symbolize(sy.ObjectRef("/gone/libhttp.so", "a1" * 20), [0x1234])
+            assert f.describe() == "libhttp.so+0x1234"
+        with pytest.raises(BlockingIOError):
+            server.accept()  # no one connected
+    said = [r.getMessage() for r in caplog.records if "debuginfod" in r.getMessage()]
+    assert said == [f"debuginfod: {url} is not asked: plain http (set PMM_DEBUGINFOD_INSECURE=1 "
+                    "to allow it)",
+                    "debuginfod: file:///srv/debuginfod is not asked: only https:// servers are"]
+    monkeypatch.setenv("DEBUGINFOD_URLS", "https://a.example http://b.example")
+    assert sy.debuginfod_urls() == "https://a.example"
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    assert sy.debuginfod_urls() == "https://a.example http://b.example"
+
+
+def test_debuginfod_budget_per_run(stripped: tuple[Path, int, list[int]], debuginfod: str,
+                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    """At most PMM_DEBUGINFOD_MAX_FETCHES requests a run (each build-id a
+    process names is one), and no file larger than the bytes left of
+    PMM_DEBUGINFOD_MAX_BYTES: past either, nothing is asked, and it is said."""
+    _, leak, offs = stripped
+    monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    cache = tmp_path / "cache" / "debuginfod"
+    stripped_id = build_id(BIN / "pm-stripped")
+    ref = sy.ObjectRef("/gone/pm-stripped", stripped_id)
+    # smaller than the debug file: the client does not fetch it
+    monkeypatch.setenv("PMM_DEBUGINFOD_MAX_BYTES", "1000")
+    assert symbolize(ref, offs).line is None
+    assert not list(cache.glob(f"{stripped_id}/debuginfo"))
+    monkeypatch.delenv("PMM_DEBUGINFOD_MAX_BYTES")
+    monkeypatch.setattr(sy.debuginfo, "budget", sy.debuginfo.DebuginfodBudget())
+    monkeypatch.setenv("PMM_DEBUGINFOD_MAX_FETCHES", "1")
+    assert symbolize(ref, offs).line == leak
+    size = (cache / stripped_id / "debuginfo").stat().st_size
+    assert sy.debuginfo.budget.fetches == 1 and sy.debuginfo.budget.bytes == size
+    lib = BIN / "libpm-nodebug.so"
+    other = sy.ObjectRef("/gone/libpm-nodebug.so", build_id(lib))
+    got = symbolize(other, return_offsets(lib, func="leak_in_lib", callee="malloc"))
+    assert got.symbol is None  # its executable is on the server, but not asked for
+    assert not list(cache.glob(f"{build_id(lib)}/*"))
+    said = [r.getMessage() for r in caplog.records if "PMM_DEBUGINFOD_MAX_FETCHES" in
+            r.getMessage()]
+    assert said == ["debuginfod: 1 requests made in this run (PMM_DEBUGINFOD_MAX_FETCHES): "
+                    "no more"]
+
+
+def test_debuginfod_cache_is_capped(debuginfod: str, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PMM_DEBUGINFOD_CACHE_MAX bytes, what was used longest ago goes
+    (with its build-id's directory once empty); the client's own files at
+    the top and what was just fetched stay."""
+    cache = tmp_path / "cache" / "debuginfod"
+    old = [cache / ("0" * 39 + str(n)) / "debuginfo" for n in range(3)]
+    for n, f in enumerate(old):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(bytes(1000))
+        os.utime(f, (1000 + n, 1000 + n))
+    (cache / "cache_clean_interval_s").write_text("86400")
+    monkeypatch.setenv("PMM_DEBUGINFOD_CACHE_MAX", "2500")
+    sy.prune_debuginfod_cache(str(cache))
+    assert [f.exists() for f in old] == [False, True, True]
+    assert not old[0].parent.exists() and (cache / "cache_clean_interval_s").exists()
+    # fetching more: the older ones go, the new one stays even if it alone is over
+    monkeypatch.setenv("DEBUGINFOD_URLS", debuginfod)
+    monkeypatch.setenv("PMM_DEBUGINFOD_INSECURE", "1")
+    monkeypatch.setenv("PMM_DEBUGINFOD_CACHE_MAX", "1")
+    got = sy.debuginfod_find("executable", build_id(BIN / "libpm-nodebug.so"))
+    assert got is not None and Path(got).is_relative_to(cache)
+    kept = {p.relative_to(cache) for p in cache.rglob("*") if p.is_file()}
+    assert {p for p in kept if p.parent != Path(".")} == {Path(got).relative_to(cache)}
+    assert Path("cache_clean_interval_s") in kept

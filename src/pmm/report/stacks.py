@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pmm.model import Site
 from pmm.store import start_key
-from pmm.symbolize import Frame, maps_for, user_frames
+from pmm.symbolize import Frame, Target, maps_for, user_frames
 from pmm.uapi import MAX_FRAMES
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ def site_stacks(
         objects = device.objects(pid) if device is not None else []
         maps = maps_for(pid, start_time_ns) if needs_map(framed) else None
         try:
-            by_site = site_frames(framed, objects, MAX_FRAMES, maps=maps)
+            by_site = site_frames(framed, objects, MAX_FRAMES, maps=maps,
+                                  target=Target.of(pid, start_time_ns))
         except (OSError, ValueError, subprocess.SubprocessError):
             by_site = {}
     for s in sites:

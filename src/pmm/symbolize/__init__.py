@@ -9,8 +9,8 @@ Two steps:
    of /proc/PID/stat and as pmm_pid_info.start_time_ns / 10 ms), so a reused
    pid never picks up another process's map and symbolization still works
    after the process exited. `Mapping.translate` turns an address into
-   (object path, file offset); `elf_vaddr` turns the file offset into the
-   object's ELF virtual address through its PT_LOAD program headers.
+   (object path, file offset); the object's PT_LOAD program headers turn the
+   file offset into its ELF virtual address.
 
 2. Object files. `Symbolizer` resolves ELF vaddrs of one object to function,
    file and line, with one of two backends, measured (see
@@ -21,34 +21,45 @@ Two steps:
      optional (pip install 'pmm[elf]'), used when binutils is not installed.
    $PMM_SYMBOLIZER selects one. With neither, frames are object+offset and
    one warning says what to install. Results are cached per (object, vaddr),
-   in memory and on disk (keyed by the object's path, inode, size and mtime).
+   in memory and on disk.
 
 Frames that outlive the process: `Symbolizer().symbolize_objects(items)`
 names (ObjectRef(path, build_id), file offset) pairs, as the kernel module
 records a site's frames, with no process and no map: the debug info is the
 object's own, a separate debug file found by build-id under $PMM_DEBUG_DIRS
 (default /usr/lib/debug) or by .gnu_debuglink, or debuginfod's when
-DEBUGINFOD_URLS is set (`debuginfo`: `DebugFinder`); inlined calls are listed
-(`Frame.lines`); without debug info the nearest ELF symbol is given
-(`Frame.symbol`). A file at the object's path with another build-id is never
-used. Answers are cached by build-id. `first_user_frame` skips the
-allocator's own frames at the top of a site (libstdc++'s operator new, libc).
+DEBUGINFOD_URLS names https servers (`debuginfo`: `DebugFinder`); inlined
+calls are listed (`Frame.lines`); without debug info the nearest ELF symbol
+is given (`Frame.symbol`). A file at the object's path with another build-id
+is never used. `first_user_frame` skips the allocator's own frames at the
+top of a site (libstdc++'s operator new, libc).
+
+What a monitored process names is its owner's choice (pmctl runs as root,
+pmd with CAP_SYS_PTRACE): its files are opened inside its root without
+following links out of it or blocking (`opening`: `Target`, `Refused`),
+parsed with every offset checked (`elf`: `MalformedElf`), read by binutils
+in an unprivileged child with a time budget when someone else wrote them
+(`sandbox`), and their answers kept under the identity of the files (device,
+inode, size, times, owner); only answers from a trusted debug file (the
+debug directories, debuginfod) are kept, and shared, by build-id.
 
 Return addresses are looked up at address-1 (the call instruction), so a
 frame names the line of the call, not the line after it.
 
 The package's modules, along those steps: `maps` (the maps and their cache),
-`elf` (ELF headers: file offset to vaddr, build-id, debug link, symbols),
-`debuginfo` (where an object's debug info is), `backends` (addr2line,
-optional pyelftools), `cache` (the cache directory: where, and how it is
-kept private) and `frames` (`Symbolizer`, `Frame`, `describe_sites`,
-`first_user_frame`). Every public name is importable from `pmm.symbolize`
-itself.
+`opening` (how a process's files are opened), `elf` (ELF headers: file
+offset to vaddr, build-id, debug links, symbols), `debuginfo` (where an
+object's debug info is), `backends` (addr2line, optional pyelftools),
+`sandbox` (running binutils unprivileged), `cache` (the cache directory:
+where, and how it is kept private) and `frames` (`Symbolizer`, `Frame`,
+`describe_sites`, `first_user_frame`). Every public name is importable from
+`pmm.symbolize` itself.
 """
 
 from pmm.symbolize.backends import (
     ADDR2LINE_TIMEOUT_S,
     NO_BACKEND,
+    UNTRUSTED_TIMEOUT_S,
     Addr2line,
     Backend,
     InliningBackend,
@@ -58,6 +69,7 @@ from pmm.symbolize.backends import (
     _parse_fileline,
     demangle,
     make_backend,
+    unsafe_links,
 )
 from pmm.symbolize.cache import (
     cache_dirs,
@@ -74,17 +86,21 @@ from pmm.symbolize.debuginfo import (
     ObjectRef,
     debug_dirs,
     debuginfod_find,
+    debuginfod_urls,
+    prune_debuginfod_cache,
 )
 from pmm.symbolize.elf import (
     ElfFile,
     FuncSymbol,
     LoadSegment,
+    MalformedElf,
     ProgramHeader,
     Section,
     debug_file_load_segments,
     elf_vaddr,
     load_segments,
     read_build_id,
+    same_layout,
     vaddr_in,
 )
 from pmm.symbolize.frames import (
@@ -110,6 +126,8 @@ from pmm.symbolize.maps import (
     save_maps,
     ticks_from_ns,
 )
+from pmm.symbolize.opening import OpenFile, Refused, Target, open_beneath, open_named
+from pmm.symbolize.sandbox import TimedOut, ToolFailed
 
 __all__ = [
     "ADDR2LINE_TIMEOUT_S",
@@ -118,6 +136,7 @@ __all__ = [
     "DEFAULT_DEBUG_DIRS",
     "NS_PER_TICK",
     "NO_BACKEND",
+    "UNTRUSTED_TIMEOUT_S",
     "Addr2line",
     "Backend",
     "DebugFiles",
@@ -127,14 +146,20 @@ __all__ = [
     "FuncSymbol",
     "InliningBackend",
     "LoadSegment",
+    "MalformedElf",
     "Mapping",
     "NoBackend",
     "ObjectRef",
+    "OpenFile",
     "ProgramHeader",
     "PyElfTools",
+    "Refused",
     "Section",
     "SourceLoc",
     "Symbolizer",
+    "Target",
+    "TimedOut",
+    "ToolFailed",
     "_parse_fileline",
     "cache_dirs",
     "capture_maps",
@@ -142,6 +167,7 @@ __all__ = [
     "debug_file_load_segments",
     "debuginfod_cache_dir",
     "debuginfod_find",
+    "debuginfod_urls",
     "demangle",
     "describe_sites",
     "elf_vaddr",
@@ -155,13 +181,18 @@ __all__ = [
     "maps_for",
     "merge_maps",
     "object_cache_file",
+    "open_beneath",
+    "open_named",
     "parse_maps",
     "proc_start_ticks",
+    "prune_debuginfod_cache",
     "read_build_id",
     "read_live_maps",
+    "same_layout",
     "save_maps",
     "sym_cache_file",
     "ticks_from_ns",
+    "unsafe_links",
     "user_frames",
     "vaddr_in",
 ]

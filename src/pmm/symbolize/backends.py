@@ -1,7 +1,14 @@
 """Back-ends that resolve an object's ELF virtual addresses to function, file
 and line: binutils addr2line (the default) and pyelftools (optional: the
 `elf` extra, pip install 'pmm[elf]'). Without either, frames are named by
-object and offset, and one warning says what to install."""
+object and offset, and one warning says what to install.
+
+A back-end is given the file open (`pmm.symbolize.opening.OpenFile`; a path
+is opened as `open_path` does). addr2line reads it as /proc/self/fd/N, in a
+child made unprivileged when someone else wrote the file (`sandbox`), with
+a time budget: ADDR2LINE_TIMEOUT_S for a file of root's or ours alone,
+UNTRUSTED_TIMEOUT_S for any other; a run that gives nothing raises
+`ToolFailed` saying why."""
 
 from __future__ import annotations
 
@@ -10,11 +17,15 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from pmm.symbolize import sandbox
+from pmm.symbolize.elf import ElfFile, MalformedElf
+from pmm.symbolize.opening import OpenFile, open_path
+from pmm.symbolize.sandbox import ToolFailed
 
 log = logging.getLogger("pmm.symbolize")
 
@@ -32,6 +43,16 @@ class SourceLoc:
     line: int | None
 
 
+# an ELF file to resolve addresses in: open (how the symbolizer gives it), or a
+# path of the caller's own
+ElfInput = OpenFile | str
+
+
+def as_open(obj: ElfInput) -> OpenFile:
+    """obj, opened if it is a path of the caller's (`open_path`: a regular file only)."""
+    return obj if isinstance(obj, OpenFile) else open_path(obj)
+
+
 class Backend(Protocol):
     """What resolves an object's vaddrs (one SourceLoc each, in order)."""
 
@@ -41,9 +62,10 @@ class Backend(Protocol):
         """Whether the back-end can run on this machine."""
         ...
 
-    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
-        """The location of each of vaddrs (virtual addresses of the ELF object at
-        path), in order; unknown ones as SourceLoc(None, None, None)."""
+    def resolve(self, path: ElfInput, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """The location of each of vaddrs (virtual addresses of the ELF object
+        `path`), in order; unknown ones as SourceLoc(None, None, None).
+        OSError (ToolFailed) when nothing could be learnt of the file."""
         ...
 
 
@@ -95,13 +117,54 @@ def _parse_inlined(out: str) -> dict[int, tuple[SourceLoc, ...]]:
 class InliningBackend(Backend, Protocol):
     """A back-end that also lists the inlined calls at an address (addr2line -i)."""
 
-    def resolve_inlined(self, path: str, vaddrs: Sequence[int]) -> list[tuple[SourceLoc, ...]]:
+    def resolve_inlined(self, path: ElfInput, vaddrs: Sequence[int]
+                        ) -> list[tuple[SourceLoc, ...]]:
         """Per vaddr, its locations innermost inlined call first."""
         ...
 
 
-# a huge object's debug info may take long: not longer than this (pmd waits)
+# a huge object's debug info may take long: not longer than this for a file of
+# root's or ours; one someone else wrote gets a few seconds
 ADDR2LINE_TIMEOUT_S = 120
+UNTRUSTED_TIMEOUT_S = 5.0
+
+
+def unsafe_links(elf: ElfFile) -> str | None:
+    """Why binutils must not read this file, which someone else wrote: its
+    .gnu_debuglink or .gnu_debugaltlink names a path that, joined to the
+    directory binutils looks in (/proc/self/fd/, /usr/lib/debug/...), leaves
+    it ('..') or names one of the child's descriptors; None if neither does."""
+    try:
+        links = [(".gnu_debuglink", link[0]) for link in [elf.debuglink] if link]
+        links += [(".gnu_debugaltlink", alt[0]) for alt in [elf.debugaltlink] if alt]
+    except MalformedElf as e:
+        return f"malformed ELF: {e}"
+    for section, name in links:
+        parts = [p for p in name.split("/") if p]
+        if ".." in parts or (parts and parts[0].isdigit()):
+            return f"its {section} names {name!r} (not followed)"
+    return None
+
+
+def run_binutils(f: OpenFile, argv_before: Sequence[str], argv_after: Sequence[str]) -> str:
+    """A binutils program's stdout on file f: argv_before, f's path for it,
+    argv_after. A file of root's or ours alone is read as it is; any other
+    in an unprivileged child (`sandbox`), within UNTRUSTED_TIMEOUT_S, and
+    not at all if its debug links lead out (`unsafe_links`)."""
+    trusted = f.owner_trusted
+    if not trusted:
+        why = unsafe_links(ElfFile.of(f))
+        if why is not None:
+            raise ToolFailed(f"{f.path}: {why}")
+    path = f.arg_path if trusted and f.arg_path else f.tool_path
+    try:
+        return sandbox.run(
+            [*argv_before, path, *argv_after],
+            timeout=ADDR2LINE_TIMEOUT_S if trusted else UNTRUSTED_TIMEOUT_S,
+            pass_fds=(f.fd,) if path == f.tool_path else (), untrusted=not trusted,
+            run_as=sandbox.run_as_for(f.st.st_uid, f.st.st_gid))
+    except ToolFailed as e:
+        raise type(e)(f"{f.path}: {e}") from None
 
 
 class Addr2line:
@@ -116,50 +179,37 @@ class Addr2line:
         """Whether the addr2line program is there."""
         return shutil.which(self.exe) is not None or Path(self.exe).exists()
 
-    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
-        """One addr2line run over all of vaddrs in the object at path; all
-        unknown if it cannot run or takes longer than ADDR2LINE_TIMEOUT_S."""
+    def _exe(self) -> str:
+        return shutil.which(self.exe) or self.exe
+
+    def resolve(self, path: ElfInput, vaddrs: Sequence[int]) -> list[SourceLoc]:
+        """One addr2line run over all of vaddrs in the object; ToolFailed if
+        it cannot run or gives no answer in time (`run_binutils`)."""
         if not vaddrs:
             return []
-        try:
-            r = subprocess.run(
-                [self.exe, "-f", "-C", "-e", path, *(f"0x{a:x}" for a in vaddrs)],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=ADDR2LINE_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return [SourceLoc(None, None, None)] * len(vaddrs)
-        lines = r.stdout.splitlines()
-        out: list[SourceLoc] = []
+        out = run_binutils(as_open(path), [self._exe(), "-f", "-C", "-e"],
+                           [f"0x{a:x}" for a in vaddrs])
+        lines = out.splitlines()
+        locs: list[SourceLoc] = []
         for i in range(len(vaddrs)):
             func = lines[2 * i] if 2 * i < len(lines) else "??"
             fl = lines[2 * i + 1] if 2 * i + 1 < len(lines) else "??:0"
             file, line = _parse_fileline(fl)
-            out.append(SourceLoc(None if func == "??" else func, file, line))
-        return out
+            locs.append(SourceLoc(None if func == "??" else func, file, line))
+        return locs
 
-    def resolve_inlined(self, path: str, vaddrs: Sequence[int]) -> list[tuple[SourceLoc, ...]]:
-        """Each of vaddrs with its inlined calls: `addr2line -a -f -C -i`, the
-        addresses on stdin; per address its locations innermost first, the
-        last being the function it was compiled into (one unknown location if
-        nothing is known; all unknown if addr2line cannot run or times out)."""
+    def resolve_inlined(self, path: ElfInput, vaddrs: Sequence[int]
+                        ) -> list[tuple[SourceLoc, ...]]:
+        """Each of vaddrs with its inlined calls: `addr2line -a -f -C -i`; per
+        address its locations innermost first, the last being the function
+        it was compiled into (one unknown location if nothing is known);
+        ToolFailed if it cannot run or gives no answer in time."""
         unknown: tuple[SourceLoc, ...] = (SourceLoc(None, None, None),)
         if not vaddrs:
             return []
-        try:
-            r = subprocess.run(
-                [self.exe, "-a", "-f", "-C", "-i", "-e", path],
-                input="".join(f"0x{a:x}\n" for a in vaddrs),
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=ADDR2LINE_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return [unknown] * len(vaddrs)
-        chains = _parse_inlined(r.stdout)
+        out = run_binutils(as_open(path), [self._exe(), "-a", "-f", "-C", "-i", "-e"],
+                           [f"0x{a:x}" for a in vaddrs])
+        chains = _parse_inlined(out)
         return [chains.get(a) or unknown for a in vaddrs]
 
 
@@ -169,7 +219,7 @@ class PyElfTools:
     name = "pyelftools"
 
     def __init__(self) -> None:
-        self._objs: dict[str, Any] = {}
+        self._objs: dict[tuple[int, ...], Any] = {}
 
     def available(self) -> bool:
         """pyelftools is installed (it is optional: the `elf` extra)."""
@@ -179,11 +229,14 @@ class PyElfTools:
             return False
         return True
 
-    def _open(self, path: str) -> Any:
-        if path not in self._objs:
+    def _open(self, path: ElfInput) -> Any:
+        opened = as_open(path)
+        key = opened.identity
+        if key not in self._objs:
             from elftools.elf.elffile import ELFFile
 
-            f = open(path, "rb")  # noqa: SIM115 - kept open for lazy DWARF parsing
+            # kept open for lazy DWARF parsing
+            f = os.fdopen(os.dup(opened.fd), "rb")
             elf = ELFFile(f)
             dwarf = elf.get_dwarf_info() if elf.has_dwarf_info() else None
             syms: list[tuple[int, int, str]] = []
@@ -198,8 +251,8 @@ class PyElfTools:
                     break
             syms.sort()
             aranges = dwarf.get_aranges() if dwarf is not None else None
-            self._objs[path] = (f, dwarf, aranges, syms, {})
-        return self._objs[path]
+            self._objs[key] = (f, dwarf, aranges, syms, {})
+        return self._objs[key]
 
     def _lines_for_cu(self, dwarf: Any, cu: Any, cache: dict[int, Any]) -> Any:
         if cu.cu_offset in cache:
@@ -244,11 +297,18 @@ class PyElfTools:
         cache[cu.cu_offset] = (rows, funcs)
         return cache[cu.cu_offset]
 
-    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+    def resolve(self, path: ElfInput, vaddrs: Sequence[int]) -> list[SourceLoc]:
         """Each vaddr's function (from DWARF, else the symbol table), file and
-        line; all unknown if the object cannot be parsed."""
+        line; all unknown if the object cannot be parsed. ToolFailed for a
+        file someone else wrote: pyelftools parses in this process, which
+        may be privileged, with no time budget (addr2line reads such a file
+        unprivileged)."""
+        opened = as_open(path)
+        if not opened.owner_trusted:
+            raise ToolFailed(f"{opened.path}: pyelftools does not read a file someone else "
+                             "wrote (binutils' addr2line does, unprivileged)")
         try:
-            _f, dwarf, aranges, syms, cache = self._open(path)
+            _f, dwarf, aranges, syms, cache = self._open(opened)
         except Exception:  # noqa: BLE001 - any parse failure: unknown
             return [SourceLoc(None, None, None)] * len(vaddrs)
         out: list[SourceLoc] = []
@@ -287,7 +347,7 @@ class NoBackend:
         """False: there is nothing to run."""
         return False
 
-    def resolve(self, path: str, vaddrs: Sequence[int]) -> list[SourceLoc]:
+    def resolve(self, path: ElfInput, vaddrs: Sequence[int]) -> list[SourceLoc]:
         """An unknown location for each address."""
         return [SourceLoc(None, None, None)] * len(vaddrs)
 
@@ -321,19 +381,21 @@ def make_backend(name: str | None = None) -> Backend:
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
     """C++ symbol names ('_Znwm') demangled ('operator new(unsigned long)') by
-    binutils' c++filt, one run for all; names it cannot demangle, and all of
-    them without c++filt, map to themselves."""
+    binutils' c++filt, one run for all, unprivileged (the names come from
+    files others wrote; `sandbox`) within UNTRUSTED_TIMEOUT_S; names it cannot
+    demangle, and all of them without c++filt, map to themselves."""
     out = {n: n for n in names}
-    todo = sorted(n for n in out if n.startswith("_Z"))
+    todo = sorted(n for n in out if n.startswith("_Z") and "\n" not in n)
     exe = shutil.which("c++filt")
     if not todo or exe is None:
         return out
     try:
-        r = subprocess.run([exe], input="\n".join(todo) + "\n", capture_output=True,
-                           text=True, check=False, timeout=ADDR2LINE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
+        text = sandbox.run([exe], timeout=UNTRUSTED_TIMEOUT_S, untrusted=True,
+                           run_as=sandbox.nobody(), input_text="\n".join(todo) + "\n")
+    except ToolFailed as e:
+        log.debug("c++filt: %s", e)
         return out
-    got = r.stdout.splitlines()
-    if r.returncode == 0 and len(got) == len(todo):
+    got = text.splitlines()
+    if len(got) == len(todo):
         out.update(zip(todo, got, strict=True))
     return out

@@ -1,9 +1,9 @@
 """The cache directory of maps and symbols, and its files.
 
-Under it: maps/ (processes' maps), sym/ (answers per object: by path,
-inode, size and mtime for a live process's addresses; by build-id for
-(object, file offset) frames) and debuginfod/ (debuginfod-find's downloads,
-unless $DEBUGINFOD_CACHE_PATH says otherwise).
+Under it: maps/ (processes' maps), sym/ (answers per object, by the
+identity of the files they came from, or by build-id for those from a
+trusted debug file) and debuginfod/ (debuginfod-find's downloads, unless
+$DEBUGINFOD_CACHE_PATH says otherwise).
 
 Cache directory: $PMM_CACHE_DIR, else $XDG_CACHE_HOME/pmm, else
 ~/.cache/pmm; if that is not writable (a read-only HOME), /tmp/pmm-<uid>.
@@ -122,18 +122,16 @@ def write_text(path: Path, text: str) -> None:
     replace_file(path, text, mode=0o600)
 
 
-def sym_cache_file(path: str, backend: str) -> Path | None:
-    """The on-disk cache of one object's lookups: keyed by path, inode, size
-    and mtime, so a rebuilt object never reuses stale answers."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
+def sym_cache_file(key: str, backend: str) -> Path | None:
+    """The on-disk cache of one object's lookups by vaddr (a live process's
+    addresses), under its answers' key (`pmm.symbolize.frames`: the file's
+    identity, so a rebuilt object never reuses stale answers, and another
+    user's file never shares them)."""
     d = _sym_dir()
     if d is None:
         return None
-    key = f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
-    return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")
+    digest = hashlib.sha1(f"{key}\0{backend}".encode()).hexdigest()
+    return d / (digest + ".json")
 
 
 def _sym_dir() -> Path | None:
@@ -143,26 +141,17 @@ def _sym_dir() -> Path | None:
     return None
 
 
-def object_cache_file(build_id: str | None, path: str | None, backend: str) -> Path | None:
-    """The on-disk cache of one object's lookups by file offset: keyed by its
-    build-id when it has one (a file replaced at the same path has another:
-    its answers are never taken for the old one's, and the old one's still
-    serve after it is gone), else by path, inode, size and mtime (None if the
-    file is gone too)."""
-    if build_id:
-        key = f"objects\0build-id\0{build_id}\0{backend}"
-    else:
-        if not path:
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        key = f"objects\0{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}"
+def object_cache_file(key: str, backend: str) -> Path | None:
+    """The on-disk cache of one object's lookups by file offset, under its
+    answers' key (`pmm.symbolize.frames`): its build-id when they came from
+    a trusted debug file (its answers then still serve after the object is
+    gone, and never for another build), else the identity of the files they
+    came from."""
     d = _sym_dir()
     if d is None:
         return None
-    return d / (hashlib.sha1(key.encode()).hexdigest() + ".json")
+    digest = hashlib.sha1(f"objects\0{key}\0{backend}".encode()).hexdigest()
+    return d / (digest + ".json")
 
 
 def debuginfod_cache_dir() -> str | None:

@@ -1,20 +1,34 @@
 """ELF objects, read with struct (no pyelftools, which only the pyelftools
-back-end needs): a file offset to the object's virtual address through its
-PT_LOAD program headers (`elf_vaddr`); and `ElfFile`: section headers, GNU
-build-id, .gnu_debuglink, whether DWARF is there, function symbols and the
-nearest one to an address, and a separate debug file's program headers with
-the object's file offsets rebuilt (`debug_file_load_segments`)."""
+back-end needs): `ElfFile`: program and section headers, GNU build-id,
+.gnu_debuglink and .gnu_debugaltlink, whether DWARF is there, function
+symbols and the nearest one to an address; a file offset to the object's
+virtual address through its PT_LOAD program headers (`elf_vaddr`); and a
+separate debug file's program headers with the object's file offsets
+rebuilt (`debug_file_load_segments`).
+
+The files are a monitored process's, written by its owner: every offset,
+size, count and index is checked against the file and against fixed bounds
+before it is used, and anything out of bounds raises `MalformedElf` (a
+ValueError) saying what, never another exception, and never a read or loop
+whose size the file chooses beyond those bounds. Files are read through
+descriptors opened by `pmm.symbolize.opening`.
+"""
 
 from __future__ import annotations
 
 import bisect
-import errno
-import os
-import stat
+import collections
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+
+from pmm.symbolize.opening import OpenFile, open_path
+
+
+class MalformedElf(ValueError):
+    """The file is not ELF, or its headers or tables are out of bounds: one
+    line saying which."""
 
 
 @dataclass(frozen=True)
@@ -26,144 +40,37 @@ class LoadSegment:
     vaddr: int
 
 
-_segments_cache: dict[tuple[str, int, int], list[LoadSegment] | None] = {}
-
-
-def open_regular(path: str) -> BinaryIO:
-    """path opened for reading if it is a regular file; OSError if not. pmd
-    (root) opens paths that a monitored process's files had: one swapped for
-    a FIFO must not block it (O_NONBLOCK), nor a device be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _file_key(path: str) -> tuple[str, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (path, st.st_ino, int(st.st_mtime_ns))
-
-
 PT_LOAD = 1
+PT_NOTE = 4
 _PN_XNUM = 0xFFFF  # e_phnum's "see section header 0's sh_info"
-# per ELF class (1: 32-bit, 2: 64-bit): the ELF header after e_ident (e_type ..
-# e_shstrndx), a program header, and section header 0 up to its sh_info
-_EHDR = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
-_PHDR = {1: "IIIIIIII", 2: "IIQQQQQQ"}
-_SH_INFO_AT = {1: 28, 2: 44}
-
-
-def _elf_header(f: BinaryIO) -> tuple[int, str, tuple[int, ...]] | None:
-    """An ELF file's class (1: 32-bit, 2: 64-bit), byte order ('<', '>') and
-    header fields after e_ident (e_type .. e_shstrndx); None if not ELF."""
-    ident = f.read(16)
-    if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
-            or ident[5] not in (1, 2):
-        return None
-    cls = ident[4]
-    order = "<" if ident[5] == 1 else ">"
-    ehdr = struct.Struct(order + _EHDR[cls])
-    raw = f.read(ehdr.size)
-    if len(raw) < ehdr.size:
-        return None
-    return cls, order, ehdr.unpack(raw)
-
-
-def _read_load_segments(f: BinaryIO) -> list[LoadSegment] | None:
-    """The PT_LOAD entries of an ELF file's program headers; None if not ELF
-    or truncated."""
-    header = _elf_header(f)
-    if header is None:
-        return None
-    cls, order, fields = header
-    _, _, _, _, phoff, shoff, _, _, phentsize, phnum, _, _, _ = fields
-    if phnum == _PN_XNUM:
-        f.seek(shoff + _SH_INFO_AT[cls])
-        raw = f.read(4)
-        if len(raw) < 4:
-            return None
-        (phnum,) = struct.unpack(order + "I", raw)
-    phdr = struct.Struct(order + _PHDR[cls])
-    if phnum and phentsize < phdr.size:
-        return None
-    out: list[LoadSegment] = []
-    for i in range(phnum):
-        f.seek(phoff + i * phentsize)
-        raw = f.read(phdr.size)
-        if len(raw) < phdr.size:
-            return None
-        fields = phdr.unpack(raw)
-        if cls == 2:
-            p_type, _, offset, vaddr, _, filesz, _, _ = fields
-        else:
-            p_type, offset, vaddr, _, filesz, _, _, _ = fields
-        if p_type == PT_LOAD:
-            out.append(LoadSegment(offset, filesz, vaddr))
-    return out
-
-
-def load_segments(path: str) -> list[LoadSegment] | None:
-    """PT_LOAD segments of an ELF object; None if unreadable or not ELF."""
-    key = _file_key(path)
-    if key is None:
-        return None
-    if key in _segments_cache:
-        return _segments_cache[key]
-    segs: list[LoadSegment] | None
-    try:
-        with open_regular(path) as f:
-            segs = _read_load_segments(f)
-    except OSError:
-        segs = None
-    _segments_cache[key] = segs
-    return segs
-
-
-def elf_vaddr(path: str, file_offset: int) -> int | None:
-    """ELF virtual address of a file offset, through the PT_LOAD headers."""
-    segs = load_segments(path)
-    if not segs:
-        return None
-    for s in segs:
-        if s.offset <= file_offset < s.offset + max(s.filesz, 1):
-            return file_offset - s.offset + s.vaddr
-    return None
-
-
-# -- more of an ELF file: sections, build-id, debug link, symbols -------------
-#
-# A process's frame is (object, file offset); naming it later takes the
-# object's GNU build-id (to find its debug file and to tell a replaced file
-# from the one the process ran), its .gnu_debuglink, whether it carries DWARF,
-# and, without DWARF, its nearest function symbol. All read with struct.
-
+_SHN_XINDEX = 0xFFFF  # e_shstrndx's "see section header 0's sh_link"
 SHT_SYMTAB = 2
 SHT_NOTE = 7
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 SHF_ALLOC = 0x2
-PT_NOTE = 4
 NT_GNU_BUILD_ID = 3
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
 _SHN_LORESERVE = 0xFF00
-# a section header: sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size,
-# sh_link, sh_info, sh_addralign, sh_entsize
+# per ELF class (1: 32-bit, 2: 64-bit): the ELF header after e_ident (e_type ..
+# e_shstrndx), a program header, a section header (sh_name, sh_type, sh_flags,
+# sh_addr, sh_offset, sh_size, sh_link, sh_info, sh_addralign, sh_entsize)
+_EHDR = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
+_PHDR = {1: "IIIIIIII", 2: "IIQQQQQQ"}
 _SHDR = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}
 # a symbol, per class: (name, info, shndx, value, size) at these positions
 _SYM = {1: "IIIBBH", 2: "IBBHQQ"}
 # DWARF lives in these (.zdebug_*: the old GNU compressed form)
 _DEBUG_INFO = (".debug_info", ".zdebug_info")
 _DEBUG_LINE = (".debug_line", ".zdebug_line")
-# a header larger than this is not one (a corrupt or hostile file)
+# bounds no real object comes near: a table, the headers, a name, a build-id
 _MAX_TABLE = 64 << 20
+_MAX_PHDRS = _PN_XNUM
+_MAX_SECTIONS = 1 << 18
+_MAX_NAME = 64 << 10
+_MAX_LINK = 4096  # a debug link's file name (PATH_MAX)
+_MAX_BUILD_ID = 64
 
 
 @dataclass(frozen=True)
@@ -209,50 +116,80 @@ class FuncSymbol:
     name: str
 
 
+def _cstring(data: bytes, at: int, limit: int, what: str) -> bytes:
+    """The NUL-terminated string at `at` in data, at most limit bytes long."""
+    if not 0 <= at < len(data):
+        raise MalformedElf(f"{what} at {at:#x} is outside its table of {len(data)} bytes")
+    end = data.find(b"\0", at, at + limit + 1)
+    if end < 0:
+        raise MalformedElf(f"{what} at {at:#x} has no end within {limit} bytes")
+    return data[at:end]
+
+
 class ElfFile:
     """The headers of an ELF file, read once; sections and symbols on demand.
 
-    `ElfFile.open(path)` answers None for what is not a readable ELF file."""
+    `ElfFile.load(f)` reads an open file (MalformedElf if it is not ELF or
+    out of bounds); `ElfFile.of(f)` the same, remembered by the file's
+    identity; `ElfFile.open(path)` a path of the caller's own, None for what
+    is not a readable ELF file."""
 
-    def __init__(self, path: str, cls: int, order: str, phdrs: list[ProgramHeader],
+    def __init__(self, file: OpenFile, cls: int, order: str, phdrs: list[ProgramHeader],
                  sections: list[Section]) -> None:
-        self.path = path
+        self.file = file
+        self.path = file.path
         self.cls = cls
         self.order = order
         self.phdrs = phdrs
         self.sections = sections
-        self._symbols: list[FuncSymbol] | None = None
+        self._symbols: list[FuncSymbol] | MalformedElf | None = None
         self._addrs: list[int] | None = None
 
     @classmethod
+    def load(cls, file: OpenFile) -> ElfFile:
+        """The file's headers, checked (see the module's docstring)."""
+        return _read_elf(file)
+
+    @classmethod
+    def of(cls, file: OpenFile) -> ElfFile:
+        """`load`, remembered by the file's identity (device, inode, size,
+        mtime, ctime, owner): the same bytes are parsed once."""
+        key = file.identity
+        with _elf_lock:  # pmd symbolizes in its worker and its HTTP threads
+            known = _elf_cache.get(key)
+            if known is not None:
+                _elf_cache.move_to_end(key)
+        if known is None:
+            try:
+                known = cls.load(file)
+            except MalformedElf as e:
+                known = e
+            with _elf_lock:
+                if len(_elf_cache) >= _ELF_CACHE_MAX:  # a long-lived pmd sees objects come and go
+                    _elf_cache.popitem(last=False)
+                _elf_cache[key] = known
+        if isinstance(known, MalformedElf):
+            raise known
+        return known
+
+    @classmethod
     def open(cls, path: str) -> ElfFile | None:
-        """The file's headers; None if it is unreadable, not ELF or cut short."""
-        key = _file_key(path)
-        if key is None:
-            return None
-        if key in _elf_cache:
-            return _elf_cache[key]
+        """The headers of the file at a path of the caller's own
+        (`open_path`); None if it is unreadable, not a regular file, not ELF
+        or malformed."""
         try:
-            with open_regular(path) as f:
-                elf = _read_elf(path, f)
-        except (OSError, struct.error, UnicodeDecodeError, ValueError):
-            elf = None
-        if len(_elf_cache) >= _ELF_CACHE_MAX:  # a long-lived pmd sees objects come and go
-            del _elf_cache[next(iter(_elf_cache))]
-        _elf_cache[key] = elf
-        return elf
+            return cls.of(open_path(path))
+        except (OSError, MalformedElf):
+            return None
 
     def section(self, name: str) -> Section | None:
         """The first section of that name, or None."""
         return next((s for s in self.sections if s.name == name), None)
 
-    def read(self, offset: int, size: int) -> bytes:
-        """size bytes at offset in the file (fewer if it is shorter)."""
-        if size > _MAX_TABLE:
-            raise ValueError(f"{self.path}: a table of {size} bytes")
-        with open_regular(self.path) as f:
-            f.seek(offset)
-            return f.read(size)
+    def read(self, offset: int, size: int, what: str = "data") -> bytes:
+        """size bytes at offset in the file; MalformedElf if they are not
+        all in it (or more than a table may be)."""
+        return _read(self.file, offset, size, what)
 
     @property
     def load_segments(self) -> list[LoadSegment]:
@@ -261,13 +198,20 @@ class ElfFile:
 
     @property
     def build_id(self) -> str | None:
-        """The GNU build-id (NT_GNU_BUILD_ID note) in lowercase hex, or None."""
-        spans = [(s.offset, s.size) for s in self.sections if s.type == SHT_NOTE and s.has_data]
-        spans += [(p.offset, p.filesz) for p in self.phdrs if p.type == PT_NOTE]
-        for off, size in spans:
+        """The GNU build-id (NT_GNU_BUILD_ID note) in lowercase hex, or None.
+        A PT_NOTE outside the file is skipped (a separate debug file keeps
+        the object's program headers, not their bytes)."""
+        for s in self.sections:
+            if s.type == SHT_NOTE and s.has_data:
+                found = _build_id_in_notes(self.read(s.offset, s.size, "a note"), self.order)
+                if found:
+                    return found
+        for p in self.phdrs:
+            if p.type != PT_NOTE or not p.filesz:
+                continue
             try:
-                found = _build_id_in_notes(self.read(off, size), self.order)
-            except (OSError, ValueError):
+                found = _build_id_in_notes(self.read(p.offset, p.filesz, "a note"), self.order)
+            except MalformedElf:
                 continue
             if found:
                 return found
@@ -279,48 +223,78 @@ class ElfFile:
         names = {s.name for s in self.sections if s.has_data}
         return any(n in names for n in _DEBUG_INFO) and any(n in names for n in _DEBUG_LINE)
 
-    @property
-    def debuglink(self) -> tuple[str, int] | None:
-        """Its .gnu_debuglink: the debug file's name and the CRC-32 of its bytes."""
-        s = self.section(".gnu_debuglink")
+    def _link_section(self, name: str) -> bytes | None:
+        s = self.section(name)
         if s is None or not s.has_data:
             return None
-        try:
-            raw = self.read(s.offset, s.size)
-        except (OSError, ValueError):
+        return self.read(s.offset, min(s.size, _MAX_LINK + 1 + 4 + _MAX_BUILD_ID), name)
+
+    @property
+    def debuglink(self) -> tuple[str, int] | None:
+        """Its .gnu_debuglink: the debug file's name (a file name, no
+        directory) and the CRC-32 of its bytes."""
+        raw = self._link_section(".gnu_debuglink")
+        if raw is None:
             return None
-        name, nul, _ = raw.partition(b"\0")
+        name = _cstring(raw, 0, _MAX_LINK, "the .gnu_debuglink name")
         crc_at = (len(name) + 1 + 3) & ~3  # the CRC follows the name, 4-aligned
-        if not nul or not name or len(raw) < crc_at + 4 or b"/" in name:
-            return None
+        if not name or len(raw) < crc_at + 4:
+            raise MalformedElf(".gnu_debuglink is cut short")
+        if b"/" in name:
+            raise MalformedElf(f".gnu_debuglink names a path ({name!r}), not a file name")
         (crc,) = struct.unpack_from(self.order + "I", raw, crc_at)
-        return os.fsdecode(name), crc
+        return name.decode(errors="surrogateescape"), crc
+
+    @property
+    def debugaltlink(self) -> tuple[str, str] | None:
+        """Its .gnu_debugaltlink (dwz's common debug file): the path it
+        names, as written, and that file's build-id in hex."""
+        raw = self._link_section(".gnu_debugaltlink")
+        if raw is None:
+            return None
+        name = _cstring(raw, 0, _MAX_LINK, "the .gnu_debugaltlink name")
+        if not name:
+            raise MalformedElf(".gnu_debugaltlink names nothing")
+        return name.decode(errors="surrogateescape"), raw[len(name) + 1:].hex()
 
     def function_symbols(self) -> list[FuncSymbol]:
         """Its defined function symbols, by address: .symtab's, else .dynsym's
-        (a stripped object keeps only the dynamic ones)."""
+        (a stripped object keeps only the dynamic ones). MalformedElf if the
+        table is out of bounds (every time it is asked)."""
+        if isinstance(self._symbols, MalformedElf):
+            raise self._symbols
         if self._symbols is None:
-            self._symbols = []
-            for kind in (SHT_SYMTAB, SHT_DYNSYM):
-                table = next((s for s in self.sections if s.type == kind and s.has_data), None)
-                if table is None:
-                    continue
-                try:
-                    self._symbols = self._read_symbols(table)
-                except (OSError, ValueError, struct.error, IndexError):
-                    self._symbols = []
-                if self._symbols:
-                    break
-            self._symbols.sort(key=lambda s: (s.value, s.name))
+            found: list[FuncSymbol] = []
+            try:
+                for kind in (SHT_SYMTAB, SHT_DYNSYM):
+                    table = next((s for s in self.sections if s.type == kind and s.has_data),
+                                 None)
+                    if table is not None:
+                        found = self._read_symbols(table)
+                    if found:
+                        break
+            except MalformedElf as e:
+                self._symbols = e
+                raise
+            found.sort(key=lambda s: (s.value, s.name))
+            self._symbols = found
         return self._symbols
 
     def _read_symbols(self, table: Section) -> list[FuncSymbol]:
+        if not 0 < table.link < len(self.sections):
+            raise MalformedElf(f"symbol table {table.name!r} links to section {table.link} "
+                               f"of {len(self.sections)}")
         strtab = self.sections[table.link]
-        strings = self.read(strtab.offset, strtab.size)
-        raw = self.read(table.offset, table.size)
+        strings = self.read(strtab.offset, strtab.size, "a string table") \
+            if strtab.has_data else b""
+        raw = self.read(table.offset, table.size, "a symbol table")
         sym = struct.Struct(self.order + _SYM[self.cls])
+        # names may share bytes (suffixes), but never more than this in all:
+        # overlapping names pointed at one long run would cost its length each
+        budget = 2 * len(strings) + (1 << 20)
+        names: dict[int, str] = {}
         out: list[FuncSymbol] = []
-        for fields in sym.iter_unpack(raw[: len(raw) - len(raw) % sym.size]):
+        for n, fields in enumerate(sym.iter_unpack(raw[: len(raw) - len(raw) % sym.size])):
             if self.cls == 2:
                 name_at, info, _, shndx, value, size = fields
             else:
@@ -328,15 +302,22 @@ class ElfFile:
             if info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or not value \
                     or shndx == 0 or shndx >= _SHN_LORESERVE:
                 continue
-            end = strings.find(b"\0", name_at)
-            name = strings[name_at:end if end >= 0 else None].decode(errors="replace")
+            name = names.get(name_at)
+            if name is None:
+                text = _cstring(strings, name_at, _MAX_NAME, f"symbol {n}'s name")
+                budget -= len(text) + 1
+                if budget < 0:
+                    raise MalformedElf(f"symbol table {table.name!r}: its names overlap "
+                                       "beyond the size of their string table")
+                name = names[name_at] = text.decode(errors="replace")
             if name:
                 out.append(FuncSymbol(value, size, shndx, info >> 4, name))
         return out
 
     def nearest_symbol(self, vaddr: int) -> tuple[str, int] | None:
         """(name, vaddr - its address) of the function symbol holding vaddr,
-        else of the nearest one before it in the same section; None if none."""
+        else of the nearest one before it in the same section; None if none.
+        MalformedElf if the symbol table is out of bounds."""
         syms = self.function_symbols()
         if self._addrs is None:
             self._addrs = [s.value for s in syms]
@@ -365,62 +346,84 @@ def _symbol_rank(s: FuncSymbol) -> tuple[int, int, int]:
     return int(not s.name.startswith("_")), bind, -len(s.name)
 
 
-_elf_cache: dict[tuple[str, int, int], ElfFile | None] = {}
-_ELF_CACHE_MAX = 256
+_elf_cache: collections.OrderedDict[tuple[int, ...], ElfFile | MalformedElf] = \
+    collections.OrderedDict()
+_ELF_CACHE_MAX = 64  # each holds its file open
+_elf_lock = threading.Lock()
 
 
-def _read_elf(path: str, f: BinaryIO) -> ElfFile | None:
-    header = _elf_header(f)
-    if header is None:
-        return None
-    cls, order, fields = header
+def _read(file: OpenFile, offset: int, size: int, what: str) -> bytes:
+    """size bytes at offset of file, all of them in it, or MalformedElf."""
+    if size > _MAX_TABLE:
+        raise MalformedElf(f"{what} of {size} bytes (more than {_MAX_TABLE})")
+    if offset < 0 or size < 0 or offset + size > file.st.st_size:
+        raise MalformedElf(f"{what} at {offset:#x}+{size:#x} is outside the file "
+                           f"({file.st.st_size} bytes)")
+    data = file.pread(size, offset)
+    if len(data) < size:
+        raise MalformedElf(f"{what} at {offset:#x}: the file is shorter than it said")
+    return data
+
+
+def _read_elf(file: OpenFile) -> ElfFile:
+    ident = file.pread(16, 0)
+    if len(ident) < 16 or ident[:4] != b"\x7fELF":
+        raise MalformedElf("not an ELF file")
+    if ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        raise MalformedElf(f"unknown ELF class {ident[4]} or byte order {ident[5]}")
+    cls = ident[4]
+    order = "<" if ident[5] == 1 else ">"
+    ehdr = struct.Struct(order + _EHDR[cls])
+    fields = ehdr.unpack(_read(file, 16, ehdr.size, "the ELF header"))
     _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx = fields
+    phdr = struct.Struct(order + _PHDR[cls])
     shdr = struct.Struct(order + _SHDR[cls])
 
-    def table(off: int, entsize: int, count: int, size: int) -> list[bytes] | None:
+    def table(what: str, off: int, entsize: int, count: int, size: int, most: int
+              ) -> list[bytes]:
         if count == 0 or off == 0:
             return []
-        if entsize < size or count * entsize > _MAX_TABLE:
-            return None
-        f.seek(off)
-        data = f.read(count * entsize)
-        if len(data) < count * entsize:
-            return None
+        if count > most:
+            raise MalformedElf(f"{count} {what} (at most {most})")
+        if entsize < size:
+            raise MalformedElf(f"{what} of {entsize} bytes each (less than {size})")
+        data = _read(file, off, count * entsize, what)
         return [data[i * entsize:i * entsize + size] for i in range(count)]
 
     # extended numbering: the real counts in section header 0
-    sh0 = table(shoff, shentsize, 1, shdr.size) if shoff else []
-    if sh0:
-        _, _, _, _, _, size0, link0, info0, _, _ = shdr.unpack(sh0[0])
+    if shoff and (shnum == 0 or phnum == _PN_XNUM or shstrndx == _SHN_XINDEX):
+        (sh0,) = table("section headers", shoff, shentsize, 1, shdr.size, 1)
+        _, _, _, _, _, size0, link0, info0, _, _ = shdr.unpack(sh0)
         shnum = shnum or size0
-        shstrndx = link0 if shstrndx == 0xFFFF else shstrndx
+        shstrndx = link0 if shstrndx == _SHN_XINDEX else shstrndx
         phnum = info0 if phnum == _PN_XNUM else phnum
-    phdr = struct.Struct(order + _PHDR[cls])
-    praw = table(phoff, phentsize, phnum, phdr.size)
-    sraw = table(shoff, shentsize, shnum, shdr.size)
-    if praw is None or sraw is None:
-        return None
+    praw = table("program headers", phoff, phentsize, phnum, phdr.size, _MAX_PHDRS)
+    sraw = table("section headers", shoff, shentsize, shnum, shdr.size, _MAX_SECTIONS)
     phdrs: list[ProgramHeader] = []
     for raw in praw:
-        fields = phdr.unpack(raw)
+        pf = phdr.unpack(raw)
         if cls == 2:
-            p_type, _, offset, vaddr, _, filesz, memsz, align = fields
+            p_type, _, offset, vaddr, _, filesz, memsz, align = pf
         else:
-            p_type, offset, vaddr, _, filesz, memsz, _, align = fields
+            p_type, offset, vaddr, _, filesz, memsz, _, align = pf
         phdrs.append(ProgramHeader(p_type, offset, vaddr, filesz, memsz, align))
     heads = [shdr.unpack(raw) for raw in sraw]
     names = b""
-    if 0 < shstrndx < len(heads):
-        _, _, _, _, off, size, _, _, _, _ = heads[shstrndx]
-        if size <= _MAX_TABLE:
-            f.seek(off)
-            names = f.read(size)
+    if heads and shstrndx:
+        if shstrndx >= len(heads):
+            raise MalformedElf(f"section names in section {shstrndx} of {len(heads)}")
+        _, typ, _, _, off, size, _, _, _, _ = heads[shstrndx]
+        if typ != SHT_NOBITS:
+            names = _read(file, off, size, "the section names")
     sections: list[Section] = []
-    for name_at, typ, flags, addr, off, size, link, _, _, entsize in heads:
-        end = names.find(b"\0", name_at)
-        name = names[name_at:end].decode(errors="replace") if end >= 0 else ""
+    for n, (name_at, typ, flags, addr, off, size, link, _, _, entsize) in enumerate(heads):
+        name = _cstring(names, name_at, _MAX_NAME, f"section {n}'s name").decode(
+            errors="replace") if names else ""
+        if typ != SHT_NOBITS and size and off + size > file.st.st_size:
+            raise MalformedElf(f"section {n} ({name!r}) at {off:#x}+{size:#x} is outside "
+                               f"the file ({file.st.st_size} bytes)")
         sections.append(Section(name, typ, flags, addr, off, size, link, entsize))
-    return ElfFile(path, cls, order, phdrs, sections)
+    return ElfFile(file, cls, order, phdrs, sections)
 
 
 def _build_id_in_notes(data: bytes, order: str) -> str | None:
@@ -431,19 +434,51 @@ def _build_id_in_notes(data: bytes, order: str) -> str | None:
         name_at = at + 12
         desc_at = name_at + ((namesz + 3) & ~3)
         end = desc_at + ((descsz + 3) & ~3)
-        if end > len(data) or desc_at > len(data):
-            return None
+        if end > len(data):
+            raise MalformedElf(f"a note at {at:#x} of {namesz}+{descsz} bytes runs past its "
+                               f"section ({len(data)} bytes)")
         if ntype == NT_GNU_BUILD_ID and data[name_at:name_at + namesz] == b"GNU\0" and descsz:
+            if descsz > _MAX_BUILD_ID:
+                raise MalformedElf(f"a build-id of {descsz} bytes (at most {_MAX_BUILD_ID})")
             return data[desc_at:desc_at + descsz].hex()
         at = end
     return None
 
 
+def same_layout(obj: ElfFile, debug: ElfFile) -> bool:
+    """Whether the object's PT_LOAD file offsets and vaddrs are the ones its
+    separate debug file's program headers give (`debug_file_load_segments`):
+    then an answer by file offset from the debug file does not depend on the
+    object's own headers."""
+    mine = obj.load_segments
+    rebuilt = debug_file_load_segments(debug)
+    return bool(mine) and len(mine) == len(rebuilt) and all(
+        (a.offset, a.vaddr) == (b.offset, b.vaddr) for a, b in zip(mine, rebuilt, strict=True)
+    ) and all(a.filesz == b.filesz for a, b in zip(mine[:-1], rebuilt[:-1], strict=True))
+
+
+def load_segments(path: str) -> list[LoadSegment] | None:
+    """PT_LOAD segments of the ELF object at path (a path of the caller's);
+    None if unreadable, not ELF or malformed."""
+    elf = ElfFile.open(path)
+    return elf.load_segments if elf is not None else None
+
+
+def elf_vaddr(path: str, file_offset: int) -> int | None:
+    """ELF virtual address of a file offset of the object at path, through
+    its PT_LOAD headers."""
+    segs = load_segments(path)
+    return vaddr_in(segs, file_offset) if segs else None
+
+
 def read_build_id(path: str) -> str | None:
     """The GNU build-id of the ELF file at path, lowercase hex; None if it has
-    none or is not a readable ELF file."""
+    none or is not a readable, well-formed ELF file."""
     elf = ElfFile.open(path)
-    return elf.build_id if elf is not None else None
+    try:
+        return elf.build_id if elf is not None else None
+    except MalformedElf:
+        return None
 
 
 def debug_file_load_segments(elf: ElfFile) -> list[LoadSegment]:

@@ -3,16 +3,19 @@ caches the answers in memory and on disk, and `describe_sites` names sites."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pmm.model import Site
 from pmm.symbolize.backends import (
@@ -25,14 +28,18 @@ from pmm.symbolize.backends import (
 )
 from pmm.symbolize.cache import object_cache_file, read_text, sym_cache_file, write_text
 from pmm.symbolize.debuginfo import DebugFinder, ObjectRef
-from pmm.symbolize.elf import (
-    ElfFile,
-    debug_file_load_segments,
-    elf_vaddr,
-    read_build_id,
-    vaddr_in,
-)
+from pmm.symbolize.elf import ElfFile, MalformedElf, debug_file_load_segments, vaddr_in
 from pmm.symbolize.maps import Mapping, find_mapping
+from pmm.symbolize.opening import OpenFile, Refused, Replaced, Target, open_named
+from pmm.symbolize.sandbox import TimedOut
+
+log = logging.getLogger("pmm.symbolize")
+
+_T = TypeVar("_T")
+# a user's files that made binutils time out this often are not parsed again
+# by the same Symbolizer: one user's objects cannot hold pmd's worker for
+# longer than this many time budgets a Symbolizer
+TIMEOUTS_PER_OWNER = 2
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,18 @@ class Symbolizer:
     the process exited: debug info is looked for as `DebugFinder` says
     (the object, $PMM_DEBUG_DIRS by build-id, .gnu_debuglink, debuginfod),
     inlined calls are listed, and without debug info the nearest symbol is
-    given. Its answers are cached by the object's build-id.
+    given.
+
+    target (`pmm.symbolize.opening.Target`, per call or for all): the
+    process whose paths these are; its files are opened inside its root, a
+    mapped one through /proc/PID/map_files where we may, else only if it has
+    the inode the map names. Answers are kept under the identity of the
+    files they came from (device, inode, size, times, owner), never shared
+    between two files or two owners; only those from a trusted debug file
+    (`DebugFiles.by_build_id`) are kept by build-id, and serve after the
+    object is gone. Files that are refused (not regular, swapped, malformed,
+    or a parser that gave no answer in time) leave their frames as object
+    and offset; `refusals` says why, by path, and each is logged once.
 
     `disk_cache=False` turns the disk off; return_addresses: frames are
     return addresses, looked up one byte back (in their call). A Symbolizer
@@ -163,18 +181,48 @@ class Symbolizer:
         return_addresses: bool = True,
         disk_cache: bool = True,
         finder: DebugFinder | None = None,
+        target: Target | None = None,
     ) -> None:
         self.maps = list(maps or [])
         self.backend = backend or make_backend()
         self.return_addresses = return_addresses
         self.disk_cache = disk_cache
         self.finder = finder or DebugFinder()
+        self.target = target
+        # (answers key, vaddr) -> location: a live process's addresses
         self._cache: dict[tuple[str, int], SourceLoc] = {}
-        # (object cache key, looked-up file offset) -> inlined chain
+        # (answers key, looked-up file offset) -> inlined chain
         self._chains: dict[tuple[str, int], tuple[SourceLoc, ...]] = {}
+        self.refusals: dict[str, str] = {}
+        self._timeouts: collections.Counter[int] = collections.Counter()
 
-    def _load_disk(self, path: str) -> dict[int, SourceLoc]:
-        f = sym_cache_file(path, self.backend.name) if self.disk_cache else None
+    def _refuse(self, path: str | None, why: str) -> None:
+        """Notes (and logs, once) why an object's frames stay unnamed."""
+        where = path or "?"
+        if self.refusals.get(where) != why:
+            self.refusals[where] = why
+            log.warning("frames in %s stay unnamed: %s", where, why)
+
+    def _parse(self, path: str | None, file: OpenFile, run: Callable[[], _T]) -> _T | None:
+        """run() (the back-end on file), or None with the reason noted when it
+        fails, or when the file's owner has had TIMEOUTS_PER_OWNER time-outs
+        from this Symbolizer already (a file of someone else's)."""
+        owner = file.st.st_uid
+        if not file.owner_trusted and self._timeouts[owner] >= TIMEOUTS_PER_OWNER:
+            self._refuse(path, f"{file.path}: not parsed: files of uid {owner} gave no answer "
+                               f"in time {TIMEOUTS_PER_OWNER} times")
+            return None
+        try:
+            return run()
+        except TimedOut as e:
+            self._timeouts[owner] += 1
+            self._refuse(path, str(e))
+        except OSError as e:
+            self._refuse(path, str(e))
+        return None
+
+    def _load_disk(self, key: str) -> dict[int, SourceLoc]:
+        f = sym_cache_file(key, self.backend.name) if self.disk_cache else None
         if f is None:
             return {}
         try:
@@ -183,108 +231,174 @@ class Symbolizer:
         except (OSError, ValueError, TypeError, IndexError, AttributeError):
             return {}
 
-    def _save_disk(self, path: str) -> None:
-        f = sym_cache_file(path, self.backend.name) if self.disk_cache else None
+    def _save_disk(self, key: str) -> None:
+        f = sym_cache_file(key, self.backend.name) if self.disk_cache else None
         if f is None:
             return
         data = {str(v): [loc.func, loc.file, loc.line]
-                for (p, v), loc in self._cache.items() if p == path}
+                for (k, v), loc in self._cache.items() if k == key}
         with contextlib.suppress(OSError):
             write_text(f, json.dumps(data))
 
-    def symbolize(self, addrs: Iterable[int]) -> dict[int, Frame]:
+    def _open_mapped(self, m: Mapping, target: Target | None) -> ElfFile | None:
+        """The ELF file a mapping is of: through map_files while the process
+        lives (where we may), else its path inside the process's root (ours
+        without a process), taken only with the inode the map names; None
+        (the reason noted) when it cannot be read."""
+        path = m.object_path
+        expect = (m.inode, None)
+        tries: list[Callable[[], OpenFile]] = [partial(open_named, path, target, expect)]
+        if target is not None and target.alive():
+            tries.insert(0, partial(target.open_mapped, m.start, m.end, path, expect))
+        why = ""
+        for attempt in tries:
+            try:
+                return ElfFile.of(attempt())
+            except MalformedElf as e:
+                why = f"{path}: malformed ELF: {e}"
+                break
+            except Replaced:
+                continue
+            except Refused as e:
+                why = str(e)
+            except OSError as e:
+                if not isinstance(e, (FileNotFoundError, NotADirectoryError, PermissionError)):
+                    why = why or f"{path}: {e.strerror}"
+        if why:
+            self._refuse(path, why)
+        return None
+
+    def symbolize(self, addrs: Iterable[int], target: Target | None = None) -> dict[int, Frame]:
         """A Frame for each distinct address: its object and file offset from
         the map, and the function, file and line the back-end finds (with
-        return_addresses, each is looked up one byte back: in its call)."""
+        return_addresses, each is looked up one byte back: in its call);
+        target: the process of the map (default: the Symbolizer's)."""
+        target = target or self.target
         addr_list = list(dict.fromkeys(addrs))
         frames: dict[int, Frame] = {}
-        todo: dict[str, list[tuple[int, int, int]]] = {}  # obj -> (addr, off, vaddr)
+        opened: dict[tuple[str, int], ElfFile | None] = {}
+        # per object: its file and (addr, off, vaddr) of its addresses
+        todo: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         for a in addr_list:
             m = find_mapping(self.maps, a) if a else None
             if m is None or not m.is_file:
                 frames[a] = Frame(addr=a)
                 continue
             path = m.object_path
+            ident = (path, m.inode)
+            if ident not in opened:
+                opened[ident] = self._open_mapped(m, target)
+            elf = opened[ident]
             off = m.translate(a)
             look = off - 1 if self.return_addresses and off > 0 else off
-            vaddr = elf_vaddr(path, look)
+            vaddr = vaddr_in(elf.load_segments, look) if elf is not None else None
             if vaddr is None:
                 frames[a] = Frame(addr=a, object=path, offset=off)
                 continue
-            todo.setdefault(path, []).append((a, off, vaddr))
-        for path, items in todo.items():
-            missing = sorted({v for _, _, v in items if (path, v) not in self._cache})
-            if missing:
-                disk = self._load_disk(path)
-                for v, loc in disk.items():
-                    self._cache[(path, v)] = loc
-                missing = [v for v in missing if v not in disk]
-            if missing and self.backend.available():
-                for v, loc in zip(missing, self.backend.resolve(path, missing), strict=True):
-                    self._cache[(path, v)] = loc
-                self._save_disk(path)
-            elif missing:
-                # nothing cached for them: a back-end installed later answers
-                warn_no_backend()
+            todo.setdefault(ident, []).append((a, off, vaddr))
+        for ident, items in todo.items():
+            path = ident[0]
+            elf = opened[ident]
+            assert elf is not None
+            locs = self._mapped_locations(elf, path, {v for _, _, v in items}, target)
             for a, off, v in items:
-                known = self._cache.get((path, v))
+                known = locs.get(v)
                 frames[a] = (Frame(a, path, off, known.func, known.file, known.line,
                                    lines=(known,) if known.func or known.file else ())
                              if known else Frame(a, path, off))
         return frames
 
+    def _mapped_locations(self, elf: ElfFile, path: str, vaddrs: set[int],
+                          target: Target | None) -> dict[int, SourceLoc]:
+        """The locations of vaddrs of a mapped object: from its debug info
+        (its own, or a debug file `DebugFinder` finds) by the back-end,
+        cached under the files' identity; without debug info, the function
+        of its symbol table that holds each (what addr2line gives for it)."""
+        files = self.finder.find_object(elf, path, target)
+        if files.refused:
+            self._refuse(path, files.refused)
+        debug = files.debug_elf
+        if not self.backend.available():
+            # nothing cached for them: a back-end installed later answers
+            warn_no_backend()
+            return {}
+        if debug is None:
+            near = {v: sym[0] for v in vaddrs if (sym := self._nearest(elf, v, path))}
+            names = demangle(near.values())
+            return {v: SourceLoc(names[n], None, None) for v, n in near.items()}
+        key = "maps:" + _identity_key(elf, debug)
+        missing = sorted(v for v in vaddrs if (key, v) not in self._cache)
+        if missing:
+            for v, loc in self._load_disk(key).items():
+                self._cache[(key, v)] = loc
+            missing = [v for v in missing if (key, v) not in self._cache]
+        if missing:
+            got = self._parse(path, debug.file, partial(self.backend.resolve, debug.file, missing))
+            if got is not None:
+                for v, loc in zip(missing, got, strict=True):
+                    self._cache[(key, v)] = loc
+                self._save_disk(key)
+        return {v: self._cache[(key, v)] for v in vaddrs if (key, v) in self._cache}
+
+    def _nearest(self, elf: ElfFile, vaddr: int, path: str | None) -> tuple[str, int] | None:
+        try:
+            return elf.nearest_symbol(vaddr)
+        except MalformedElf as e:
+            self._refuse(path, f"{elf.path}: malformed ELF: {e}")
+            return None
+
     def symbolize_objects(
-        self, items: Iterable[tuple[ObjectRef, int]], return_addresses: bool | None = None
+        self, items: Iterable[tuple[ObjectRef, int]], return_addresses: bool | None = None,
+        target: Target | None = None,
     ) -> dict[tuple[ObjectRef, int], Frame]:
         """A Frame (addr 0) for each distinct (object, file offset): function,
         file and line with the inlined calls from the debug info found for the
         object, else its nearest symbol, else only object+offset. Needs no
         process: the object may have been replaced or deleted since (then it
         is named by its build-id only). return_addresses (default: the
-        Symbolizer's): offsets of return addresses, looked up one byte back."""
+        Symbolizer's): offsets of return addresses, looked up one byte back;
+        target: the process that named the objects, while it is known
+        (default: the Symbolizer's)."""
         ret = self.return_addresses if return_addresses is None else return_addresses
+        target = target or self.target
         wanted: dict[ObjectRef, dict[int, None]] = {}
         for ref, off in items:
             wanted.setdefault(ref, {})[off] = None
         out: dict[tuple[ObjectRef, int], Frame] = {}
         for ref, offs in wanted.items():
-            for off, frame in self._symbolize_object(ref, list(offs), ret).items():
+            for off, frame in self._symbolize_object(ref, list(offs), ret, target).items():
                 out[(ref, off)] = frame
         return out
 
-    def _object_cache(self, ref: ObjectRef) -> tuple[str | None, str | None, Path | None]:
-        """An object's build-id (the reference's, else the file's at its
-        path), the in-memory key of its answers and their disk file."""
-        build_id = ref.build_id or (read_build_id(ref.path) if ref.path else None)
-        f = (object_cache_file(build_id, ref.path, self.backend.name)
-             if self.disk_cache else None)
-        if build_id:
-            return build_id, f"build-id:{build_id}", f
-        if ref.path:
-            try:
-                st = os.stat(ref.path)
-            except OSError:
-                return None, None, None
-            return None, f"{ref.path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", f
-        return None, None, None
-
-    def _symbolize_object(self, ref: ObjectRef, offsets: list[int],
-                          return_addresses: bool) -> dict[int, Frame]:
-        look = {off: off - 1 if return_addresses and off > 0 else off for off in offsets}
-        build_id, key, disk = self._object_cache(ref)
-        if key is not None and disk is not None \
-                and any((key, v) not in self._chains for v in look.values()):
+    def _known_chains(self, key: str, wanted: Iterable[int]) -> dict[int, tuple[SourceLoc, ...]]:
+        """The answers kept under key (in memory, else on disk) for wanted offsets."""
+        wanted = list(wanted)
+        disk = object_cache_file(key, self.backend.name) if self.disk_cache else None
+        if disk is not None and any((key, v) not in self._chains for v in wanted):
             for v, chain in _load_chains(disk).items():
                 self._chains.setdefault((key, v), chain)
-        chains: dict[int, tuple[SourceLoc, ...]] = {}
-        if key is not None:
-            chains = {v: self._chains[(key, v)] for v in look.values() if (key, v) in self._chains}
-        if all(v in chains for v in look.values()):
-            # all known: no need to look for the files (nor to ask debuginfod)
-            return {off: _frame(ref, off, build_id, chains[v], None) for off, v in look.items()}
-        files = self.finder.find(ref)
-        elf = ElfFile.open(files.object) if files.object else None
-        debug = ElfFile.open(files.debug) if files.debug else None
+        return {v: self._chains[(key, v)] for v in wanted if (key, v) in self._chains}
+
+    def _symbolize_object(self, ref: ObjectRef, offsets: list[int], return_addresses: bool,
+                          target: Target | None) -> dict[int, Frame]:
+        look = {off: off - 1 if return_addresses and off > 0 else off for off in offsets}
+        if ref.build_id:
+            # answers from a trusted debug file hold for every object of this build-id
+            chains = self._known_chains(f"build-id:{ref.build_id}", look.values())
+            if all(v in chains for v in look.values()):
+                # all known: no need to look for the files (nor to ask debuginfod)
+                return {off: _frame(ref, off, ref.build_id, chains[v], None)
+                        for off, v in look.items()}
+        files = self.finder.find(ref, target)
+        if files.refused:
+            self._refuse(ref.path, files.refused)
+        elf, debug = files.object_elf, files.debug_elf
+        key: str | None = None
+        chains = {}
+        if debug is not None:
+            key = (f"build-id:{files.build_id}" if files.by_build_id
+                   else "file:" + _identity_key(elf, debug))
+            chains = self._known_chains(key, look.values())
         if elf is not None:
             segments = elf.load_segments
         elif debug is not None:
@@ -293,21 +407,27 @@ class Symbolizer:
             segments = []
         vaddrs = {v: vaddr_in(segments, v) for v in set(look.values())}
         missing = sorted({v for v in look.values() if v not in chains and vaddrs[v] is not None})
-        if missing and files.debug:
+        if missing and debug is not None and key is not None:
             if self.backend.available():
                 todo = [vaddrs[v] or 0 for v in missing]
-                if isinstance(self.backend, InliningBackend):
-                    got = self.backend.resolve_inlined(files.debug, todo)
+                backend = self.backend
+                if isinstance(backend, InliningBackend):
+                    got = self._parse(ref.path, debug.file,
+                                      partial(backend.resolve_inlined, debug.file, todo))
                 else:
-                    got = [(loc,) for loc in self.backend.resolve(files.debug, todo)]
+                    flat = self._parse(ref.path, debug.file,
+                                       partial(backend.resolve, debug.file, todo))
+                    got = [(loc,) for loc in flat] if flat is not None else None
                 fresh = {v: tuple(loc for loc in chain if loc.func or loc.file)
-                         for v, chain in zip(missing, got, strict=True)}
+                         for v, chain in zip(missing, got or [], strict=False)}
                 chains.update(fresh)
                 # only what the debug info located: a debug file found later may name the rest
                 located = {v: c for v, c in fresh.items() if c and c[0].line}
-                if key is not None and located:
+                if located:
                     for v, chain in located.items():
                         self._chains[(key, v)] = chain
+                    disk = object_cache_file(key, self.backend.name) if self.disk_cache \
+                        else None
                     if disk is not None:
                         _save_chains(disk, located)
             else:
@@ -320,7 +440,7 @@ class Symbolizer:
             if vaddr is None or (chain and chain[0].line):
                 continue
             for table in (debug, elf):
-                near = table.nearest_symbol(vaddr) if table is not None else None
+                near = self._nearest(table, vaddr, ref.path) if table is not None else None
                 if near is not None:
                     symbols[v] = near
                     break
@@ -332,6 +452,16 @@ class Symbolizer:
             near = (names[sym[0]], sym[1] + off - v) if sym is not None else None
             frames[off] = _frame(ref, off, files.build_id, chains.get(v, ()), near)
         return frames
+
+
+def _identity_key(obj: ElfFile | None, debug: ElfFile) -> str:
+    """The key of answers that hold for these files alone: the object's
+    identity (device, inode, size, mtime, ctime, owner), and the debug
+    file's when it is another."""
+    parts = [debug.file.identity]
+    if obj is not None and obj.file.identity != debug.file.identity:
+        parts.insert(0, obj.file.identity)
+    return "+".join(":".join(str(x) for x in ident) for ident in parts)
 
 
 def _frame(ref: ObjectRef, offset: int, build_id: str | None, chain: tuple[SourceLoc, ...],

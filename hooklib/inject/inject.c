@@ -118,7 +118,7 @@ char *status_field(pid_t pid, const char *key, char *buf, size_t size)
 
 
 
-static void perm_denied(pid_t pid, int err)
+void perm_denied(pid_t pid, int err)
 {
 	char scope[16] = "";
 	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");

@@ -91,6 +91,8 @@ __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *f
 uint64_t now_ms(void);
 /* A line of /proc/PID/status: its value after "Key:", or NULL. */
 char *status_field(pid_t pid, const char *key, char *buf, size_t size);
+/* Dies with EXIT_PERMISSION, saying why ptrace access to pid was refused (Yama's setting). */
+__attribute__((noreturn)) void perm_denied(pid_t pid, int err);
 
 /* objects.c: t's deny and plain ranges and libc's dl* functions, from its
  * maps and the objects' .dynsym; dies if it has no dynamic loader. */

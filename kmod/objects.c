@@ -208,8 +208,8 @@ static u32 object_add(struct pmm_proc *p, struct pmm_obj_ent *e)
 		return 0;
 	if (p->nobjs == p->objs_cap) {
 		cap = p->objs_cap ? 2 * p->objs_cap : 16;
-		objs = krealloc_array(p->objs, cap, sizeof(*objs),
-				      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		objs = pmm_krealloc_array(p->objs, cap, sizeof(*objs),
+					  GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 		if (!objs)
 			return 0;
 		pmm_kmem_add((long)(cap - p->objs_cap) * sizeof(*objs));
@@ -278,7 +278,7 @@ void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 		return;
 	for (i = 0; i < depth; i++) {
 		/* the call, one byte back: a noreturn call may end a mapping */
-		vma = frames[i] ? vma_lookup(mm, frames[i] - 1) : NULL;
+		vma = frames[i] ? pmm_vma_lookup(mm, frames[i] - 1) : NULL;
 		/* files only: a device mapping's offset may be a bus address */
 		if (!vma || !vma->vm_file ||
 		    (vma->vm_flags & (VM_IO | VM_PFNMAP)) ||

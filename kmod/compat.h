@@ -67,6 +67,20 @@ static inline struct mem_cgroup *pmm_set_active_memcg(struct mem_cgroup *memcg)
 #endif
 }
 
+/*
+ * The path f was opened by, as /proc/PID/maps shows it: since 6.8 a mapped
+ * overlayfs file is its backing file, whose f_path is in the layer's
+ * private mount, and file_user_path() is the overlay's.
+ */
+static inline const struct path *pmm_file_user_path(struct file *f)
+{
+#ifdef HAVE_FILE_USER_PATH
+	return file_user_path(f);
+#else
+	return &f->f_path;
+#endif
+}
+
 /* Opens name under mnt's root (5.15: file_open_root_mnt). */
 static inline struct file *pmm_file_open_root_mnt(struct vfsmount *mnt,
 						  const char *name, int flags,

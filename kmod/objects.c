@@ -147,7 +147,7 @@ static void object_identity(struct file *f, struct pmm_object *o)
 	struct inode *inode = file_inode(f);
 	struct kstat st;
 
-	if (!vfs_getattr_nosec(&f->f_path, &st, STATX_INO | STATX_SIZE,
+	if (!vfs_getattr_nosec(pmm_file_user_path(f), &st, STATX_INO | STATX_SIZE,
 			       AT_STATX_DONT_SYNC)) {
 		o->dev = new_encode_dev(st.dev);
 		o->ino = st.ino;
@@ -167,9 +167,9 @@ static void object_describe(struct file *f, struct pmm_object *o)
 
 	buf = kmalloc(PATH_MAX, GFP_KERNEL);
 	if (buf) {
-		path = file_path(f, buf, PATH_MAX);
+		path = d_path(pmm_file_user_path(f), buf, PATH_MAX);
 		if (!IS_ERR(path)) {
-			if (d_unlinked(f->f_path.dentry)) {
+			if (d_unlinked(pmm_file_user_path(f)->dentry)) {
 				o->flags |= PMM_OBJ_F_DELETED;
 				len = strlen(path);
 				if (len > 10 && !strcmp(path + len - 10, " (deleted)"))

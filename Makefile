@@ -59,7 +59,7 @@ test-debug: setup
 	scripts/test-debug.sh
 
 test-kernels: setup
-	$(MAKE) userspace
+	@$(MAKE) -s userspace
 	scripts/test-kernels.sh
 
 check: setup

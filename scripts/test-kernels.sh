@@ -31,6 +31,11 @@ suite_of() { # the Debian suite a line's kernel comes from
 
 # 1. The chroots, made at once (downloads, mostly), before any build.
 t_chroot=$(date +%s)
+if ! command -v mmdebstrap >/dev/null; then
+	echo "test-kernels: installing mmdebstrap"
+	apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; }
+fi
 pids=()
 for k in $kernels; do
 	[ "$k" = bookworm ] && continue

@@ -81,14 +81,15 @@ for k in $kernels; do
 		root=$cdir/root
 		kver[$k]=$(cat "$cdir/kver")
 		image[$k]=$(cat "$cdir/image")
-		src=$root/pmm
+		# one build directory per run: runs sharing a cache do not collide
+		src=$root/tmp/pmm-build.$$
 		cfg=$root/usr/src/linux-headers-${kver[$k]}/.config
 		copy_sources "$src"
 		# objtool reads /proc: a private mount namespace mounts it, and
 		# takes it down with the build.
 		unshare --mount --fork sh -c 'mount -t proc proc "$1/proc" &&
-			exec chroot "$1" make -C "/lib/modules/$2/build" M=/pmm W=1 -j2 modules' \
-			- "$root" "${kver[$k]}" >"$dir/build.log" 2>&1
+			exec chroot "$1" make -C "/lib/modules/$2/build" M="$3" W=1 -j2 modules' \
+			- "$root" "${kver[$k]}" "/tmp/pmm-build.$$" >"$dir/build.log" 2>&1
 		rc=$?
 	fi
 	gcc[$k]=$(sed -n 's/^CONFIG_GCC_VERSION=\([0-9]*\)[0-9][0-9][0-9][0-9]$/\1/p' "$cfg" 2>/dev/null)
@@ -103,6 +104,7 @@ for k in $kernels; do
 	fi
 	cp "$src/pmm.ko" "$dir/pmm.ko"
 	cp "$src/pmm_probes.h" "$dir/"
+	[ "$k" = bookworm ] || rm -rf "$src"
 	ko[$k]=$dir/pmm.ko
 	line[$k]="builds"
 done

@@ -98,7 +98,7 @@ for k in $kernels; do
 		line[$k]="does not build: $(grep -m1 -E 'error|pmm:' "$dir/build.log" || tail -n 1 "$dir/build.log") (see $dir/build.log)"
 		continue
 	fi
-	if grep -E "warning:" "$dir/build.log" >"$dir/warnings.txt"; then
+	if grep -iE "warning" "$dir/build.log" >"$dir/warnings.txt"; then
 		line[$k]="builds with $(wc -l <"$dir/warnings.txt") warnings (see $dir/warnings.txt)"
 		continue
 	fi

@@ -10,7 +10,7 @@
 #       root/boot/vmlinuz-<kver>   the kernel image, unpacked from its .deb
 #                                  (sid: root/usr/lib/modules/<kver>/vmlinuz)
 #       root/lib/modules/<kver>/   its modules (depmod'ed) and build -> headers
-#       image                      the image's path
+#       image                      the image's path, relative to the directory
 #       kver                       <kver>, written last: the chroot is complete
 #
 # vng finds the modules of an image in the root file system the image lies
@@ -114,7 +114,7 @@ for f in "$dir/root/boot/vmlinuz-$kver" "$dir/root/usr/lib/modules/$kver/vmlinuz
 	if [ -f "$f" ]; then image=$f; break; fi
 done
 [ -n "$image" ] || die "$name: no kernel image for $kver in the chroot"
-echo "$image" >"$dir/image"
+echo "${image#"$dir"/}" >"$dir/image" # relative: the cache may move
 [ -f "$dir/root/usr/src/linux-headers-$kver/Makefile" ] || die "$name: no headers for $kver"
 echo "$kver" >"$dir/kver"
 echo "kernel-chroot: $name: $kver, gcc $(chroot "$dir/root" gcc -dumpversion)," \

@@ -80,7 +80,7 @@ for k in $kernels; do
 		fi
 		root=$cdir/root
 		kver[$k]=$(cat "$cdir/kver")
-		image[$k]=$(cat "$cdir/image")
+		image[$k]=$cdir/$(cat "$cdir/image")
 		# one build directory per run: runs sharing a cache do not collide
 		src=$root/tmp/pmm-build.$$
 		cfg=$root/usr/src/linux-headers-${kver[$k]}/.config

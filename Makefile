@@ -7,6 +7,9 @@
 #   make check      linters: W=1, sparse, checkpatch, ruff, mypy
 #   make deb        Debian packages in build/deb/: pmm-dkms, libpmmhook, pmm-tools
 #   make test-debug the in-guest suite on a KASAN/lockdep/kmemleak/UBSAN kernel
+#   make test-kernels
+#                   the module on every Debian kernel line (5.10 to sid's), each
+#                   with its own compiler, W=1; the kernel-facing guest tests on each
 
 KVER ?= $(shell scripts/kver.sh 2>/dev/null)
 export KVER
@@ -14,7 +17,7 @@ PY := .venv/bin/python
 SUBDIRS := hooklib examples tests/progs bench
 
 .PHONY: all setup kmod userspace test test-host test-vm bench demo check clean \
-	debug-kernel test-debug install uninstall deb
+	debug-kernel test-debug test-kernels install uninstall deb
 
 all: kmod userspace
 
@@ -54,6 +57,10 @@ debug-kernel: setup
 
 test-debug: setup
 	scripts/test-debug.sh
+
+test-kernels: setup
+	@$(MAKE) -s userspace
+	scripts/test-kernels.sh
 
 check: setup
 	$(MAKE) -C kmod KVER=$(KVER) check

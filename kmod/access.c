@@ -99,7 +99,7 @@ static bool task_may_access(struct task_struct *task, const struct cred *cred)
 	snprintf(name, sizeof(name), "%d/ns/pid", nr);
 	/* O_PATH: the link is followed (and checked), nothing is read */
 	old = override_creds(cred);
-	f = file_open_root_mnt(pmm_proc_mnt, name, O_PATH, 0);
+	f = pmm_file_open_root_mnt(pmm_proc_mnt, name, O_PATH, 0);
 	revert_creds(old);
 	if (IS_ERR(f))
 		return false;
@@ -185,8 +185,8 @@ static bool self_may_access(const struct cred *cred)
 	if (cred == current_cred())
 		return true;	/* introspection, as ptrace allows it */
 	return rules_may_access(cred, current_real_cred(),
-				mm && get_dumpable(mm) == SUID_DUMP_USER,
-				mm ? mm->user_ns : &init_user_ns);
+				mm && pmm_task_dumpable(current, mm),
+				mm ? pmm_current_mm_user_ns() : &init_user_ns);
 }
 
 /* May cred ptrace-read p (running or exited)? */

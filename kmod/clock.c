@@ -71,8 +71,8 @@ int pmm_clock_mmap(struct file *file, struct vm_area_struct *vma)
 		return -EINVAL;
 	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EPERM;
-	vma->vm_flags &= ~(VM_MAYWRITE | VM_MAYEXEC);
-	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	pmm_vm_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP,
+			 VM_MAYWRITE | VM_MAYEXEC);
 	clock_set();
 	vma->vm_ops = &clock_vm_ops;
 	clock_vma_open(vma);
@@ -94,6 +94,6 @@ int pmm_clock_init(void)
 /* No mapping is left: each holds the device file, which holds the module. */
 void pmm_clock_exit(void)
 {
-	timer_shutdown_sync(&clock_timer);
+	pmm_timer_shutdown_sync(&clock_timer);
 	__free_page(clock_page);
 }

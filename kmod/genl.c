@@ -64,7 +64,7 @@ enum { PMM_MCGRP_EVENTS };
 static const struct genl_multicast_group pmm_genl_mcgrps[] = {
 	[PMM_MCGRP_EVENTS] = {
 		.name = PMM_GENL_MCGRP_EVENTS,
-		.flags = GENL_MCAST_CAP_NET_ADMIN,
+		.flags = PMM_GENL_MCGRP_FLAGS,
 	},
 };
 
@@ -105,8 +105,7 @@ static int put_id(struct sk_buff *skb, struct pmm_proc *p)
 static void pmm_genl_send(struct sk_buff *skb, void *hdr)
 {
 	genlmsg_end(skb, hdr);
-	genlmsg_multicast(&pmm_genl_family, skb, 0, PMM_MCGRP_EVENTS,
-			  GFP_KERNEL);
+	pmm_genl_multicast(&pmm_genl_family, skb, PMM_MCGRP_EVENTS);
 }
 
 static struct sk_buff *pmm_genl_new(u8 cmd, size_t size, void **hdr)

@@ -147,7 +147,7 @@ static void object_identity(struct file *f, struct pmm_object *o)
 	struct inode *inode = file_inode(f);
 	struct kstat st;
 
-	if (!vfs_getattr_nosec(&f->f_path, &st, STATX_INO | STATX_SIZE,
+	if (!vfs_getattr_nosec(pmm_file_user_path(f), &st, STATX_INO | STATX_SIZE,
 			       AT_STATX_DONT_SYNC)) {
 		o->dev = new_encode_dev(st.dev);
 		o->ino = st.ino;
@@ -167,9 +167,9 @@ static void object_describe(struct file *f, struct pmm_object *o)
 
 	buf = kmalloc(PATH_MAX, GFP_KERNEL);
 	if (buf) {
-		path = file_path(f, buf, PATH_MAX);
+		path = d_path(pmm_file_user_path(f), buf, PATH_MAX);
 		if (!IS_ERR(path)) {
-			if (d_unlinked(f->f_path.dentry)) {
+			if (d_unlinked(pmm_file_user_path(f)->dentry)) {
 				o->flags |= PMM_OBJ_F_DELETED;
 				len = strlen(path);
 				if (len > 10 && !strcmp(path + len - 10, " (deleted)"))
@@ -208,8 +208,8 @@ static u32 object_add(struct pmm_proc *p, struct pmm_obj_ent *e)
 		return 0;
 	if (p->nobjs == p->objs_cap) {
 		cap = p->objs_cap ? 2 * p->objs_cap : 16;
-		objs = krealloc_array(p->objs, cap, sizeof(*objs),
-				      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		objs = pmm_krealloc_array(p->objs, cap, sizeof(*objs),
+					  GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 		if (!objs)
 			return 0;
 		pmm_kmem_add((long)(cap - p->objs_cap) * sizeof(*objs));
@@ -278,7 +278,7 @@ void pmm_locate_frames(struct pmm_proc *p, const u64 *frames, u32 depth,
 		return;
 	for (i = 0; i < depth; i++) {
 		/* the call, one byte back: a noreturn call may end a mapping */
-		vma = frames[i] ? vma_lookup(mm, frames[i] - 1) : NULL;
+		vma = frames[i] ? pmm_vma_lookup(mm, frames[i] - 1) : NULL;
 		/* files only: a device mapping's offset may be a bus address */
 		if (!vma || !vma->vm_file ||
 		    (vma->vm_flags & (VM_IO | VM_PFNMAP)) ||

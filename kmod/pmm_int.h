@@ -44,6 +44,7 @@
 #include <linux/siphash.h>
 #include <linux/workqueue.h>
 #include "uapi/pmm.h"
+#include "compat.h"
 
 #define PMM_DEF_INTERVAL_MS	10000
 #define PMM_DEF_MAX_PIDS	64

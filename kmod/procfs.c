@@ -368,7 +368,7 @@ static const char * const pmm_op_names[PMM_OP_NR] = {
 /* A string of the process's: what a terminal could take for a command is escaped. */
 static void pmm_seq_escape(struct seq_file *m, const char *s)
 {
-	seq_escape_str(m, s, ESCAPE_OCTAL | ESCAPE_NAP | ESCAPE_APPEND, "\\");
+	pmm_seq_escape_nap(m, s);
 }
 
 static void pmm_show_block(struct seq_file *m, struct pmm_pid_iter *it)

@@ -62,7 +62,7 @@ void pmm_registry_exit(void)
 /* What struct pmm_proc takes: kzalloc rounds it up to its slab's size. */
 static size_t proc_bytes(void)
 {
-	return kmalloc_size_roundup(sizeof(struct pmm_proc));
+	return pmm_kmalloc_size_roundup(sizeof(struct pmm_proc));
 }
 
 /* The leader's comm, parent, credentials and dumpable state, for readers. */
@@ -90,7 +90,7 @@ static void proc_set_identity(struct pmm_proc *p, struct task_struct *leader)
 		task_lock(t);
 		mm = t->mm;
 		if (mm)
-			dumpable = get_dumpable(mm) == SUID_DUMP_USER;
+			dumpable = pmm_task_dumpable(t, mm);
 		task_unlock(t);
 		if (mm) {
 			p->dumpable = dumpable;
@@ -344,11 +344,11 @@ static void pmm_proc_kick(struct pmm_proc *p)
 static void pmm_proc_drain(struct work_struct *work)
 {
 	struct pmm_proc *p = container_of(work, struct pmm_proc, drain);
-	struct mem_cgroup *old = set_active_memcg(p->memcg);
+	struct mem_cgroup *old = pmm_set_active_memcg(p->memcg);
 
 	pmm_proc_lock(p);
 	pmm_proc_unlock(p);
-	set_active_memcg(old);
+	pmm_set_active_memcg(old);
 	pmm_proc_put(p);
 }
 

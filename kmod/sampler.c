@@ -87,9 +87,9 @@ static void pmm_ring_grow(struct pmm_proc *p)
 		return;
 	size = old_size ? min_t(u64, (u64)old_size * 2, max) : min(16U, max);
 	pmm_proc_unlock_read(p);
-	old_memcg = set_active_memcg(p->memcg);	/* the process's memory */
+	old_memcg = pmm_set_active_memcg(p->memcg);	/* the process's memory */
 	ring = kvmalloc_array(size, sizeof(*ring), GFP_KERNEL_ACCOUNT);
-	set_active_memcg(old_memcg);
+	pmm_set_active_memcg(old_memcg);
 	pmm_proc_lock_read(p);
 	if (!ring)
 		return;

@@ -45,6 +45,7 @@ build_copy() { # build_copy SRC DST FILES...: copy the sources, make M=DST
 	rm -rf "$dst"
 	mkdir -p "$dst"
 	(cd "$src" && cp -r "$@" "$dst"/)
+	rm -f "$dst"/pmm_probes.h* "$dst"/probes/*.h* "$dst"/probes/target # kmod's probes: redone
 	make -s -C "$tree" M="$dst" -j2 modules
 }
 check_vermagic() {
@@ -66,7 +67,7 @@ if [[ " $phases " == *" suite "* ]]; then
 		exit 1
 	fi
 	srcs=(Kbuild)
-	for f in kmod/*.c kmod/*.h kmod/uapi; do
+	for f in kmod/*.c kmod/*.h kmod/uapi kmod/probes; do
 		case "$f" in *.mod.c) continue ;; esac # modpost's output
 		if [ -e "$f" ]; then srcs+=("${f#kmod/}"); fi
 	done

@@ -18,6 +18,12 @@ PROGS = TOP / "tests" / "progs" / "bin"
 FULL = os.environ.get("PMM_FULL", "0") == "1"
 
 
+def kmod_has(feature: str) -> bool:
+    """Whether the module was built with HAVE_<feature>: the compat layer's
+    probes (pmm_probes.h, beside pmm.ko) found that kernel API."""
+    return f"#define HAVE_{feature} 1" in (KO.parent / "pmm_probes.h").read_text()
+
+
 def module_loaded(name: str = "pmm") -> bool:
     with open("/proc/modules") as f:
         return any(line.split()[0] == name for line in f)

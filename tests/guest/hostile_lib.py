@@ -5,6 +5,10 @@ starts quickly on a slow guest."""
 from __future__ import annotations
 
 import ctypes
+import select
+import socket
+import struct
+import time
 
 from kmod_dev import Dev
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
@@ -14,16 +18,27 @@ from pmm import uapi
 from pmm.genl import PmmMsg, decode
 
 
-def genl_join() -> dict[str, object]:
+def genl_join(listen: float = 0.0) -> dict[str, object]:
+    """Joins the events group; with listen, also whether an event of the
+    family arrives within that many seconds."""
     s = GenericNetlinkSocket()
     try:
         s.bind(uapi.GENL_NAME, PmmMsg)
         s.add_membership(uapi.GENL_MCGRP_EVENTS)
+        if not listen:
+            return {"joined": True}
+        raw = s.asyncore.socket
+        end = time.monotonic() + listen
+        while time.monotonic() < end:
+            if select.select([raw], [], [], 0.1)[0]:
+                data = raw.recv(1 << 16, socket.MSG_DONTWAIT)
+                if len(data) >= 16 and struct.unpack_from("=IH", data)[1] == s.prid:
+                    return {"joined": True, "events": True}
+        return {"joined": True, "events": False}
     except Exception as e:  # noqa: BLE001 - the errno is the answer
         return {"joined": False, "errno": getattr(e, "code", None) or getattr(e, "errno", None)}
     finally:
         s.close()
-    return {"joined": True}
 
 
 def genl_dump() -> dict[str, object]:

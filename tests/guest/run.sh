@@ -4,10 +4,11 @@
 set -u
 cd "$PMM_TOP"
 results=${PMM_RESULTS:-/tmp}
-# Guest's copy of the args: PMM_GUEST_ARGS=-k foo to select tests.
+# Guest's copy of the args: PMM_GUEST_ARGS=-k foo to select tests;
+# PMM_GUEST_TESTS: the files to run (default: all of tests/guest).
 # shellcheck disable=SC2086
 .venv/bin/python -m pytest -p no:cacheprovider -ra -q --color=no \
-	--junitxml="$results/guest.xml" tests/guest ${PMM_GUEST_ARGS:-}
+	--junitxml="$results/guest.xml" ${PMM_GUEST_TESTS:-tests/guest} ${PMM_GUEST_ARGS:-}
 rc=$?
 dmesg >"$results/dmesg.txt"
 if grep -wE "BUG|WARNING|Oops|general protection|KASAN|UBSAN|circular locking|inconsistent lock state|sleeping function called from invalid context" \

@@ -18,9 +18,12 @@ int main(int argc, char **argv)
 	};
 	int rounds = argc > 1 ? atoi(argv[1]) : 4;
 	void *p[11];
+	/* stored: gcc 16 folds a malloc whose result is only tested to "succeeded" */
+	void *volatile failed;
 
 	for (int r = 0; r < rounds; r++) {
-		if (malloc(huge[r % 4]))
+		failed = malloc(huge[r % 4]);
+		if (failed)
 			return 2;
 		for (int i = 0; i < 10; i++)
 			p[i] = malloc(40);

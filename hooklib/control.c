@@ -45,7 +45,7 @@
 #define MAX_ERRORS	8	/* consecutive refusals before giving up */
 
 pid_t g_pid;
-static volatile uint8_t *g_fork_marker;
+volatile uint8_t *g_fork_marker;
 uint64_t g_next_query;
 int g_errors;
 

@@ -13,6 +13,7 @@
 
 #include "hook.h"
 #include "aset.h"
+#include "control.h"
 #include "mode.h"
 #include "scanreg.h"
 #include "tags.h"
@@ -32,6 +33,7 @@ PMM_EXPORT const struct pmm_scanreg pmm_scan_registry = {
 	.epoch = (uintptr_t)&g_epoch,
 	.threads = (uintptr_t)g_scanreg_threads,
 	.overflow = (uintptr_t)&g_scanreg_overflow,
+	.fork_marker = (uintptr_t)&g_fork_marker,
 	.nthreads = PMM_SCANREG_THREADS,
 	.off_buf = offsetof(struct tstate, buf),
 	.off_n = offsetof(struct tstate, n),

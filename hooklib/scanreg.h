@@ -41,6 +41,7 @@ struct pmm_scanreg {
 	uint64_t epoch;			/* &g_epoch: uint32_t */
 	uint64_t threads;		/* struct pmm_scanreg_thread[nthreads] */
 	uint64_t overflow;		/* uint32_t: buffers mapped while every slot was taken */
+	uint64_t fork_marker;		/* a pointer to the hook's one MADV_WIPEONFORK page */
 	uint32_t nthreads;
 	/* in struct tstate: the buffer, its record count, their epoch */
 	uint32_t off_buf, off_n, off_gen;

@@ -65,6 +65,19 @@ static void add_chunk(struct walk *w, uint64_t addr, uint64_t size, uint64_t pre
 	w->c[w->n++] = (struct chunk){ addr, size, prev, flags, CH_INUSE, 0 };
 }
 
+/* A chunk's header, through the windows: a heap is walked in order. */
+static int snap_header(struct snapmem *m, uint64_t c, uint64_t hdr[2])
+{
+	uint64_t avail;
+	const uint8_t *p = snap_at(m, c, &avail);
+
+	if (p && avail >= 16) {
+		memcpy(hdr, p, 16);
+		return 0;
+	}
+	return snap_read(m, c, hdr, 16);
+}
+
 /*
  * Walks [first, end): 0 and the chunks appended to w, or -1 and w as it
  * was. *top: the last chunk if the heap ends with one (not fenceposts).
@@ -81,7 +94,7 @@ static int walk_heap(struct snapmem *m, uint64_t first, uint64_t end, int non_ma
 		uint64_t sz;
 		uint8_t fl;
 
-		if (end - c < 16 || snap_read(m, c, hdr, sizeof(hdr)))
+		if (end - c < 16 || snap_header(m, c, hdr))
 			goto bad;
 		sz = hdr[1] & ~7ULL;
 		fl = hdr[1] & 7;
@@ -314,8 +327,11 @@ void glibc_walk(struct snapmem *m, struct obj **objs_io, size_t *n_io, struct ra
 	size_t nheaps = 0, i, j, n = *n_io, nout;
 	uint64_t main_top = 0, info_size = 48;
 	struct obj *o = *objs_io, *out;
+	long *cidx;
 
 	res->allocator = "unknown";
+	w.cap = n + 4096;	/* as many chunks as blocks, as a rule */
+	w.c = xcalloc(w.cap, sizeof(*w.c));
 	for (i = 0; i < m->nvmas; i++) {
 		struct vma *v = &m->vmas[i];
 		uint64_t top, h;
@@ -371,10 +387,31 @@ void glibc_walk(struct snapmem *m, struct obj **objs_io, size_t *n_io, struct ra
 		return;
 	}
 	res->allocator = "glibc";
-	qsort(w.c, w.n, sizeof(*w.c), chunk_cmp);
-	/* free chunks that look in use: tcaches, fastbins */
+	for (i = 1; i < w.n && w.c[i - 1].addr < w.c[i].addr; i++)
+		;
+	if (i < w.n)	/* heaps are walked in address order: sorted already, as a rule */
+		qsort(w.c, w.n, sizeof(*w.c), chunk_cmp);
+	/* the blocks on chunks (both sorted: one pass): a block must start a
+	 * chunk in use and fit in it */
+	qsort(heaps, nheaps, sizeof(*heaps), heap_cmp);
+	cidx = xcalloc(n + 1, sizeof(*cidx));
+	for (i = j = 0; i < n; i++) {
+		cidx[i] = -1;
+		if (o[i].kind != OBJ_BLOCK || !in_heaps(heaps, nheaps, o[i].lo))
+			continue;
+		while (j < w.n && w.c[j].addr < o[i].lo - 16)
+			j++;
+		if (j < w.n && w.c[j].addr == o[i].lo - 16) {
+			cidx[i] = (long)j;
+			if (w.c[j].state == CH_INUSE && o[i].hi <= w.c[j].addr + w.c[j].size + 8)
+				w.c[j].matched = 1;
+		}
+	}
+	/* free chunks that look in use: tcaches (never a block: glibc makes
+	 * them itself), fastbins */
 	for (i = 0; i < w.n; i++)
-		tcache_struct(m, &w, &w.c[i]);
+		if (!w.c[i].matched)
+			tcache_struct(m, &w, &w.c[i]);
 	if (main_top)
 		main_fastbins(m, &w, main_top);
 	for (i = 0; i < nheaps; i++) {
@@ -384,41 +421,44 @@ void glibc_walk(struct snapmem *m, struct obj **objs_io, size_t *n_io, struct ra
 			if (heaps[j].state == heaps[i].state && heaps[j].top)
 				fastbins(m, &w, heaps[i].state, heaps[j].top);
 	}
-	qsort(heaps, nheaps, sizeof(*heaps), heap_cmp);
-	/* the blocks on chunks: in use, matched; on a free chunk, dropped */
+	/* the objects and the unknown chunks, merged in address order */
 	out = xcalloc(n + w.n + 1, sizeof(*out));
 	nout = 0;
-	for (i = 0; i < n; i++) {
-		struct chunk *ch;
+	for (i = j = 0; i < n || j < w.n;) {
+		struct chunk *ch = j < w.n ? &w.c[j] : NULL;
 
-		if (!in_heaps(heaps, nheaps, o[i].lo)) {
-			out[nout++] = o[i];
+		if (ch && (ch->state != CH_INUSE || ch->matched)) {
+			res->free_chunks += ch->state == CH_FREE;
+			res->cached_chunks += ch->state == CH_CACHED;
+			j++;
 			continue;
 		}
-		if (o[i].kind == OBJ_UNKNOWN)
-			continue;	/* the walk knows better */
-		ch = chunk_at(&w, o[i].lo - 16);
-		if (ch && ch->state == CH_INUSE && o[i].hi <= ch->addr + ch->size + 8) {
-			ch->matched = 1;
-			out[nout++] = o[i];
-		} else if (ch && ch->state != CH_INUSE) {
-			res->freed_in_heap++;
-		} else {
-			o[i].kind = OBJ_UNKNOWN;	/* not where a chunk starts */
-			res->demoted++;
-			out[nout++] = o[i];
-		}
-	}
-	for (i = 0; i < w.n; i++) {
-		struct chunk *ch = &w.c[i];
-
-		res->free_chunks += ch->state == CH_FREE;
-		res->cached_chunks += ch->state == CH_CACHED;
-		if (ch->state != CH_INUSE || ch->matched)
+		if (ch && (i == n || ch->addr + 16 < o[i].lo)) {
+			out[nout++] = (struct obj){ .lo = ch->addr + 16, .hi = ch->addr + ch->size + 8,
+						    .size = ch->size - 8, .kind = OBJ_UNKNOWN };
+			j++;
 			continue;
-		out[nout++] = (struct obj){ .lo = ch->addr + 16, .hi = ch->addr + ch->size + 8,
-					    .size = ch->size - 8, .kind = OBJ_UNKNOWN };
+		}
+		if (in_heaps(heaps, nheaps, o[i].lo)) {
+			struct chunk *on = cidx[i] >= 0 ? &w.c[cidx[i]] : NULL;
+
+			if (o[i].kind == OBJ_UNKNOWN) {
+				i++;	/* the walk knows better */
+				continue;
+			}
+			if (on && on->state != CH_INUSE) {
+				res->freed_in_heap++;	/* freed, or in a tcache or a fastbin */
+				i++;
+				continue;
+			}
+			if (!on || !on->matched) {
+				o[i].kind = OBJ_UNKNOWN;	/* not where a chunk starts */
+				res->demoted++;
+			}
+		}
+		out[nout++] = o[i++];
 	}
+	free(cidx);
 	for (i = 0; i < nheaps; i++)
 		ranges_add(walked, heaps[i].lo, heaps[i].hi);
 	free(o);

@@ -7,14 +7,12 @@
  * and sweep of the copy (sweep.c) with the module's block table as the
  * heap, while the process runs on.
  *
- *   pmm-scan [--device-fd N | --blocks FILE] [--age MS] [--memory MIB]
- *            [--allow-seccomp] PID
+ *   pmm-scan [--device-fd N | --blocks FILE] [--age MS] [--allow-seccomp] PID
  *
  * --device-fd N: /dev/pmm, open on N (pmctl opens it); the table is read
  * before the stop and after. --blocks FILE: the table from a file of
  * struct pmm_block instead (tests and benchmarks without the module).
  * --age MS: younger blocks are never lost (default 1000, at least 50).
- * --memory MIB: the copy's memory kept while it is read (default 1024).
  *
  * The sweep reads only the copy, through its /proc/PID/mem, in a child
  * that holds nothing else: as nobody when we are root, not dumpable, no
@@ -78,8 +76,8 @@ uint64_t mono_ns(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: %s [--device-fd N | --blocks FILE] [--age MS] [--memory MIB] "
-		"[--allow-seccomp] PID\n", g_prog);
+	fprintf(stderr, "usage: %s [--device-fd N | --blocks FILE] [--age MS] [--allow-seccomp] "
+		"PID\n", g_prog);
 	exit(EXIT_USAGE);
 }
 
@@ -149,7 +147,6 @@ struct options {
 	int dev_fd;
 	const char *blocks;
 	uint64_t age_ns;
-	uint64_t memory;
 	int allow_seccomp;
 };
 
@@ -215,16 +212,28 @@ static __attribute__((noreturn)) void run_sweep(const struct options *o,
 	res.longest_stop_us = s->longest_stop_us;
 	res.fork_us = s->fork_us;
 	res.stop_all_us = s->stop_all_us;
-	snapmem_init_cache(m, o->memory);
+	snapmem_init_cache(m, WINDOWS_CAP);
 	if (t->registry)
 		registry_read(m, t->registry, &pending, &excluded, &res);
 	objs = objects_build(t0, t2, &pending, s->t1_ns, m, &n, &res);
+	res.table_us = now_us() - start;
 	glibc_walk(m, &objs, &n, &excluded, &res);
+	res.walk_us = now_us() - start - res.table_us;
 	sweep(m, objs, n, s, &excluded, o->age_ns, &res);
 	res.read_bytes = m->bytes_read;
 	res.scan_us = now_us() - start;
 	report(&res, objs, n, m);
 	exit(EXIT_SCANNED);
+}
+
+static uint64_t heap_bytes(const struct table *t)
+{
+	uint64_t sum = 0;
+	size_t i;
+
+	for (i = 0; i < t->n; i++)
+		sum += t->b[i].size;
+	return sum;
 }
 
 static void wake(int sig)
@@ -234,7 +243,7 @@ static void wake(int sig)
 
 int main(int argc, char **argv)
 {
-	struct options o = { .dev_fd = -1, .age_ns = 1000000000ULL, .memory = 1024ULL << 20 };
+	struct options o = { .dev_fd = -1, .age_ns = 1000000000ULL };
 	struct target_info t;
 	struct snapshot s;
 	struct table t0 = { 0 }, t2 = { 0 };
@@ -252,8 +261,6 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--age") && i + 1 < argc)
 			o.age_ns = (uint64_t)number(argv[++i], AGE_MIN_MS, 365L * 86400 * 1000) *
 				   1000000ULL;
-		else if (!strcmp(argv[i], "--memory") && i + 1 < argc)
-			o.memory = (uint64_t)number(argv[++i], 1, 1 << 20) << 20;
 		else if (!strcmp(argv[i], "--allow-seccomp"))
 			o.allow_seccomp = 1;
 		else
@@ -273,9 +280,7 @@ int main(int argc, char **argv)
 	memset(&s, 0, sizeof(s));
 	s.pid = o.pid;
 	snapshot_take(&s, t.syscall_insn);
-	if (o.blocks)
-		t2 = t0;
-	else
+	if (!o.blocks)
 		table_read(o.dev_fd, o.pid, &t2);
 	memset(&m, 0, sizeof(m));
 	snprintf(path, sizeof(path), "/proc/%d/mem", s.child);
@@ -290,7 +295,9 @@ int main(int argc, char **argv)
 		    "cannot read the copy of process %d (/proc/%d/mem, smaps): %s", o.pid,
 		    s.child, strerror(err));
 	}
-	limit = o.memory + (2ULL << 30) + (uint64_t)(t0.n + t2.n) * 512;
+	/* the windows, the graph (at most a 4-byte edge a word of the heap),
+	 * 200-odd bytes a block, and room */
+	limit = WINDOWS_CAP + heap_bytes(&t0) / 2 + (uint64_t)(t0.n + t2.n) * 512 + (1ULL << 30);
 	fflush(NULL);
 	sweeper = fork();
 	if (sweeper < 0) {
@@ -302,7 +309,7 @@ int main(int argc, char **argv)
 		if (o.dev_fd >= 0)
 			close(o.dev_fd);
 		close(t.pidfd);
-		run_sweep(&o, &t, &s, &t0, &t2, &m, limit);
+		run_sweep(&o, &t, &s, &t0, o.blocks ? &t0 : &t2, &m, limit);
 	}
 	close(m.fd);
 	if (m.pagemap >= 0)

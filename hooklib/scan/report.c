@@ -97,10 +97,13 @@ void report(const struct result *r, const struct obj *o, size_t n, struct snapme
 	printf(" \"stop\": {\"threads\": %d, \"longest_us\": %llu, \"all_stopped_us\": %llu, "
 	       "\"clone_us\": %llu},\n", r->threads, (unsigned long long)r->longest_stop_us,
 	       (unsigned long long)r->stop_all_us, (unsigned long long)r->fork_us);
-	printf(" \"scan\": {\"us\": %llu, \"roots_bytes\": %llu, \"objects_bytes\": %llu, "
-	       "\"read_bytes\": %llu},\n", (unsigned long long)r->scan_us,
-	       (unsigned long long)r->roots_bytes, (unsigned long long)r->objects_bytes_scanned,
-	       (unsigned long long)r->read_bytes);
+	printf(" \"scan\": {\"us\": %llu, \"table_us\": %llu, \"walk_us\": %llu, "
+	       "\"graph_us\": %llu, \"mark_us\": %llu, \"roots_bytes\": %llu, "
+	       "\"objects_bytes\": %llu, \"read_bytes\": %llu},\n",
+	       (unsigned long long)r->scan_us, (unsigned long long)r->table_us,
+	       (unsigned long long)r->walk_us, (unsigned long long)r->graph_us,
+	       (unsigned long long)r->mark_us, (unsigned long long)r->roots_bytes,
+	       (unsigned long long)r->objects_bytes_scanned, (unsigned long long)r->read_bytes);
 	printf(" \"table\": {\"blocks\": %llu, \"bytes\": %llu, \"pending_allocs\": %llu, "
 	       "\"pending_frees\": %llu, \"after_snapshot\": %llu, \"freed_meanwhile\": %llu, "
 	       "\"unmapped\": %llu, \"freed_in_heap\": %llu, \"demoted\": %llu, "

@@ -43,6 +43,7 @@ enum {
 #define STOP_TIMEOUT_MS	2000		/* a thread in D state: give up */
 #define MAX_THREADS	65536
 #define SWEEP_TIMEOUT_S	600
+#define WINDOWS_CAP	(8UL << 20)	/* the copy's memory kept: heaps are walked in order */
 
 /* -- the snapshot's maps (snapmem.c) ------------------------------------ */
 
@@ -80,6 +81,8 @@ struct snapmem {
 	struct window *win;
 	int32_t *bucket;
 	size_t nbucket, hand;
+	struct window *last;	/* the last window snap_at gave, valid [last_lo, last_hi) */
+	uint64_t last_lo, last_hi;
 	uint64_t bytes_read, reads, evictions;
 };
 
@@ -94,6 +97,8 @@ struct vma *vma_of(const struct snapmem *m, uint64_t addr);
  * bytes to skip to the next page).
  */
 const uint8_t *snap_at(struct snapmem *m, uint64_t addr, uint64_t *avail);
+/* len bytes at addr read now, past the windows; what cannot be read is zeros. */
+void snap_pread(struct snapmem *m, uint64_t addr, uint8_t *buf, size_t len);
 /* len bytes at addr through the windows; 0, or -1 if any is not there. */
 int snap_read(struct snapmem *m, uint64_t addr, void *buf, size_t len);
 /*
@@ -163,6 +168,7 @@ struct result {
 	/* the sweep */
 	struct counts reachable, via_unknown, young, held_by_young, definite, indirect;
 	uint64_t roots_bytes, objects_bytes_scanned, scan_us, read_bytes;
+	uint64_t table_us, walk_us, graph_us, mark_us;	/* the scan's parts */
 };
 
 /* -- snapshot.c --------------------------------------------------------- */

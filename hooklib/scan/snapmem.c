@@ -165,7 +165,7 @@ static size_t bucket_of(const struct snapmem *m, uint64_t key)
 }
 
 /* len bytes at addr: read, the part that could not be zeroed. */
-static void read_fill(struct snapmem *m, uint64_t addr, uint8_t *buf, size_t len)
+void snap_pread(struct snapmem *m, uint64_t addr, uint8_t *buf, size_t len)
 {
 	size_t got = 0;
 
@@ -220,6 +220,8 @@ static struct window *window_get(struct snapmem *m, uint64_t key)
 			;
 		*link = w->next;
 		m->evictions++;
+		if (m->last == w)
+			m->last = NULL;
 	}
 	w = &m->win[i];
 	w->key = key;
@@ -239,7 +241,7 @@ static struct window *window_get(struct snapmem *m, uint64_t key)
 		}
 		end = v->hi < hi ? v->hi : hi;
 		if (v->perms[0] == 'r' && !v->io)
-			read_fill(m, a, w->buf + (a - lo), end - a);
+			snap_pread(m, a, w->buf + (a - lo), end - a);
 		else
 			memset(w->buf + (a - lo), 0, end - a);
 		a = end;
@@ -249,9 +251,18 @@ static struct window *window_get(struct snapmem *m, uint64_t key)
 
 const uint8_t *snap_at(struct snapmem *m, uint64_t addr, uint64_t *avail)
 {
-	struct vma *v = vma_of(m, addr);
+	struct vma *v;
 	struct window *w;
 	uint64_t end;
+
+	/* the last window asked for: most calls are for the next bytes */
+	if (m->last && addr >> WIN_SHIFT == m->last->key && addr >= m->last_lo &&
+	    addr < m->last_hi) {
+		m->last->ref = 1;
+		*avail = m->last_hi - addr;
+		return m->last->buf + (addr & (WIN - 1));
+	}
+	v = vma_of(m, addr);
 
 	if (!v || v->io || v->perms[0] != 'r') {
 		*avail = PAGE - (addr & (PAGE - 1));
@@ -262,12 +273,37 @@ const uint8_t *snap_at(struct snapmem *m, uint64_t addr, uint64_t *avail)
 	if (v->hi < end)
 		end = v->hi;
 	*avail = end - addr;
+	m->last = w;
+	m->last_lo = v->lo > (addr & ~(WIN - 1)) ? v->lo : addr & ~(WIN - 1);
+	m->last_hi = end;
 	return w->buf + (addr & (WIN - 1));
+}
+
+/* The window of addr if it is kept, else NULL; nothing is read. */
+static struct window *window_kept(struct snapmem *m, uint64_t addr)
+{
+	uint64_t key = addr >> WIN_SHIFT;
+	int32_t i;
+
+	for (i = m->bucket[bucket_of(m, key)]; i >= 0; i = m->win[i].next)
+		if (m->win[i].key == key)
+			return &m->win[i];
+	return NULL;
 }
 
 int snap_read(struct snapmem *m, uint64_t addr, void *buf, size_t len)
 {
 	uint8_t *out = buf;
+	struct vma *v;
+
+	/* a small read where no window is kept: read alone, no window filled */
+	if (len <= 4096 && (addr & (WIN - 1)) + len <= WIN && !window_kept(m, addr)) {
+		v = vma_of(m, addr);
+		if (!v || v->io || v->perms[0] != 'r' || addr + len > v->hi)
+			return -1;
+		snap_pread(m, addr, buf, len);
+		return 0;
+	}
 
 	while (len) {
 		uint64_t avail;
@@ -296,22 +332,20 @@ static void stream_all(struct snapmem *m, uint64_t lo, uint64_t hi,
 	while (lo < hi) {
 		size_t len = hi - lo < STREAM ? hi - lo : STREAM;
 
-		read_fill(m, lo, buf, len);
+		snap_pread(m, lo, buf, len);
 		fn(arg, lo, buf, len);
 		lo += len;
 	}
 }
 
-void snap_stream(struct snapmem *m, uint64_t lo, uint64_t hi,
-		 void (*fn)(void *arg, uint64_t addr, const uint8_t *p, size_t len), void *arg)
+/* snap_stream within one mapping */
+static void stream_vma(struct snapmem *m, struct vma *v, uint64_t lo, uint64_t hi,
+		       void (*fn)(void *, uint64_t, const uint8_t *, size_t), void *arg)
 {
 	static uint64_t pm[4096];
-	struct vma *v = vma_of(m, lo);
 
-	if (!v || v->io || lo >= hi)
+	if (v->io || v->perms[0] != 'r' || lo >= hi)
 		return;
-	if (hi > v->hi)
-		hi = v->hi;
 	if (v->shared) {
 		/* fork copies no page table of a shared mapping: no page map to go by */
 		if (v->hi - v->lo <= SHARED_MAX)
@@ -349,5 +383,31 @@ void snap_stream(struct snapmem *m, uint64_t lo, uint64_t hi,
 			}
 		}
 		lo += n * PAGE;
+	}
+}
+
+void snap_stream(struct snapmem *m, uint64_t lo, uint64_t hi,
+		 void (*fn)(void *arg, uint64_t addr, const uint8_t *p, size_t len), void *arg)
+{
+	while (lo < hi) {
+		struct vma *v = vma_of(m, lo);
+		size_t a = 0, b = m->nvmas;
+
+		if (v) {
+			stream_vma(m, v, lo, hi < v->hi ? hi : v->hi, fn, arg);
+			lo = v->hi;
+			continue;
+		}
+		while (a < b) {		/* in a hole: on to the next mapping */
+			size_t mid = a + (b - a) / 2;
+
+			if (m->vmas[mid].lo <= lo)
+				a = mid + 1;
+			else
+				b = mid;
+		}
+		if (a == m->nvmas)
+			return;
+		lo = m->vmas[a].lo;
 	}
 }

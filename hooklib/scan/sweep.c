@@ -8,8 +8,11 @@
  * data and bss, TLS, the program's own mappings) but the heaps glibc.c
  * walked, the hook's buffers and tables, and the objects in them.
  *
- * Marking goes in phases, an explicit stack each, so that what reached a
- * block says what it is:
+ * Every object's words are read once, in address order (sequential reads of
+ * the copy, each word scanned while it is in the cache), into a graph: per
+ * object, the objects its words point to. Marking then walks that graph, in
+ * phases, an explicit stack each, so that what reached a block says what it
+ * is:
  *   1. from the roots through blocks: reachable; unknown objects met are
  *      kept for
  *   2. from those unknown objects, through everything: reachable only
@@ -37,6 +40,7 @@
 #define CLUSTER_GAP	(16ULL << 20)
 #define HUGE_OBJECT	(64ULL << 20)
 #define RED_ZONE	128
+#define STREAM		(1UL << 20)
 
 struct cluster {
 	uint64_t lo, hi;
@@ -45,7 +49,7 @@ struct cluster {
 };
 
 struct index {
-	const struct obj *o;
+	const uint64_t *lo, *hi;	/* the objects' extents, apart: the hot loop's data */
 	struct cluster *c;
 	size_t nc;
 	uint64_t base, span;	/* words in [base, base + span) may hit */
@@ -54,36 +58,44 @@ struct index {
 struct marker {
 	struct index ix;
 	struct obj *o;
+	uint64_t *lo, *hi;
+	uint8_t *st;		/* the objects' states, apart too */
 	size_t nobj;
 	uint32_t *stack;
 	size_t sp, cap;
 	uint8_t mark;		/* the state this phase gives */
 	uint32_t leader;	/* phase 4: the clique's leader */
 	int clique;
+	uint64_t *edge_start;	/* per object: its first edge; edge_start[n]: all */
+	uint32_t *edge;		/* the objects each points to, object by object */
+	size_t nedge, capedge;
+	uint32_t src, last;	/* building: the object scanned, its last edge */
+	int building;
 	uint32_t *frontier;	/* phase 1: unknown objects reached */
 	size_t nfrontier, capfrontier;
 	struct snapmem *m;
 	struct result *res;
 };
 
-static void index_build(struct index *ix, const struct obj *o, size_t n)
+static void index_build(struct index *ix, const uint64_t *lo, const uint64_t *hi, size_t n)
 {
 	size_t i = 0;
 
 	memset(ix, 0, sizeof(*ix));
-	ix->o = o;
+	ix->lo = lo;
+	ix->hi = hi;
 	if (!n)
 		return;
-	ix->base = o[0].lo;
-	ix->span = o[n - 1].hi - o[0].lo;
+	ix->base = lo[0];
+	ix->span = hi[n - 1] - lo[0];
 	while (i < n) {
-		struct cluster c = { o[i].lo, o[i].hi, (uint32_t)i, (uint32_t)i, NULL };
+		struct cluster c = { lo[i], hi[i], (uint32_t)i, (uint32_t)i, NULL };
 
-		if (o[i].hi - o[i].lo < HUGE_OBJECT)
-			while (i + 1 < n && o[i + 1].lo - c.hi <= CLUSTER_GAP &&
-			       o[i + 1].hi - o[i + 1].lo < HUGE_OBJECT) {
+		if (hi[i] - lo[i] < HUGE_OBJECT)
+			while (i + 1 < n && lo[i + 1] - c.hi <= CLUSTER_GAP &&
+			       hi[i + 1] - lo[i + 1] < HUGE_OBJECT) {
 				i++;
-				c.hi = o[i].hi;
+				c.hi = hi[i];
 				c.last = (uint32_t)i;
 			}
 		if (c.last > c.first) {
@@ -95,7 +107,7 @@ static void index_build(struct index *ix, const struct obj *o, size_t n)
 			for (p = 0; p <= pages; p++) {
 				uint64_t start = c.lo + (p << PAGE_SHIFT);
 
-				while (k <= c.last && o[k].hi <= start)
+				while (k <= c.last && hi[k] <= start)
 					k++;
 				c.page_first[p] = k;
 			}
@@ -127,7 +139,7 @@ static inline long index_find(const struct index *ix, uint64_t w)
 	if (w < c->lo || w >= c->hi)
 		return -1;
 	if (!c->page_first)
-		return w >= ix->o[c->first].lo ? (long)c->first : -1;
+		return w >= ix->lo[c->first] ? (long)c->first : -1;
 	a = c->page_first[(w - c->lo) >> PAGE_SHIFT];
 	b = c->page_first[((w - c->lo) >> PAGE_SHIFT) + 1];
 	if (b > c->last)
@@ -138,12 +150,12 @@ static inline long index_find(const struct index *ix, uint64_t w)
 	while (a < b) {
 		uint32_t mid = a + (b - a + 1) / 2;
 
-		if (ix->o[mid].lo <= w)
+		if (ix->lo[mid] <= w)
 			a = mid;
 		else
 			b = mid - 1;
 	}
-	return ix->o[a].lo <= w && w < ix->o[a].hi ? (long)a : -1;
+	return ix->lo[a] <= w && w < ix->hi[a] ? (long)a : -1;
 }
 
 static void push(struct marker *mk, uint32_t i)
@@ -155,23 +167,36 @@ static void push(struct marker *mk, uint32_t i)
 	mk->stack[mk->sp++] = i;
 }
 
+static void add_edge(struct marker *mk, uint32_t to)
+{
+	if (mk->nedge == mk->capedge) {
+		mk->capedge = mk->capedge ? mk->capedge * 2 : 1 << 16;
+		mk->edge = xrealloc(mk->edge, mk->capedge, sizeof(*mk->edge));
+	}
+	mk->edge[mk->nedge++] = to;
+	mk->last = to;
+}
+
 static inline void hit(struct marker *mk, uint64_t w)
 {
 	long i = index_find(&mk->ix, w);
-	struct obj *o;
 
 	if (i < 0)
 		return;
-	o = &mk->o[i];
+	if (mk->building) {
+		if ((uint32_t)i != mk->src && (uint32_t)i != mk->last)
+			add_edge(mk, (uint32_t)i);
+		return;
+	}
+	if (mk->st[i] != ST_UNREACHED)
+		return;
 	if (mk->clique) {
 		/* valgrind's rule: an unreached object, a former leader too */
-		if (o->state != ST_UNREACHED || (uint32_t)i == mk->leader)
+		if ((uint32_t)i == mk->leader)
 			return;
-		o->state = ST_INDIRECT;
+		mk->st[i] = ST_INDIRECT;
 	} else {
-		if (o->state != ST_UNREACHED)
-			return;
-		o->state = mk->mark;
+		mk->st[i] = mk->mark;
 	}
 	push(mk, (uint32_t)i);
 }
@@ -203,24 +228,76 @@ static void scan_stream(void *arg, uint64_t addr, const uint8_t *p, size_t len)
 	scan_words(mk, p, len, addr);
 }
 
-/* An object's contents, through the windows. */
+/* An object's references: its edges. */
 static void scan_object(struct marker *mk, uint32_t i)
 {
-	uint64_t a = mk->o[i].lo, hi = mk->o[i].hi;
+	uint64_t e;
 
-	mk->o[i].scanned = 1;
-	while (a < hi) {
-		uint64_t avail;
-		const uint8_t *p = snap_at(mk->m, a, &avail);
+	for (e = mk->edge_start[i]; e < mk->edge_start[i + 1]; e++) {
+		uint32_t j = mk->edge[e];
 
-		if (avail > hi - a)
-			avail = hi - a;
-		if (p) {
-			scan_words(mk, p, avail, a);
-			mk->res->objects_bytes_scanned += avail;
+		if (mk->st[j] != ST_UNREACHED)
+			continue;
+		if (mk->clique) {
+			if (j == mk->leader)
+				continue;
+			mk->st[j] = ST_INDIRECT;	/* a former leader too: valgrind's rule */
+		} else {
+			mk->st[j] = mk->mark;
 		}
-		a += avail;
+		push(mk, j);
 	}
+}
+
+static void edges_stream(void *arg, uint64_t addr, const uint8_t *p, size_t len)
+{
+	struct marker *mk = arg;
+
+	mk->res->objects_bytes_scanned += len;
+	scan_words(mk, p, len, addr);
+}
+
+/*
+ * Every object's edges, in address order: the copy read in pieces of up to
+ * STREAM bytes from one object's start on, each piece's objects scanned
+ * while it is in the cache. An object bigger than a piece is read by
+ * snap_stream, which skips its pages that hold nothing.
+ */
+static void edges_begin(struct marker *mk, size_t i)
+{
+	mk->src = (uint32_t)i;
+	mk->last = UINT32_MAX;
+	mk->edge_start[i] = mk->nedge;
+}
+
+static void build_edges(struct marker *mk)
+{
+	uint8_t *buf = xcalloc(1, STREAM);
+	size_t n = mk->nobj, i = 0;
+
+	mk->edge_start = xcalloc(n + 1, sizeof(*mk->edge_start));
+	mk->building = 1;
+	while (i < n) {
+		struct vma *v = vma_of(mk->m, mk->lo[i]);
+		uint64_t a = mk->lo[i], end = v ? (a + STREAM < v->hi ? a + STREAM : v->hi) : a;
+
+		if (mk->hi[i] > end) {
+			edges_begin(mk, i);
+			snap_stream(mk->m, mk->lo[i], mk->hi[i], edges_stream, mk);
+			i++;
+			continue;
+		}
+		snap_pread(mk->m, a, buf, end - a);
+		/* this piece's objects, as far as they lie whole in it */
+		for (; i < n && mk->hi[i] <= end; i++) {
+			edges_begin(mk, i);
+			scan_words(mk, buf + (mk->lo[i] - a), mk->hi[i] - mk->lo[i], mk->lo[i]);
+			mk->res->objects_bytes_scanned += mk->hi[i] - mk->lo[i];
+		}
+	}
+	mk->edge_start[n] = mk->nedge;
+	mk->building = 0;
+	free(buf);
 }
 
 /* Pops and scans until the stack is empty; phase 1 keeps unknown objects
@@ -251,23 +328,24 @@ static int range_cmp(const void *a, const void *b)
 }
 
 /* [lo, hi) minus the objects in it: each gap streamed as roots */
-static void scan_gaps(struct marker *mk, const struct obj *o, size_t n, uint64_t lo, uint64_t hi)
+static void scan_gaps(struct marker *mk, uint64_t lo, uint64_t hi)
 {
-	size_t a = 0, b = n;
+	const uint64_t *olo = mk->lo, *ohi = mk->hi;
+	size_t a = 0, b = mk->nobj, n = mk->nobj;
 
 	while (a < b) {		/* the first object ending past lo */
 		size_t mid = a + (b - a) / 2;
 
-		if (o[mid].hi <= lo)
+		if (ohi[mid] <= lo)
 			a = mid + 1;
 		else
 			b = mid;
 	}
-	for (; lo < hi && a < n && o[a].lo < hi; a++) {
-		if (o[a].lo > lo)
-			snap_stream(mk->m, lo, o[a].lo, scan_stream, mk);
-		if (o[a].hi > lo)
-			lo = o[a].hi;
+	for (; lo < hi && a < n && olo[a] < hi; a++) {
+		if (olo[a] > lo)
+			snap_stream(mk->m, lo, olo[a], scan_stream, mk);
+		if (ohi[a] > lo)
+			lo = ohi[a];
 	}
 	if (lo < hi)
 		snap_stream(mk->m, lo, hi, scan_stream, mk);
@@ -323,11 +401,11 @@ static void scan_roots(struct marker *mk, const struct snapshot *s, const struct
 			if (r[k][1] <= lo || r[k][0] >= hi)
 				continue;
 			if (r[k][0] > lo)
-				scan_gaps(mk, mk->o, mk->nobj, lo, r[k][0]);
+				scan_gaps(mk, lo, r[k][0]);
 			lo = r[k][1];
 		}
 		if (lo < hi)
-			scan_gaps(mk, mk->o, mk->nobj, lo, hi);
+			scan_gaps(mk, lo, hi);
 		drain(mk, 1);
 	}
 	free(r);
@@ -337,7 +415,7 @@ void sweep(struct snapmem *m, struct obj *o, size_t n, const struct snapshot *s,
 	   const struct ranges *excluded, uint64_t age_ns, struct result *res)
 {
 	struct marker mk;
-	uint64_t young_from = s->t1_ns > age_ns ? s->t1_ns - age_ns : 0;
+	uint64_t young_from = s->t1_ns > age_ns ? s->t1_ns - age_ns : 0, t0;
 	size_t i;
 
 	memset(&mk, 0, sizeof(mk));
@@ -345,7 +423,18 @@ void sweep(struct snapmem *m, struct obj *o, size_t n, const struct snapshot *s,
 	mk.nobj = n;
 	mk.m = m;
 	mk.res = res;
-	index_build(&mk.ix, o, n);
+	mk.lo = xcalloc(n + 1, sizeof(*mk.lo));
+	mk.hi = xcalloc(n + 1, sizeof(*mk.hi));
+	mk.st = xcalloc(n + 1, 1);
+	for (i = 0; i < n; i++) {
+		mk.lo[i] = o[i].lo;
+		mk.hi[i] = o[i].hi;
+	}
+	t0 = now_us();
+	index_build(&mk.ix, mk.lo, mk.hi, n);
+	build_edges(&mk);
+	res->graph_us = now_us() - t0;
+	t0 = now_us();
 	res->table.n = res->table.bytes = 0;
 	/* 1: from the roots, through blocks */
 	mk.mark = ST_REACHED;
@@ -357,8 +446,8 @@ void sweep(struct snapmem *m, struct obj *o, size_t n, const struct snapshot *s,
 	drain(&mk, 0);
 	/* 3: held by young blocks that nothing reached */
 	for (i = 0; i < n; i++) {
-		if (o[i].kind == OBJ_BLOCK && o[i].state == ST_UNREACHED && o[i].time_ns > young_from) {
-			o[i].state = ST_YOUNG;
+		if (o[i].kind == OBJ_BLOCK && mk.st[i] == ST_UNREACHED && o[i].time_ns > young_from) {
+			mk.st[i] = ST_YOUNG;
 			push(&mk, (uint32_t)i);
 		}
 	}
@@ -367,16 +456,18 @@ void sweep(struct snapmem *m, struct obj *o, size_t n, const struct snapshot *s,
 	/* 4: cliques, in address order */
 	mk.clique = 1;
 	for (i = 0; i < n; i++) {
-		if (o[i].state != ST_UNREACHED)
+		if (mk.st[i] != ST_UNREACHED)
 			continue;
 		mk.leader = (uint32_t)i;
 		scan_object(&mk, (uint32_t)i);
 		drain(&mk, 0);
 	}
+	res->mark_us = now_us() - t0;
 	for (i = 0; i < n; i++) {
 		struct counts *c = NULL;
 		uint64_t bytes = o[i].size;
 
+		o[i].state = mk.st[i];
 		if (o[i].kind == OBJ_UNKNOWN) {
 			res->unknown.n++;
 			res->unknown.bytes += o[i].hi - o[i].lo;
@@ -402,4 +493,9 @@ void sweep(struct snapmem *m, struct obj *o, size_t n, const struct snapshot *s,
 	free(mk.ix.c);
 	free(mk.stack);
 	free(mk.frontier);
+	free(mk.lo);
+	free(mk.hi);
+	free(mk.st);
+	free(mk.edge);
+	free(mk.edge_start);
 }

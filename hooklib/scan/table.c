@@ -194,14 +194,6 @@ static int cand_cmp(const void *a, const void *b)
 	return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
 }
 
-static int block_cmp(const void *a, const void *b)
-{
-	const struct pmm_block *x = a, *y = b;
-
-	if (x->ptr != y->ptr)
-		return x->ptr < y->ptr ? -1 : 1;
-	return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
-}
 
 static int is_alloc(uint16_t op)
 {
@@ -237,17 +229,20 @@ static struct cand *freed_by(struct cand *c, size_t n, uint64_t ptr, int64_t tag
 	return best;
 }
 
-/* [lo, hi) cut to the part mapped from lo on without a hole; 0 if none. */
+/* [lo, hi) cut to the part mapped from lo on without a hole; 0 if none.
+ * Asked in address order: the last mapping first. */
 static uint64_t mapped_end(const struct snapmem *m, uint64_t lo, uint64_t hi)
 {
-	struct vma *v = vma_of(m, lo);
+	static const struct vma *last;
+	const struct vma *v = last && lo >= last->lo && lo < last->hi ? last : vma_of(m, lo);
 	uint64_t end;
 
+	last = v;
 	if (!v || v->perms[0] != 'r')
 		return 0;
 	end = v->hi;
 	while (end < hi) {
-		struct vma *next = vma_of(m, end);
+		const struct vma *next = vma_of(m, end);
 
 		if (!next || next->perms[0] != 'r')
 			break;
@@ -263,7 +258,9 @@ static void sort_objects(struct obj *o, size_t n)
 	size_t count[2048], i;
 	int shift;
 
-	if (n < 2)
+	for (i = 1; i < n && o[i - 1].lo <= o[i].lo; i++)
+		;
+	if (i >= n)
 		return;
 	tmp = xcalloc(n, sizeof(*tmp));
 	for (shift = 0; shift < 64; shift += 11) {
@@ -287,47 +284,139 @@ static void sort_objects(struct obj *o, size_t n)
 	free(tmp);
 }
 
+/* An open-addressed set of (ptr, time) pairs: t2's blocks, for t0's difference. */
+struct pairset {
+	uint64_t (*k)[2];
+	size_t mask;
+};
+
+static size_t pair_slot(const struct pairset *s, uint64_t ptr, uint64_t t)
+{
+	size_t h = (size_t)((ptr ^ (t * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL >> 17);
+
+	for (h &= s->mask; s->k[h][0] && (s->k[h][0] != ptr || s->k[h][1] != t);
+	     h = (h + 1) & s->mask)
+		;
+	return h;
+}
+
+static void pairset_init(struct pairset *s, const struct table *t)
+{
+	size_t i, size = 16;
+
+	while (size < t->n * 2)
+		size *= 2;
+	s->k = xcalloc(size, sizeof(*s->k));
+	s->mask = size - 1;
+	for (i = 0; i < t->n; i++) {
+		size_t h = pair_slot(s, t->b[i].ptr, t->b[i].time_ns);
+
+		s->k[h][0] = t->b[i].ptr;
+		s->k[h][1] = t->b[i].time_ns;
+	}
+}
+
+static int pairset_has(const struct pairset *s, uint64_t ptr, uint64_t t)
+{
+	return s->k[pair_slot(s, ptr, t)][0] == ptr;
+}
+
+/* Candidates by address, then time: an LSD radix sort of (address, index)
+ * pairs (passes whose digit never varies skipped), the candidates moved
+ * once, each run of one address then put in time order. */
+static void sort_cands(struct cand **cp, size_t n)
+{
+	struct cand *c = *cp, *out;
+	struct { uint64_t key, idx; } *a, *b, *t;
+	size_t count[2048], i, j;
+	int shift;
+
+	for (i = 1; i < n && cand_cmp(&c[i - 1], &c[i]) <= 0; i++)
+		;
+	if (i >= n)
+		return;
+	a = xcalloc(n, sizeof(*a));
+	b = xcalloc(n, sizeof(*b));
+	for (i = 0; i < n; i++) {
+		a[i].key = c[i].ptr;
+		a[i].idx = i;
+	}
+	for (shift = 0; shift < 64; shift += 11) {
+		size_t sum = 0;
+
+		memset(count, 0, sizeof(count));
+		for (i = 0; i < n; i++)
+			count[(a[i].key >> shift) & 2047]++;
+		if (count[(a[0].key >> shift) & 2047] == n)
+			continue;
+		for (i = 0; i < 2048; i++) {
+			size_t k = count[i];
+
+			count[i] = sum;
+			sum += k;
+		}
+		for (i = 0; i < n; i++)
+			b[count[(a[i].key >> shift) & 2047]++] = a[i];
+		t = a;
+		a = b;
+		b = t;
+	}
+	out = xcalloc(n, sizeof(*out));
+	for (i = 0; i < n; i++)
+		out[i] = c[a[i].idx];
+	free(a);
+	free(b);
+	free(c);
+	for (i = 1; i < n; i++) {	/* runs of one address: few and short */
+		struct cand x = out[i];
+
+		for (j = i; j > 0 && out[j - 1].ptr == x.ptr && out[j - 1].time_ns > x.time_ns; j--)
+			out[j] = out[j - 1];
+		out[j] = x;
+	}
+	*cp = out;
+}
+
 struct obj *objects_build(const struct table *t0, const struct table *t2,
 			  const struct records *pending, uint64_t t1_ns, struct snapmem *m,
 			  size_t *n_out, struct result *res)
 {
-	struct pmm_block *a = xcalloc(t0->n + 1, sizeof(*a)), *b = xcalloc(t2->n + 1, sizeof(*b));
-	size_t na = t0->n, nb = t2->n, i, j, nc = 0, no = 0;
+	size_t na = t0 == t2 ? 0 : t0->n, nb = t2->n, i, j, nc = 0, no = 0;
 	struct cand *c = xcalloc(na + nb + pending->n + 1, sizeof(*c));
+	struct pairset in_t2 = { 0 };
 	struct obj *o;
 
-	memcpy(a, t0->b, na * sizeof(*a));
-	memcpy(b, t2->b, nb * sizeof(*b));
-	qsort(a, na, sizeof(*a), block_cmp);
-	qsort(b, nb, sizeof(*b), block_cmp);
 	for (i = 0; i < nb; i++) {
-		c[nc] = (struct cand){ b[i].ptr, b[i].size, b[i].time_ns, b[i].site,
-				       b[i].time_ns <= t1_ns ? C_BLOCK : C_AFTER };
+		const struct pmm_block *b = &t2->b[i];
+
+		c[nc] = (struct cand){ b->ptr, b->size, b->time_ns, b->site,
+				       b->time_ns <= t1_ns ? C_BLOCK : C_AFTER };
 		res->after_snapshot += c[nc].cls == C_AFTER;
 		nc++;
 	}
 	res->table.n = nc - res->after_snapshot;
+	if (na || pending->n)
+		pairset_init(&in_t2, t2);
 	/* t0's blocks that t2 no longer has */
-	for (i = j = 0; i < na; i++) {
-		while (j < nb && block_cmp(&b[j], &a[i]) < 0)
-			j++;
-		if (j < nb && !block_cmp(&b[j], &a[i]))
-			continue;
-		if (a[i].time_ns > t1_ns)
-			continue;
-		c[nc++] = (struct cand){ a[i].ptr, a[i].size, a[i].time_ns, a[i].site,
-					 C_FREED_MEANWHILE };
+	for (i = 0; i < na; i++) {
+		const struct pmm_block *a = &t0->b[i];
+
+		if (a->time_ns <= t1_ns && !pairset_has(&in_t2, a->ptr, a->time_ns))
+			c[nc++] = (struct cand){ a->ptr, a->size, a->time_ns, a->site,
+						 C_FREED_MEANWHILE };
 	}
-	/* the allocations not sent at t1 (twice if sent since: t2 has them) */
+	/* the allocations not sent at t1 (unless sent since: t2 has them) */
 	for (i = 0; i < pending->n; i++) {
 		const struct pmm_record *r = &pending->r[i];
 
 		if (!is_alloc(r->op) || !r->ptr || r->time_ns > t1_ns ||
-		    (r->flags & (PMM_REC_F_FAILED | PMM_REC_F_FREED)))
+		    (r->flags & (PMM_REC_F_FAILED | PMM_REC_F_FREED)) ||
+		    pairset_has(&in_t2, r->ptr, r->time_ns))
 			continue;
 		c[nc++] = (struct cand){ r->ptr, r->size, r->time_ns, r->site, C_BLOCK };
 	}
-	qsort(c, nc, sizeof(*c), cand_cmp);
+	free(in_t2.k);
+	sort_cands(&c, nc);
 	for (i = j = 0; i < nc; i++) {
 		if (j && c[j - 1].ptr == c[i].ptr && c[j - 1].time_ns == c[i].time_ns) {
 			if (c[i].cls == C_BLOCK)
@@ -380,8 +469,6 @@ struct obj *objects_build(const struct table *t0, const struct table *t2,
 					.kind = c[i].cls == C_BLOCK ? OBJ_BLOCK : OBJ_UNKNOWN };
 	}
 	free(c);
-	free(a);
-	free(b);
 	*n_out = objects_normalize(o, no, res);
 	return o;
 }

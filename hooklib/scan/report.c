@@ -64,7 +64,8 @@ void report(const struct result *r, const struct obj *o, size_t n, struct snapme
 	for (i = 0; i < n; i++)
 		if (lost(&o[i]))
 			idx[nl++] = (uint32_t)i;
-	qsort_r(idx, nl, sizeof(*idx), by_site, (void *)o);
+	if (nl)
+		qsort_r(idx, nl, sizeof(*idx), by_site, (void *)o);
 	for (i = 0; i < nl; i++) {
 		const struct obj *b = &o[idx[i]];
 		struct site_sum *cur;
@@ -91,7 +92,8 @@ void report(const struct result *r, const struct obj *o, size_t n, struct snapme
 		     b->time_ns < o[cur->example].time_ns))
 			cur->example = idx[i];
 	}
-	qsort(s, ns, sizeof(*s), worst_first);
+	if (ns)
+		qsort(s, ns, sizeof(*s), worst_first);
 	printf("{\"version\": 1, \"pid\": %d, \"snapshot_ns\": %llu, \"age_ns\": %llu,\n",
 	       r->pid, (unsigned long long)r->snapshot_ns, (unsigned long long)r->age_ns);
 	printf(" \"stop\": {\"threads\": %d, \"longest_us\": %llu, \"all_stopped_us\": %llu, "

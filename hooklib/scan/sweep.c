@@ -393,7 +393,11 @@ static void scan_roots(struct marker *mk, const struct snapshot *s, const struct
 		if (v->use != USE_ROOT || v->perms[0] != 'r' || v->perms[1] != 'w')
 			continue;
 		if (v->wiped) {
-			mk->res->uncopied_bytes += v->hi - v->lo;
+			/* zeros in the copy; the hook's own such page is no loss */
+			for (k = 0; k < nr && !(r[k][0] <= v->lo && r[k][1] >= v->hi); k++)
+				;
+			if (k == nr)
+				mk->res->uncopied_bytes += v->hi - v->lo;
 			continue;
 		}
 		/* less the exclusions (sorted): the pieces between them */

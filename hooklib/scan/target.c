@@ -118,9 +118,11 @@ void target_inspect(struct target_info *t)
 	t->is_init = namespace_init(t->pid);
 	snprintf(path, sizeof(path), "/proc/%d/maps", t->pid);
 	f = fopen(path, "re");
+	if (!f && (errno == EACCES || errno == EPERM))
+		perm_denied(t->pid, errno);
 	if (!f)
-		die(errno == ENOENT ? EXIT_NO_PROCESS : EXIT_PERMISSION, "cannot read %s: %s",
-		    path, strerror(errno));
+		die(errno == ENOENT ? EXIT_NO_PROCESS : EXIT_FAILED, "cannot read %s: %s", path,
+		    strerror(errno));
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi, off, ino;
 		unsigned int major, minor;
@@ -139,7 +141,7 @@ void target_inspect(struct target_info *t)
 				continue;
 			o = &objs[n++];
 			memset(o, 0, sizeof(*o));
-			snprintf(o->base_name, sizeof(o->base_name), "%s", base_name(file));
+			snprintf(o->base_name, sizeof(o->base_name), "%.63s", base_name(file));
 			o->dev = (uint64_t)major << 32 | minor;
 			o->ino = ino;
 			o->lo = lo;

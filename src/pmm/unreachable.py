@@ -195,10 +195,13 @@ def lost_sites(doc: Mapping[str, Any], frames: Mapping[int, Sequence[Any]],
 
 
 def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE_S,
-                allow_seccomp: bool = False, disk_cache: bool = True) -> UnreachableReport:
+                allow_seccomp: bool = False, disk_cache: bool = True,
+                addresses: bool = True) -> UnreachableReport:
     """pid scanned (pmm-scan through dev's descriptor), its lost sites
     symbolized with all their frames. disk_cache=False: the symbolizer keeps
-    its answers in memory only (pmd)."""
+    its answers in memory only; addresses=False: a frame the module could not
+    place in a file is left unnamed rather than shown as its address (pmd,
+    whose database readers are not checked for access to the process)."""
     from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import Symbolizer, maps_for
     from pmm.uapi import MAX_FRAMES
@@ -208,8 +211,8 @@ def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE
     wanted = {int(e["site"]) for e in doc["sites"]}
     sites = [s for s in dev.sites(pid) if s.site in wanted] if wanted else []
     objects = dev.objects(pid) if sites else []
-    maps = maps_for(pid, info.start_time_ns) if needs_map(sites) else None
-    frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps,
+    maps = maps_for(pid, info.start_time_ns) if addresses and needs_map(sites) else None
+    frames = site_frames(sites, objects, depth=MAX_FRAMES, maps=maps, addresses=addresses,
                          symbolizer=Symbolizer(maps, disk_cache=disk_cache)) if sites else {}
     return UnreachableReport(pid=pid, comm=info.comm, scan=doc,
                              sites=lost_sites(doc, frames, {s.site: s for s in sites},

@@ -11,11 +11,16 @@
  *   cache N   adds N entries to a cache that stays referenced (a global)
  *   saw N     allocates N blocks, then frees them all (a sawtooth)
  *   churn N   N rounds of temporary blocks, freed at once
+ *   slot N    N blocks kept in a table of slots made at start (the only
+ *             reference to them: after an attach, from a block older than it)
  *   quit      frees the cache and returns from main
  *
  * Each command runs in a function of its own (noinline), so no pointer of
- * it stays in main's frame; use() keeps the compiler from deleting a block
- * whose contents nobody reads.
+ * it stays in main's frame, and scrub() then clears the stack below main:
+ * the frames of stdio's next call would otherwise keep stale pointers of
+ * the command's (a conservative scan, valgrind's at any time too, counts
+ * them); use() keeps the compiler from deleting a block whose contents
+ * nobody reads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,10 +51,19 @@ struct entry {
 #define BUCKETS 64
 static struct entry *g_cache[BUCKETS];
 static void *g_saw[100000];
+#define SLOTS 4096
+static void **g_slots;
 
 __attribute__((noinline)) static void use(void *p)
 {
 	__asm__ volatile("" : : "r"(p) : "memory");
+}
+
+__attribute__((noinline)) static void scrub(void)
+{
+	char dead[32768];
+
+	explicit_bzero(dead, sizeof(dead));	/* a store the compiler keeps */
 }
 
 __attribute__((noinline)) static void handle_request(int id)
@@ -135,6 +149,16 @@ __attribute__((noinline)) static void churn(int n)
 	use(p);
 }
 
+__attribute__((noinline)) static void fill_slots(int n)
+{
+	int i;
+
+	for (i = 0; i < n && i < SLOTS; i++) {
+		free(g_slots[i]);
+		g_slots[i] = malloc(40);
+	}
+}
+
 __attribute__((noinline)) static void cache_free(void)
 {
 	int h;
@@ -156,6 +180,9 @@ int main(void)
 	int n, i;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	g_slots = calloc(SLOTS, sizeof(*g_slots));
+	if (!g_slots)
+		return 1;
 	while (fgets(line, sizeof(line), stdin)) {
 		n = 0;
 		if (sscanf(line, "%15s %d", cmd, &n) < 1)
@@ -175,11 +202,17 @@ int main(void)
 			sawtooth(n);
 		else if (!strcmp(cmd, "churn"))
 			churn(n);
+		else if (!strcmp(cmd, "slot"))
+			fill_slots(n);
 		else if (!strcmp(cmd, "quit"))
 			break;
+		scrub();
 		printf("ok %s %d\n", cmd, n);
 	}
 	cache_free();
+	for (i = 0; i < SLOTS; i++)
+		free(g_slots[i]);
+	free(g_slots);
 	printf("bye\n");
 	return 0;
 }

@@ -205,6 +205,12 @@ def pmd(
         "it a profile names a process's call sites only to root and the process's owner "
         "connecting over loopback (the user is read from the kernel's socket table).")]
         = None,
+    scan_on_leak: Annotated[bool, typer.Option(
+        "--scan-on-leak", help="When a monitored process is called LEAK, scan it for the "
+        "blocks it can no longer reach (as `pmctl unreachable`; exact mode only): its lost "
+        "bytes per site go into the database beside the alert, the metrics and the log. "
+        "Needs ptrace of the process: pmd's own user's processes, or CAP_SYS_PTRACE and "
+        "the ptrace system call (a drop-in for pmd.service: see the README).")] = False,
     no_genl: Annotated[bool, typer.Option(
         "--no-genl", help="Do not listen to the module's events (generic netlink); "
         "sample only the --pid processes.")] = False,
@@ -240,7 +246,7 @@ def pmd(
                    commit_interval=commit_interval, detect_every=detect_every,
                    window=window, genl=not no_genl, max_pending=max_pending,
                    metrics_address=address, metrics_textfile=metrics_textfile,
-                   pprof_allow_uids=allowed)
+                   pprof_allow_uids=allowed, scan_on_leak=scan_on_leak)
     try:
         rc = serve(opts, create_parents=not explicit)
     finally:

@@ -291,8 +291,9 @@ class PostmortemWorker:
                 info = dev.pid_info(pid)
                 if info is None or start_key(info.start_time_ns) != start:
                     return ScanRow(pid, start, now, wall, error="not monitored any more")
-                r = unreachable.from_module(dev, pid, find_hooklib(), age_s=age_s,  # type: ignore[arg-type]
-                                            disk_cache=False, addresses=False)
+                r = unreachable.from_module(
+                    dev, pid, find_hooklib(), age_s=age_s,  # type: ignore[arg-type]
+                    disk_cache=False, addresses=False, pass_ptrace=True)
         except PmmError as e:
             return ScanRow(pid, start, now, wall, error=str(e))
         except Exception as e:  # noqa: BLE001 - the worker serves every request
@@ -634,6 +635,8 @@ class Daemon:
 
     def _scanned(self, r: ScanDone) -> None:
         """Stores a scan's row, logs it, and keeps its lost bytes for the metrics."""
+        from pmm.unreachable import short_duration
+
         row = r.row
         try:
             self.store.add_scan(row)
@@ -641,8 +644,20 @@ class Daemon:
             log.error("%s (the scan of pid %d not stored)", e, row.pid)
         if row.error is not None:
             self.scan_failures += 1
+            if "ptrace" in row.error and "refused" in row.error:
+                if self.ptrace_said:
+                    log.debug("pid %d: not scanned: %s", row.pid, row.error)
+                    return
+                self.ptrace_said = True
+                row_error = (f"{row.error}; pmd.service allows neither ptrace (its system "
+                             "call filter) nor other users' processes (no CAP_SYS_PTRACE): "
+                             "a drop-in with SystemCallFilter=@debug and the capability in "
+                             "AmbientCapabilities= and CapabilityBoundingSet= lets it scan "
+                             "(this is said once)")
+            else:
+                row_error = row.error
             log.error("pid %d (%s): the scan after LEAK failed: %s", row.pid, r.comm or "?",
-                      row.error)
+                      row_error)
             return
         self.scans += 1
         st = self.procs.get(r.key)
@@ -654,8 +669,8 @@ class Daemon:
                     "sites%s (stopped %s, scanned in %s)", row.pid, r.comm or "?",
                     row.definite_blocks, human_bytes(row.definite_bytes), row.indirect_blocks,
                     human_bytes(row.indirect_bytes), len(row.sites), worst,
-                    format_duration(row.longest_stop_us / 1e6),
-                    format_duration(row.scan_us / 1e6))
+                    short_duration(row.longest_stop_us / 1e6),
+                    short_duration(row.scan_us / 1e6))
 
     def _harvest_failed(self, pid: int, comm: str, why: str) -> None:
         """Counts a failed harvest; logs the first of each kind (the error's
@@ -1125,9 +1140,9 @@ def ptrace_refusal(pid: int) -> str:
     if uid and all(int(u) == os.geteuid() for u in uid[:3]):
         return ""
     return (f"pmd (uid {os.geteuid()}) has no CAP_SYS_PTRACE, and pid {pid} is another "
-            "user's: give pmd the capability (a drop-in for pmd.service: "
-            "AmbientCapabilities=CAP_SYS_PTRACE and CapabilityBoundingSet=CAP_SYS_PTRACE "
-            "CAP_NET_ADMIN)")
+            "user's: a drop-in for pmd.service with AmbientCapabilities= and "
+            "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_PTRACE and SystemCallFilter=@debug "
+            "lets it scan")
 
 
 def missing_pids(pids: list[int]) -> list[int]:

@@ -20,9 +20,10 @@ objects and bytes per site). pmm-scan's refusals become typed errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -85,17 +86,40 @@ def find_scan(hooklib: Path) -> Path:
     return find_helper(hooklib, SCAN_NAME)
 
 
+CAP_SYS_PTRACE = 19
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, PR_CAP_AMBIENT_LOWER = 47, 2, 3
+
+
+@contextlib.contextmanager
+def ptrace_passed_on() -> Iterator[None]:
+    """CAP_SYS_PTRACE in this thread's ambient set for as long as it runs a
+    program (pmd clears its ambient capabilities so that the programs it runs
+    get none: pmm-scan alone gets this one, when pmd holds it at all)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    raised = libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_PTRACE, 0, 0) == 0
+    try:
+        yield
+    finally:
+        if raised:
+            libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_SYS_PTRACE, 0, 0)
+
+
 def scan(pid: int, scanner: Path, dev_fd: int, age_s: float = DEFAULT_AGE_S,
-         allow_seccomp: bool = False) -> dict[str, Any]:
+         allow_seccomp: bool = False, pass_ptrace: bool = False) -> dict[str, Any]:
     """Runs pmm-scan on pid with the open device dev_fd; its JSON, or the
-    typed error of its refusal."""
+    typed error of its refusal. pass_ptrace: pmm-scan gets this thread's
+    CAP_SYS_PTRACE, if it has it (ptrace_passed_on)."""
     argv = [str(scanner), "--device-fd", str(dev_fd), "--age", str(round(age_s * 1000))]
     if allow_seccomp:
         argv.append("--allow-seccomp")
     argv.append(str(pid))
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=SCAN_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL, pass_fds=(dev_fd,))
+        with ptrace_passed_on() if pass_ptrace else contextlib.nullcontext():
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=SCAN_TIMEOUT_S,
+                               stdin=subprocess.DEVNULL, pass_fds=(dev_fd,))
     except subprocess.TimeoutExpired:
         raise ScanError(f"{SCAN_NAME} did not finish within {SCAN_TIMEOUT_S} s",
                         ScanFailure.OTHER) from None
@@ -196,18 +220,19 @@ def lost_sites(doc: Mapping[str, Any], frames: Mapping[int, Sequence[Any]],
 
 def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE_S,
                 allow_seccomp: bool = False, disk_cache: bool = True,
-                addresses: bool = True) -> UnreachableReport:
+                addresses: bool = True, pass_ptrace: bool = False) -> UnreachableReport:
     """pid scanned (pmm-scan through dev's descriptor), its lost sites
     symbolized with all their frames. disk_cache=False: the symbolizer keeps
     its answers in memory only; addresses=False: a frame the module could not
     place in a file is left unnamed rather than shown as its address (pmd,
-    whose database readers are not checked for access to the process)."""
+    whose database readers are not checked for access to the process);
+    pass_ptrace: see scan."""
     from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import Symbolizer, maps_for
     from pmm.uapi import MAX_FRAMES
 
     info = dev.require_monitored(pid)
-    doc = scan(pid, find_scan(hooklib), dev.fd, age_s, allow_seccomp)
+    doc = scan(pid, find_scan(hooklib), dev.fd, age_s, allow_seccomp, pass_ptrace)
     wanted = {int(e["site"]) for e in doc["sites"]}
     sites = [s for s in dev.sites(pid) if s.site in wanted] if wanted else []
     objects = dev.objects(pid) if sites else []
@@ -220,6 +245,11 @@ def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE
 
 
 # -- text ---------------------------------------------------------------------
+
+
+def short_duration(s: float) -> str:
+    """0.00062 -> '0.6 ms'; a second or more as pmm.units.format_duration."""
+    return f"{s * 1000:.1f} ms" if s < 1 else format_duration(s)
 
 
 def _n(c: Mapping[str, int], what: str = "block") -> str:
@@ -239,9 +269,9 @@ def render(r: UnreachableReport, depth: int = 1, limit: int = 0) -> str:
     lines = [
         f"pid {r.pid} ({printable(r.comm)}): {_n(t['definite'])} definitely lost, "
         f"{_n(t['indirect'])} indirectly lost, of {_n(s['table'])} in the table",
-        f"  stopped {format_duration(s['stop']['longest_us'] / 1e6)} at most "
+        f"  stopped {short_duration(s['stop']['longest_us'] / 1e6)} at most "
         f"({s['stop']['threads']} thread{'' if s['stop']['threads'] == 1 else 's'}), "
-        f"scanned in {format_duration(s['scan']['us'] / 1e6)}; not judged: "
+        f"scanned in {short_duration(s['scan']['us'] / 1e6)}; not judged: "
         f"{_n(t['young'])} younger than {format_duration(s['age_ns'] / 1e9)}"
         + (f" and {_n(t['held_by_young'])} only they reach" if t["held_by_young"]["blocks"]
            else ""),
@@ -262,7 +292,9 @@ def render(r: UnreachableReport, depth: int = 1, limit: int = 0) -> str:
         if depth > 1:
             rows += [[""] * 4 + [f"  {ln}"] for ln in frames_as_text(e["frames"][:depth])]
         ex = e["example"]
-        rows.append([""] * 4 + [f"  e.g. {ex['ptr']:#x}, {ex['size']} bytes: {ex['hex']} "
+        words = ex["hex"].replace(" ", "")
+        grouped = " ".join(words[i:i + 16] for i in range(0, len(words), 16))
+        rows.append([""] * 4 + [f"  e.g. {ex['ptr']:#x}, {ex['size']} bytes: {grouped} "
                                 f"|{ex['text']}|"])
     lines.append(format_table(headers, rows, right={0, 1, 2, 3}))
     return "\n".join(lines)

@@ -133,6 +133,24 @@ int open_target(pid_t pid)
 	die(g_exits.permission, "process %d: %s", pid, strerror(err));
 }
 
+int list_tids(pid_t pid, pid_t *tids, int max)
+{
+	char path[64];
+	struct dirent *d;
+	int n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir)) && n < max)
+		if (atoi(d->d_name) > 0)
+			tids[n++] = (pid_t)atoi(d->d_name);
+	closedir(dir);
+	return n;
+}
+
 /* Threads sleeping in a system call first: they are the likeliest safe. */
 int list_threads(pid_t pid, pid_t *tids, int max)
 {

@@ -43,6 +43,8 @@ __attribute__((noreturn)) void perm_denied(pid_t pid, int err);
 int open_target(pid_t pid);
 /* pid's threads, those asleep in a system call first; -1 if it is gone. */
 int list_threads(pid_t pid, pid_t *tids, int max);
+/* pid's threads as /proc lists them, nothing else read (a stop is running). */
+int list_tids(pid_t pid, pid_t *tids, int max);
 
 ssize_t peek(pid_t tid, uintptr_t addr, void *buf, size_t len);
 int poke(pid_t tid, uintptr_t addr, const void *buf, size_t len);

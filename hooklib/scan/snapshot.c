@@ -123,7 +123,7 @@ static void stop_all(struct snapshot *s)
 	do {
 		int first = s->n;
 
-		n = list_threads(s->pid, tids, MAX_THREADS);
+		n = list_tids(s->pid, tids, MAX_THREADS);
 		if (n <= 0)
 			fail(s, EXIT_GONE, "process %d exited", s->pid);
 		fresh = 0;

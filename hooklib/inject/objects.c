@@ -199,6 +199,16 @@ void scan_objects(struct target *t)
 	}
 	fclose(f);
 	t->n_objs = n;
+	/* its memory is read with ptrace's access (Yama may refuse what the maps allowed) */
+	for (i = 0; i < n; i++) {
+		unsigned char byte;
+
+		if (t->objs[i].base && m.read(m.ctx, t->objs[i].base, &byte, 1) < 0 &&
+		    (errno == EPERM || errno == EACCES))
+			perm_denied(t->pid, errno);
+		if (t->objs[i].base)
+			break;
+	}
 	for (i = 0; i < n; i++) {
 		struct object *o = &t->objs[i];
 		struct scan s = { t, is_libc(o->name), 0 };

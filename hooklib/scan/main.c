@@ -159,10 +159,13 @@ struct options {
 static void check_target(const struct options *o, struct target_info *t)
 {
 	char buf[64];
+	pid_t tids[2];
 
 	t->pid = o->pid;
 	t->pidfd = open_target(o->pid);
-	if (status_field(o->pid, "State", buf, sizeof(buf)) && (buf[0] == 'Z' || buf[0] == 'X'))
+	/* a zombie main thread with others running (pthread_exit) is a live process */
+	if (status_field(o->pid, "State", buf, sizeof(buf)) && (buf[0] == 'Z' || buf[0] == 'X') &&
+	    list_tids(o->pid, tids, 2) < 2)
 		die(EXIT_GONE, "process %d has exited", o->pid);
 	if (status_field(o->pid, "TracerPid", buf, sizeof(buf)) && strcmp(buf, "0"))
 		die(EXIT_TRACED, "process %d is traced already (by %s): a debugger or an attach in "

@@ -134,8 +134,7 @@ struct obj {
 	uint32_t site;
 	uint8_t kind;
 	uint8_t state;
-	uint8_t scanned;
-	uint8_t pad;
+	uint8_t pad[2];
 };
 
 /* What the scan found, for the report. */

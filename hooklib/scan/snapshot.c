@@ -118,7 +118,13 @@ static void stop_all(struct snapshot *s)
 {
 	pid_t *tids = xcalloc(MAX_THREADS, sizeof(*tids));
 	uint64_t deadline = now_ms() + STOP_TIMEOUT_MS;
-	int fresh, i, n;
+	int fresh, i, n, leader_gone = 0;
+	char state[16];
+
+	/* a main thread that called pthread_exit stays a zombie while the others
+	 * run: it never stops, and there is nothing of it to copy */
+	if (status_field(s->pid, "State", state, sizeof(state)) && state[0] == 'Z')
+		leader_gone = 1;
 
 	do {
 		int first = s->n;
@@ -130,7 +136,7 @@ static void stop_all(struct snapshot *s)
 		for (i = 0; i < n; i++) {
 			struct thread_regs *t;
 
-			if (have(s, tids[i]))
+			if (have(s, tids[i]) || (leader_gone && tids[i] == s->pid))
 				continue;
 			if (ptrace(PTRACE_SEIZE, tids[i], 0, 0)) {
 				int err = errno;

@@ -257,12 +257,6 @@ static void edges_stream(void *arg, uint64_t addr, const uint8_t *p, size_t len)
 	scan_words(mk, p, len, addr);
 }
 
-/*
- * Every object's edges, in address order: the copy read in pieces of up to
- * STREAM bytes from one object's start on, each piece's objects scanned
- * while it is in the cache. An object bigger than a piece is read by
- * snap_stream, which skips its pages that hold nothing.
- */
 static void edges_begin(struct marker *mk, size_t i)
 {
 	mk->src = (uint32_t)i;
@@ -270,6 +264,12 @@ static void edges_begin(struct marker *mk, size_t i)
 	mk->edge_start[i] = mk->nedge;
 }
 
+/*
+ * Every object's edges, in address order: the copy read in pieces of up to
+ * STREAM bytes from one object's start on, each piece's objects scanned
+ * while it is in the cache. An object bigger than a piece is read by
+ * snap_stream, which skips its pages that hold nothing.
+ */
 static void build_edges(struct marker *mk)
 {
 	uint8_t *buf = xcalloc(1, STREAM);

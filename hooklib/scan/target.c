@@ -109,14 +109,19 @@ static int namespace_init(pid_t pid)
 void target_inspect(struct target_info *t)
 {
 	static struct object objs[MAX_OBJECTS];
-	struct mem m = { read_live, &t->pid };
+	pid_t live = t->pid, tids[2];
+	struct mem m = { read_live, &live };
 	char path[64], line[PATH_MAX + 128];
 	uint64_t libc_lo = 0, libc_hi = 0, other_lo = 0, other_hi = 0;
 	int n = 0, i;
 	FILE *f;
 
+	/* a main thread that left (pthread_exit) has no memory: another's is read */
+	if (status_field(t->pid, "State", path, sizeof(path)) && path[0] == 'Z' &&
+	    list_tids(t->pid, tids, 2) == 2)
+		live = tids[0] == t->pid ? tids[1] : tids[0];
 	t->is_init = namespace_init(t->pid);
-	snprintf(path, sizeof(path), "/proc/%d/maps", t->pid);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", t->pid, live);
 	f = fopen(path, "re");
 	if (!f && (errno == EACCES || errno == EPERM))
 		perm_denied(t->pid, errno);
@@ -164,7 +169,7 @@ void target_inspect(struct target_info *t)
 		uint8_t byte;
 
 		errno = 0;
-		if (read_live(&t->pid, objs[0].lo, &byte, 1) != 1 && (errno == EPERM || errno == EACCES))
+		if (read_live(&live, objs[0].lo, &byte, 1) != 1 && (errno == EPERM || errno == EACCES))
 			perm_denied(t->pid, errno);
 	}
 	for (i = 0; i < n; i++) {
@@ -190,16 +195,16 @@ void target_inspect(struct target_info *t)
 			t->hook_ino = o->ino;
 		}
 	}
-	t->syscall_insn = find_syscall(t->pid, libc_lo, libc_hi);
+	t->syscall_insn = find_syscall(live, libc_lo, libc_hi);
 	if (!t->syscall_insn)
-		t->syscall_insn = find_syscall(t->pid, other_lo, other_hi);
+		t->syscall_insn = find_syscall(live, other_lo, other_hi);
 	if (t->registry) {
 		struct pmm_scanreg reg;
 		uint16_t mode;
 
-		if (read_live(&t->pid, t->registry, &reg, sizeof(reg)) == sizeof(reg) &&
+		if (read_live(&live, t->registry, &reg, sizeof(reg)) == sizeof(reg) &&
 		    reg.magic == PMM_SCANREG_MAGIC && reg.version == PMM_SCANREG_VERSION &&
-		    read_live(&t->pid, reg.mode, &mode, sizeof(mode)) == sizeof(mode))
+		    read_live(&live, reg.mode, &mode, sizeof(mode)) == sizeof(mode))
 			t->mode = mode;
 		else
 			t->registry = 0;	/* another version: not ours to read */

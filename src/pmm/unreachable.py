@@ -231,7 +231,15 @@ def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE
     from pmm.symbolize import Symbolizer, maps_for
     from pmm.uapi import MAX_FRAMES
 
-    info = dev.require_monitored(pid)
+    try:
+        info = dev.require_monitored(pid)
+    except NotMonitored:
+        raise NotMonitored(f"pid {pid} is not monitored: a scan needs its every block, from "
+                           f"the hook in exact mode (`pmctl attach {pid}`, or start it with "
+                           "`pmctl run`, without --sample)") from None
+    if info.state_name != "running":
+        raise NoSuchPid(f"pid {pid} has exited: a scan needs it running (its live blocks "
+                        f"are in `pmctl leaks {pid}`)")
     doc = scan(pid, find_scan(hooklib), dev.fd, age_s, allow_seccomp, pass_ptrace)
     wanted = {int(e["site"]) for e in doc["sites"]}
     sites = [s for s in dev.sites(pid) if s.site in wanted] if wanted else []

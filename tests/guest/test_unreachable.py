@@ -347,6 +347,7 @@ def test_refusals_with_the_module(pmm: None, cache: Path) -> None:
     try:
         r = pmctl("unreachable", str(p.pid))
         assert r.exit_code == 6 and "not monitored" in r.stderr, r.stderr
+        assert f"pmctl attach {p.pid}" in r.stderr and "without --sample" in r.stderr
         r = pmctl("attach", "--sample", "4096", str(p.pid))
         assert r.exit_code == 0, r.stderr
         r = pmctl("unreachable", str(p.pid))

@@ -506,3 +506,17 @@ def test_age_below_the_stamps_skew_is_a_usage_error() -> None:
     assert r.exit_code == 2 and "too young" in r.output
 
 
+
+
+def test_a_process_whose_main_thread_left(empty_table: Path) -> None:
+    """The main thread called pthread_exit and is a zombie while another
+    thread serves: the process is scanned, its live thread stopped alone."""
+    t = Target([str(BIN / "unreach")], clean_env(LD_PRELOAD=str(FAKE), PMM_START="1",
+                                                  PMM_QUIET="1", UNREACH_THREAD="1"))
+    t.send(["req 4"])
+    time.sleep(0.2)
+    assert Path(f"/proc/{t.p.pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    doc = scan_doc(t.p.pid, empty_table, "--age", "50")
+    assert doc["stop"]["threads"] == 1
+    assert by_size(doc, "definite") == {(4, 224): 1}, doc["sites"]
+    assert t.finish()[0] == 0

@@ -15,6 +15,9 @@
  *             reference to them: after an attach, from a block older than it)
  *   quit      frees the cache and returns from main
  *
+ * With UNREACH_THREAD=1 a thread of its own reads the commands and the main
+ * thread leaves (pthread_exit): its process runs on, its leader a zombie.
+ *
  * Each command runs in a function of its own (noinline), so no pointer of
  * it stays in main's frame, and scrub() then clears the stack below main:
  * the frames of stdio's next call would otherwise keep stale pointers of
@@ -22,6 +25,7 @@
  * them); use() keeps the compiler from deleting a block whose contents
  * nobody reads.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +178,23 @@ __attribute__((noinline)) static void cache_free(void)
 	}
 }
 
+static void *serve(void *arg);
+
 int main(void)
+{
+	const char *threaded = getenv("UNREACH_THREAD");
+	pthread_t t;
+
+	if (threaded && !strcmp(threaded, "1")) {
+		if (pthread_create(&t, NULL, serve, NULL))
+			return 1;
+		pthread_exit(NULL);
+	}
+	serve(NULL);
+	return 0;
+}
+
+static void *serve(void *arg)
 {
 	char line[128], cmd[16];
 	int n, i;
@@ -182,7 +202,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	g_slots = calloc(SLOTS, sizeof(*g_slots));
 	if (!g_slots)
-		return 1;
+		exit(1);
 	while (fgets(line, sizeof(line), stdin)) {
 		n = 0;
 		if (sscanf(line, "%15s %d", cmd, &n) < 1)
@@ -214,5 +234,6 @@ int main(void)
 		free(g_slots[i]);
 	free(g_slots);
 	printf("bye\n");
-	return 0;
+	exit(0);
+	return arg;
 }

@@ -22,7 +22,8 @@ sizes=${UNREACH_SIZES:-100 1024}
 blocks=${UNREACH_BLOCKS:-1000000}
 tmp=$(mktemp -d /tmp/host_unreach.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-echo "host_unreach: pmm-scan on $blocks blocks (median of $rounds runs; native, --blocks FILE)"
+echo "host_unreach: pmm-scan on $blocks blocks (median of $rounds runs; native, --blocks FILE;" \
+	"load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cpus: other work slows the clone)"
 printf '%-8s %12s %12s %12s %12s %10s %9s\n' heap longest_stop clone scan walk+graph GB/s lost
 for mib in $sizes; do
 	runs=()

@@ -24,6 +24,7 @@
 #include "env.h"
 #include "real.h"
 #include "sampler.h"
+#include "scanreg.h"
 
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
 
@@ -57,6 +58,7 @@ int tbuf_get(struct tstate *t)
 		return 0;
 	}
 	t->buf = p;
+	scanreg_add(t, p, TBUF_MAP_BYTES);
 	tbuf_reset(t);
 	if (!t->id) {
 		static uint32_t next_id;
@@ -333,6 +335,7 @@ static void thread_exit(void *arg)
 	t->exact_key = 0;
 	if (t->buf) {
 		flush(t);
+		scanreg_del(t);
 		real.munmap(t->buf, TBUF_MAP_BYTES);
 		t->buf = NULL;
 	}

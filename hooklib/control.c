@@ -38,13 +38,14 @@
 #include "mode.h"
 #include "real.h"
 #include "sampler.h"
+#include "scanreg.h"
 #include "tags.h"
 #include "thread.h"
 
 #define MAX_ERRORS	8	/* consecutive refusals before giving up */
 
 pid_t g_pid;
-static volatile uint8_t *g_fork_marker;
+volatile uint8_t *g_fork_marker;
 uint64_t g_next_query;
 int g_errors;
 
@@ -244,6 +245,7 @@ void at_fork_child(void)
 	t->rng = 0;
 	t->pin.pid = 0;
 	tbuf_reset(t);	/* the parent's records: the parent sends them */
+	scanreg_fork(t);	/* the parent's other threads are not here */
 	t->budget = 0;
 	t->parked = 0;
 	t->sampling = 0;

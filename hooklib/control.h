@@ -15,6 +15,8 @@ PMM_HIDDEN_BEGIN
 extern pid_t g_pid;		/* the process the hook's state belongs to */
 extern uint64_t g_next_query;	/* not monitored: coarse time of the next QUERY_SELF */
 extern int g_errors;		/* consecutive refusals other than ENOLINK */
+/* The page mapped MADV_WIPEONFORK that tells a copied child (NULL: none). */
+extern volatile uint8_t *g_fork_marker;
 
 /* 0 in a vfork child, which must not send; a copy made without fork
  * handlers becomes a forked child here. */

@@ -1,7 +1,8 @@
 """pmctl: the command line of pmm, the process memory monitor.
 
 Commands: start, attach, stop, status, config, run, logs, leaks, stats, alerts
-(and trend, from pmctl/trend_cli.py). Each is one call into the pmm library
+(and trend, report and unreachable, from pmctl/trend_cli.py, report_cli.py and
+unreachable_cli.py, whose docstrings give their JSON). Each is one call into the pmm library
 (src/pmm) and prints a readable table by default and, with --json, one JSON
 document with these stable keys (the models' `to_dict()`, pmm.model):
 
@@ -49,7 +50,8 @@ Durations given to options take units (100ms, 5s, 2m; a bare number is
 seconds) and print with them.
 Exit codes: see pmctl/exitcodes.py (0 ok, 1 generic, 2 usage, 3 module not
 loaded, 4 permission denied, 5 no such pid, 6 not monitored, 7 invalid
-value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach).
+value, 8 not a pmm device, 9 limit reached; 10+ trend; 20-26 attach; 30-36
+unreachable).
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ app = typer.Typer(
     "Device: $PMM_DEVICE or /dev/pmm.",
     epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 module not loaded, 4 permission denied, "
     "5 no such pid, 6 pid not monitored, 7 value refused by the module, 8 not a pmm "
-    "device, 9 limit reached, 10+ `pmctl trend` verdicts, 20-26 `pmctl attach` refusals; "
+    "device, 9 limit reached, 10+ `pmctl trend` verdicts, 20-26 `pmctl attach` refusals, "
+    "30-36 `pmctl unreachable` refusals; "
     "`run` exits with the command's status.",
     no_args_is_help=True,
     add_completion=False,
@@ -906,6 +909,16 @@ def _register_report() -> None:
 
 
 _register_report()
+
+
+def _register_unreachable() -> None:
+    """`pmctl unreachable` lives in pmctl/unreachable_cli.py."""
+    from pmctl.unreachable_cli import unreachable_command
+
+    command("unreachable")(unreachable_command)
+
+
+_register_unreachable()
 
 
 # -- entry point -----------------------------------------------------------

@@ -21,6 +21,13 @@ code  name                   meaning
 24    ATTACH_NO_SAFE_POINT   attach: no thread outside the allocator/loader
 25    ATTACH_LOAD_FAILED     attach: dlopen of the hook failed in the process
 26    ATTACH_REFUSED         attach: the hook refused (preloaded, monitored)
+30    SCAN_TRACED            unreachable: the process is traced (a debugger)
+31    SCAN_STATIC            unreachable: statically linked (no hook in it)
+32    SCAN_NOT_EXACT         unreachable: not monitored in exact mode by a hook that scans
+33    SCAN_SECCOMP           unreachable: a seccomp filter (--allow-seccomp)
+34    SCAN_NO_COPY           unreachable: the copy could not be made (no room to fork, pid 1)
+35    SCAN_NOT_STOPPED       unreachable: a thread did not stop in time
+36    SCAN_UNSUPPORTED       unreachable: the kernel or module lacks what the scan needs
 126   `pmctl run`: the command cannot be executed (as a shell's)
 127   `pmctl run`: the command is not found (as a shell's)
 ====  =====================  ===============================================
@@ -41,6 +48,7 @@ from pmm.attach import AttachError, AttachFailure
 from pmm.errors import PmmError
 from pmm.run import CommandNotRunnable
 from pmm.text import printable
+from pmm.unreachable import ScanError, ScanFailure
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -66,6 +74,13 @@ class ExitCode(IntEnum):
     ATTACH_NO_SAFE_POINT = 24
     ATTACH_LOAD_FAILED = 25
     ATTACH_REFUSED = 26
+    SCAN_TRACED = 30
+    SCAN_STATIC = 31
+    SCAN_NOT_EXACT = 32
+    SCAN_SECCOMP = 33
+    SCAN_NO_COPY = 34
+    SCAN_NOT_STOPPED = 35
+    SCAN_UNSUPPORTED = 36
 
 
 _BY_CLASS: dict[type[errors.PmmError], ExitCode] = {
@@ -90,10 +105,24 @@ _BY_ATTACH_FAILURE = {
 }
 
 
+_BY_SCAN_FAILURE = {
+    ScanFailure.TRACED: ExitCode.SCAN_TRACED,
+    ScanFailure.STATIC: ExitCode.SCAN_STATIC,
+    ScanFailure.NOT_EXACT: ExitCode.SCAN_NOT_EXACT,
+    ScanFailure.SECCOMP: ExitCode.SCAN_SECCOMP,
+    ScanFailure.NO_FORK: ExitCode.SCAN_NO_COPY,
+    ScanFailure.NOT_STOPPED: ExitCode.SCAN_NOT_STOPPED,
+    ScanFailure.UNSUPPORTED: ExitCode.SCAN_UNSUPPORTED,
+    ScanFailure.OTHER: ExitCode.GENERIC,
+}
+
+
 def exit_code_for(e: errors.PmmError) -> int:
     """The exit status a command ends with when it fails with `e`."""
     if isinstance(e, AttachError):
         return _BY_ATTACH_FAILURE[e.failure]
+    if isinstance(e, ScanError):
+        return _BY_SCAN_FAILURE[e.failure]
     if isinstance(e, CommandNotRunnable):
         return e.status
     for cls in type(e).__mro__:

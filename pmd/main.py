@@ -214,6 +214,12 @@ def pmd(
         "0.0.0.0 or [::], the address connected to) and, over loopback, localhost: other "
         "Host headers get 421, so a web page whose DNS name was rebound to pmd's address "
         "reads nothing.")] = None,
+    scan_on_leak: Annotated[bool, typer.Option(
+        "--scan-on-leak", help="When a monitored process is called LEAK, scan it for the "
+        "blocks it can no longer reach (as `pmctl unreachable`; exact mode only): its lost "
+        "bytes per site go into the database beside the alert, the metrics and the log. "
+        "Needs ptrace of the process: pmd's own user's processes, or CAP_SYS_PTRACE and "
+        "the ptrace system call (a drop-in for pmd.service: see the README).")] = False,
     no_genl: Annotated[bool, typer.Option(
         "--no-genl", help="Do not listen to the module's events (generic netlink); "
         "sample only the --pid processes.")] = False,
@@ -256,7 +262,8 @@ def pmd(
                    commit_interval=commit_interval, detect_every=detect_every,
                    window=window, genl=not no_genl, max_pending=max_pending,
                    metrics_address=address, metrics_textfile=metrics_textfile,
-                   pprof_allow_uids=allowed, metrics_host_names=host_names)
+                   pprof_allow_uids=allowed, metrics_host_names=host_names,
+                   scan_on_leak=scan_on_leak)
     try:
         rc = serve(opts, create_parents=not explicit)
     finally:

@@ -107,13 +107,15 @@ pkg_build "$root" "pmm-dkms_${version}_all.deb"
 root=$work/debian/libpmmhook # dpkg-shlibdeps reads debian/control beside it
 install -D -m 0644 hooklib/libpmmhook.so "$root/usr/lib/libpmmhook.so"
 install -D -m 0755 hooklib/pmm-inject "$root/usr/libexec/pmm/pmm-inject"
-strip --strip-debug "$root/usr/lib/libpmmhook.so" "$root/usr/libexec/pmm/pmm-inject"
+install -D -m 0755 hooklib/pmm-scan "$root/usr/libexec/pmm/pmm-scan"
+strip --strip-debug "$root/usr/lib/libpmmhook.so" "$root/usr/libexec/pmm/pmm-inject" \
+	"$root/usr/libexec/pmm/pmm-scan"
 install -D -m 0644 hooklib/pmm_hooks.h "$root/usr/include/pmm_hooks.h"
 install -D -m 0644 kmod/uapi/pmm.h "$root/usr/include/pmm.h"
 doc libpmmhook "$root"
 printf 'Source: pmm\n\nPackage: libpmmhook\nArchitecture: amd64\n' >"$work/debian/control"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/lib/libpmmhook.so" \
-	"$root/usr/libexec/pmm/pmm-inject" 2>/dev/null)
+	"$root/usr/libexec/pmm/pmm-inject" "$root/usr/libexec/pmm/pmm-scan" 2>/dev/null)
 pkg_control libpmmhook "$root" "${shlibs#shlibs:Depends=}"
 pkg_build "$root" "libpmmhook_${version}_amd64.deb"
 

@@ -16,6 +16,7 @@
 #
 # Layout: DESTDIR/lib/modules/KVER/extra/pmm.ko (or DKMS), PREFIX/lib/libpmmhook.so,
 # PREFIX/libexec/pmm/pmm-inject (pmctl attach, pmctl run --no-preload),
+# PREFIX/libexec/pmm/pmm-scan (pmctl unreachable),
 # PREFIX/include/{pmm_hooks.h,pmm.h}, PREFIX/lib/pmm/python (the Python package and
 # its dependencies), PREFIX/bin/{pmctl,pmd}, /etc/udev/rules.d/60-pmm.rules,
 # /etc/systemd/system/pmd.service (run as user pmd, created if missing, in group
@@ -54,7 +55,7 @@ if [ "$action" = uninstall ]; then
 fi
 
 ko=${PMM_KO:-kmod/pmm.ko}
-for f in "$ko" hooklib/libpmmhook.so hooklib/pmm-inject hooklib/pmm_hooks.h; do
+for f in "$ko" hooklib/libpmmhook.so hooklib/pmm-inject hooklib/pmm-scan hooklib/pmm_hooks.h; do
 	[ -f "$f" ] || { echo "install: $f is missing: run 'make' first" >&2; exit 1; }
 done
 # /dev/pmm's group, and pmd's user (the unit runs pmd as user pmd, group
@@ -102,6 +103,7 @@ fi
 put 0644 packaging/modules-load.d/pmm.conf /etc/modules-load.d/pmm.conf
 put 0755 hooklib/libpmmhook.so "$prefix/lib/libpmmhook.so"
 put 0755 hooklib/pmm-inject "$prefix/libexec/pmm/pmm-inject"
+put 0755 hooklib/pmm-scan "$prefix/libexec/pmm/pmm-scan"
 put 0644 hooklib/pmm_hooks.h "$prefix/include/pmm_hooks.h"
 put 0644 README.md "$prefix/share/doc/pmm/README.md"
 put 0644 kmod/uapi/pmm.h "$prefix/include/pmm.h"

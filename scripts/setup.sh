@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential bc flex bison libelf-dev libssl-dev dwarves cpio kmod
 	qemu-system-x86 busybox-static linux-image-amd64 linux-headers-amd64
 	sparse sqlite3 xz-utils perl g++ heaptrack valgrind binutils file procps util-linux strace linux-source-6.1
-	libjemalloc2 libunwind-dev python3-pip
+	libjemalloc2 libunwind-dev python3-pip redis-server redis-tools
 	debuginfod elfutils golang-go chromium
 	prometheus dkms
 	python3-pygments python3-mdurl python3-shellingham

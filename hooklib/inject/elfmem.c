@@ -180,9 +180,9 @@ static long gnu_hash_count(const struct mem *m, const struct elf_image *img, uin
 	return -1;
 }
 
-int elf_each_function(const struct mem *m, const struct elf_image *img,
-		      void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
-		      void *arg)
+static int each_symbol(const struct mem *m, const struct elf_image *img, int type,
+		       void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
+		       void *arg)
 {
 	static Elf64_Sym syms[SYM_CHUNK];
 	struct dyn_info d;
@@ -218,7 +218,7 @@ int elf_each_function(const struct mem *m, const struct elf_image *img,
 		for (j = 0; j < n; j++) {
 			const Elf64_Sym *s = &syms[j];
 
-			if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != STT_FUNC ||
+			if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != type ||
 			    s->st_name >= d.strsz)
 				continue;
 			fn(arg, strtab + s->st_name, img->bias + s->st_value, s->st_size);
@@ -226,6 +226,20 @@ int elf_each_function(const struct mem *m, const struct elf_image *img,
 	}
 	free(strtab);
 	return 0;
+}
+
+int elf_each_function(const struct mem *m, const struct elf_image *img,
+		      void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
+		      void *arg)
+{
+	return each_symbol(m, img, STT_FUNC, fn, arg);
+}
+
+int elf_each_object(const struct mem *m, const struct elf_image *img,
+		    void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
+		    void *arg)
+{
+	return each_symbol(m, img, STT_OBJECT, fn, arg);
 }
 
 /* Bytes of a DWARF pointer encoding's value (its low nibble), -1 if unknown. */

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * pmm-inject's ELF reader: an object as the target's loader mapped it, read
- * from the target's memory, never from a file. The target chooses every
- * byte (and every path its maps name), so each address is checked against
- * the object's own mappings and each count against a bound before it is
- * used. The memory is reached through a reader callback, so that the fuzz
- * harness (tests/progs/fuzz_elfmem.c) drives the same code over a buffer.
+ * pmm-inject's and pmm-scan's ELF reader: an object as the target's loader
+ * mapped it, read from the target's memory, never from a file. The target
+ * chooses every byte (and every path its maps name), so each address is
+ * checked against the object's own mappings and each count against a bound
+ * before it is used. The memory is reached through a reader callback, so
+ * that the fuzz harness (tests/progs/fuzz_elfmem.c) drives the same code
+ * over a buffer.
  */
 #ifndef PMM_ELFMEM_H
 #define PMM_ELFMEM_H
@@ -57,6 +58,11 @@ int elf_image_read(const struct mem *m, uintptr_t lo, uintptr_t hi, uintptr_t ba
 int elf_each_function(const struct mem *m, const struct elf_image *img,
 		      void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
 		      void *arg);
+
+/* The same for each defined data object (STT_OBJECT). */
+int elf_each_object(const struct mem *m, const struct elf_image *img,
+		    void (*fn)(void *arg, const char *name, uintptr_t addr, size_t size),
+		    void *arg);
 
 /* 0 and *t filled from .eh_frame_hdr, or -1 (none, or an encoding we do not read). */
 int elf_eh_table(const struct mem *m, const struct elf_image *img, struct eh_table *t);

@@ -11,9 +11,6 @@
  * line there, "pid PID" once PROG runs monitored, "exited MESSAGE" if it
  * ended before its entry point, or "error MESSAGE" (our refusal, which
  * then goes there instead of stderr): pmctl run --no-preload reads it.
- * Where N is a socket, PROG waits at its entry point after "pid PID" until
- * the reader answers (a byte, or closes it; 10 s at most): pmctl saves its
- * maps then, which a program that ends at once would not leave it time for.
  *
  * One thread of the target is stopped at a time, never the whole process:
  * a thread found at a safe point runs dlopen, dlsym and pmm_attach as
@@ -64,114 +61,14 @@
 #include "inject.h"
 
 const char *g_prog = "pmm-inject";
+const char *g_verb = "attach";
 int g_status_fd = -1;
-
-void die(int code, const char *fmt, ...)
-{
-	char msg[PATH_MAX + 512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (g_status_fd >= 0)
-		dprintf(g_status_fd, "error %s\n", msg);
-	else
-		fprintf(stderr, "%s: %s\n", g_prog, msg);
-	exit(code);
-}
-
-uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* A line of /proc/PID/status: its value after "Key:", or NULL. */
-char *status_field(pid_t pid, const char *key, char *buf, size_t size)
-{
-	char path[64], line[512];
-	size_t n = strlen(key);
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return NULL;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, key, n) && line[n] == ':') {
-			char *v = line + n + 1;
-
-			while (*v == ' ' || *v == '\t')
-				v++;
-			v[strcspn(v, "\n")] = '\0';
-			snprintf(buf, size, "%s", v);
-			fclose(f);
-			return buf;
-		}
-	}
-	fclose(f);
-	return NULL;
-}
+struct tracee_exits g_exits = { EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_GONE };
 
 
 
-void perm_denied(pid_t pid, int err)
-{
-	char scope[16] = "";
-	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
 
-	if (f) {
-		if (!fgets(scope, sizeof(scope), f))
-			scope[0] = '\0';
-		fclose(f);
-		scope[strcspn(scope, "\n")] = '\0';
-	}
-	if (scope[0] && strcmp(scope, "0"))
-		die(EXIT_PERMISSION, "ptrace of process %d refused (%s; "
-		    "kernel.yama.ptrace_scope is %s: %s)", pid, strerror(err), scope,
-		    !strcmp(scope, "3") ? "no process may be attached to" :
-		    !strcmp(scope, "2") ? "only CAP_SYS_PTRACE may attach" :
-		    "only a parent or CAP_SYS_PTRACE may attach");
-	die(EXIT_PERMISSION, "ptrace of process %d refused (%s): attach as its user or root",
-	    pid, strerror(err));
-}
 
-/*
- * A descriptor of the process (pidfd): signals and descriptors taken through
- * it reach this process, not one that reused its pid. Refusals say what the
- * kernel said.
- */
-static void open_target(struct target *t)
-{
-	char path[64], buf[64];
-	struct stat st;
-	int err;
-
-	t->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
-	if (t->pidfd >= 0)
-		return;
-	err = errno;
-	if (err == ENOSYS) {
-		/* before 5.3: no pidfd, and no memfd copy (pidfd_getfd) */
-		if (kill(t->pid, 0) && errno == ESRCH)
-			die(EXIT_NO_PROCESS, "no process %d", t->pid);
-		return;
-	}
-	if (err == EINVAL && status_field(t->pid, "Tgid", buf, sizeof(buf)))
-		die(EXIT_NO_PROCESS, "%d is a thread of process %s, not a process: attach to %s",
-		    t->pid, buf, buf);
-	snprintf(path, sizeof(path), "/proc/%d", t->pid);
-	if (err == ESRCH && !stat(path, &st))
-		die(EXIT_NO_PROCESS, "process %d is in /proc but not in this pid namespace "
-		    "(/proc is another namespace's): run the attach in the process's pid "
-		    "namespace", t->pid);
-	if (err == ESRCH)
-		die(EXIT_NO_PROCESS, "no process %d", t->pid);
-	die(EXIT_PERMISSION, "process %d: %s", t->pid, strerror(err));
-}
 
 /*
  * Is lib the same file at the same path in the target's mount namespace?
@@ -211,7 +108,7 @@ static void check_target(struct target *t, int allow_seccomp)
 {
 	char buf[64];
 
-	open_target(t);
+	t->pidfd = open_target(t->pid);
 	if (status_field(t->pid, "State", buf, sizeof(buf)) && (buf[0] == 'Z' || buf[0] == 'X'))
 		die(EXIT_GONE, "process %d has exited", t->pid);
 	if (status_field(t->pid, "TracerPid", buf, sizeof(buf)) && strcmp(buf, "0"))
@@ -230,39 +127,6 @@ static void check_target(struct target *t, int allow_seccomp)
 	t->via_memfd = !same_file_there(t);
 }
 
-/* Threads sleeping in a system call first: they are the likeliest safe. */
-static int list_threads(pid_t pid, pid_t *tids, int max)
-{
-	char path[64];
-	struct dirent *d;
-	int n = 0, sleeping = 0;
-	DIR *dir;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	dir = opendir(path);
-	if (!dir)
-		return -1;
-	while ((d = readdir(dir)) && n < max) {
-		char stat_path[96], st[512], *c;
-		pid_t tid = (pid_t)atoi(d->d_name);
-		FILE *f;
-
-		if (tid <= 0)
-			continue;
-		tids[n] = tid;
-		snprintf(stat_path, sizeof(stat_path), "/proc/%d/task/%d/stat", pid, tid);
-		f = fopen(stat_path, "re");
-		if (f && fgets(st, sizeof(st), f) && (c = strrchr(st, ')')) && c[2] == 'S') {
-			tids[n] = tids[sleeping];
-			tids[sleeping++] = tid;
-		}
-		if (f)
-			fclose(f);
-		n++;
-	}
-	closedir(dir);
-	return n;
-}
 
 static void usage(void)
 {
@@ -274,7 +138,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	struct target t = { .hold_fd = -1 };
+	struct target t = { 0 };
 	char conf[2048] = "", why[512] = "", lib[PATH_MAX];
 	long timeout_ms = 2000;
 	int i, allow_seccomp = 0, result = 0, tried = 0, exec_mode = 0;

@@ -4,7 +4,7 @@
  * objects.c (the target's objects: what a safe point must avoid, libc's
  * dlopen), thread.c (one thread: stopped, judged, made to call, restored),
  * startup.c (--exec: a program started with the hook, attached at its
- * entry point).
+ * entry point); tracee.c, shared with pmm-scan, what any ptrace of it needs.
  */
 #ifndef PMM_INJECT_H
 #define PMM_INJECT_H
@@ -14,6 +14,7 @@
 #include <sys/user.h>
 
 #include "elfmem.h"
+#include "tracee.h"
 
 enum {
 	EXIT_ATTACHED = 0,
@@ -36,13 +37,6 @@ enum {
 #define CALL_TIMEOUT_MS	10000
 #define SCRATCH		4096		/* below the red zone: the calls' strings */
 #define STACK_NEED	(64 * 1024)	/* stack below sp that dlopen and pmm_attach may use */
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open	434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd	438
-#endif
 
 struct range {
 	uintptr_t lo, hi;
@@ -77,22 +71,8 @@ struct target {
 	/* lib is not that file at its path in the target's mount namespace: a
 	 * copy in a memfd of the target's is loaded instead (/proc/self/fd/N) */
 	int via_memfd;
-	/* --exec with a socket for --status-fd: once attached, "pid PID" is
-	 * said there and the program waits at its entry point until the reader
-	 * answers (pmctl run saves its maps meanwhile); -1: none */
-	int hold_fd;
 };
 
-
-extern const char *g_prog;
-extern int g_status_fd;	/* --status-fd: die() writes "error MESSAGE" there */
-
-__attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
-uint64_t now_ms(void);
-/* A line of /proc/PID/status: its value after "Key:", or NULL. */
-char *status_field(pid_t pid, const char *key, char *buf, size_t size);
-/* Dies with EXIT_PERMISSION, saying why ptrace access to pid was refused (Yama's setting). */
-__attribute__((noreturn)) void perm_denied(pid_t pid, int err);
 
 /* objects.c: t's deny and plain ranges and libc's dl* functions, from its
  * maps and the objects' .dynsym; dies if it has no dynamic loader. */
@@ -105,10 +85,7 @@ int unwound_safe(pid_t tid, const struct user_regs_struct *r);
 
 /* thread.c */
 int in_ranges(const struct range *r, int n, uintptr_t a);
-/* Seizes and stops tid; 0, or -errno of the seize. */
-int stop_thread(pid_t tid);
 int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct *r);
-void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r);
 /* dlopen, dlsym and pmm_attach(conf) in the stopped thread tid, which is
  * restored and detached after: 0 (*result: pmm_attach's) or an EXIT_*. */
 int attach_thread(struct target *t, pid_t tid, const char *conf, int *result,

@@ -46,19 +46,6 @@ int in_ranges(const struct range *r, int n, uintptr_t a)
 	return 0;
 }
 
-static ssize_t peek(pid_t tid, uintptr_t addr, void *buf, size_t len)
-{
-	struct iovec local = { buf, len }, remote = { (void *)addr, len };
-
-	return process_vm_readv(tid, &local, 1, &remote, 1, 0);
-}
-
-static int poke(pid_t tid, uintptr_t addr, const void *buf, size_t len)
-{
-	struct iovec local = { (void *)buf, len }, remote = { (void *)addr, len };
-
-	return process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
-}
 
 /* a is where a call returns to: the instruction before it is a call */
 static int after_call(pid_t tid, uintptr_t a)
@@ -160,101 +147,7 @@ int safe_point(const struct target *t, pid_t tid, const struct user_regs_struct 
 	return 1;
 }
 
-static const long g_eintr_on_stop[] = {
-	SYS_epoll_wait, SYS_epoll_pwait,
-#ifdef SYS_epoll_pwait2
-	SYS_epoll_pwait2,
-#endif
-	SYS_rt_sigtimedwait, SYS_semtimedop, SYS_io_getevents,
-};
 
-/* A signal is pending for the thread that it does not block. */
-static int signal_pending(pid_t pid, pid_t tid)
-{
-	char path[96], line[256];
-	unsigned long long pnd = 0, shd = 0, blk = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-	f = fopen(path, "re");
-	if (!f)
-		return 1;
-	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "SigPnd: %llx", &pnd);
-		sscanf(line, "ShdPnd: %llx", &shd);
-		sscanf(line, "SigBlk: %llx", &blk);
-	}
-	fclose(f);
-	return ((pnd | shd) & ~blk) != 0;
-}
-
-/*
- * The stop made a system call fail with EINTR that a signal alone would
- * have restarted (epoll_wait and the like fail so even without a
- * handler): set it to run again, as the kernel restarts the others. Not if
- * a signal is pending: its handler may be what the program waits for, nor
- * unless the two bytes before rip are the syscall instruction that made it.
- */
-void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r)
-{
-	uint8_t insn[2];
-	size_t i;
-
-	if ((long long)r->rax != -EINTR || (long long)r->orig_rax < 0 || signal_pending(pid, tid))
-		return;
-	if (peek(tid, r->rip - 2, insn, sizeof(insn)) != sizeof(insn) ||
-	    insn[0] != 0x0f || insn[1] != 0x05)
-		return;
-	for (i = 0; i < sizeof(g_eintr_on_stop) / sizeof(g_eintr_on_stop[0]); i++) {
-		if ((long long)r->orig_rax == g_eintr_on_stop[i]) {
-			r->rax = r->orig_rax;
-			r->rip -= 2;
-			return;
-		}
-	}
-}
-
-/* Waits for tid's next stop; its status, or -1 if it exited. */
-static int wait_stop(pid_t tid, uint64_t deadline_ms)
-{
-	int status;
-
-	for (;;) {
-		pid_t w = waitpid(tid, &status, __WALL | WNOHANG);
-
-		if (w == tid) {
-			if (WIFEXITED(status) || WIFSIGNALED(status))
-				return -1;
-			return status;
-		}
-		if (w < 0 && errno != EINTR)
-			return -1;
-		if (deadline_ms && now_ms() > deadline_ms)
-			return -2;
-		usleep(200);
-	}
-}
-
-/* Seizes and stops tid; 0, or -errno of the seize. */
-int stop_thread(pid_t tid)
-{
-	int status;
-
-	if (ptrace(PTRACE_SEIZE, tid, 0, 0))
-		return -errno;
-	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0))
-		return -errno;
-	for (;;) {
-		status = wait_stop(tid, now_ms() + 2000);
-		if (status < 0)
-			return status == -2 ? -ETIMEDOUT : -ESRCH;
-		if (WIFSTOPPED(status) && status >> 16 == PTRACE_EVENT_STOP)
-			return 0;
-		/* a signal on its way: let it go, the interrupt stop follows */
-		if (WIFSTOPPED(status) && ptrace(PTRACE_CONT, tid, 0, WSTOPSIG(status)))
-			return -ESRCH;
-	}
-}
 
 static int save(pid_t tid, struct saved *s)
 {

@@ -55,15 +55,21 @@ def inject_error(returncode: int, msg: str) -> PmmError:
         return AttachError(msg, AttachFailure.OTHER)
 
 
-def find_inject(hooklib: Path) -> Path:
-    """pmm-inject beside the hook library (the source tree's hooklib/), or in
-    libexec/pmm/ beside its lib/ (make install)."""
-    cands = (hooklib.parent / INJECT_NAME, hooklib.parent.parent / "libexec" / "pmm" / INJECT_NAME)
+def find_helper(hooklib: Path, name: str) -> Path:
+    """A program of the hook's (pmm-inject, pmm-scan) beside the hook library
+    (the source tree's hooklib/), or in libexec/pmm/ beside its lib/ (make
+    install)."""
+    cands = (hooklib.parent / name, hooklib.parent.parent / "libexec" / "pmm" / name)
     for p in cands:
         if p.is_file():
             return p
-    raise PmmError(f"{INJECT_NAME} is not found (tried {', '.join(map(str, cands))}): build it "
+    raise PmmError(f"{name} is not found (tried {', '.join(map(str, cands))}): build it "
                    "with `make`, or install it with `make install` (beside the hook library)")
+
+
+def find_inject(hooklib: Path) -> Path:
+    """pmm-inject (find_helper)."""
+    return find_helper(hooklib, INJECT_NAME)
 
 
 def settings(sample: int | None, depth: int | None, buffer: int | None) -> list[str]:

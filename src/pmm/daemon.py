@@ -30,6 +30,14 @@ overrun, module reloaded) are found every 30 s, and at once after an overrun
 or a reconnect, by checking /proc for the pid with the same start time; they
 are marked exited.
 
+Scans (`Options.scan_on_leak`): at a process's LEAK alert, the worker runs
+pmm.unreachable's scan of it (its threads stopped for milliseconds, its
+copy swept) and the loop stores the result beside the alert (`scans`,
+`scan_sites`), logs one line and shows the lost bytes in the metrics. The
+scan needs ptrace of the process: pmd's unit has no CAP_SYS_PTRACE (an
+administrator's drop-in adds it), so without it only pmd's own user's
+processes are scanned, and pmd says so once.
+
 Post-mortem records: when a process the module monitors exits (its EXITED
 event, or, at start, an exited entry the module still holds that the
 database has none of: pmd was down then), pmd reads the module's entry and
@@ -67,6 +75,7 @@ import array
 import collections
 import contextlib
 import logging
+import os
 import queue
 import selectors
 import signal
@@ -89,6 +98,8 @@ from pmm.store import (
     ExitRecord,
     ProcessRow,
     SampleRow,
+    ScanRow,
+    ScanSiteRow,
     Store,
     StoreError,
     start_key,
@@ -140,7 +151,17 @@ class SiteDescriptions:
     wheres: dict[int, str]
 
 
-WorkResult = ExitRecord | HarvestFailed | SiteDescriptions
+@dataclass(frozen=True)
+class ScanDone:
+    """A scan of a process (`Options.scan_on_leak`): its row, an error in it
+    when it failed."""
+
+    key: Key
+    comm: str
+    row: ScanRow
+
+
+WorkResult = ExitRecord | HarvestFailed | SiteDescriptions | ScanDone
 
 
 class PostmortemWorker:
@@ -176,6 +197,10 @@ class PostmortemWorker:
         """Asks for the sites' descriptions (a SiteDescriptions; nothing when
         they cannot be read: a description is a nicety)."""
         self._submit(("describe", key, sites))
+
+    def scan(self, key: Key, comm: str, age_s: float) -> None:
+        """Asks for a scan of the running process (a ScanDone)."""
+        self._submit(("scan", key, (comm, age_s)))
 
     def take(self) -> list[WorkResult]:
         """The results so far, oldest first."""
@@ -221,6 +246,14 @@ class PostmortemWorker:
             if req is None:
                 return
             kind, key, arg = req
+            if kind == "scan":
+                try:
+                    self.results.append(ScanDone(key, arg[0], self._scan(key, arg[1])))
+                finally:
+                    with self.cond:
+                        self.busy -= 1
+                        self.cond.notify_all()
+                continue
             try:
                 # the device only for the reads: symbolizing may take seconds,
                 # and an open /dev/pmm keeps the module from unloading
@@ -243,6 +276,40 @@ class PostmortemWorker:
                 with self.cond:
                     self.busy -= 1
                     self.cond.notify_all()
+
+
+    def _scan(self, key: Key, age_s: float) -> ScanRow:
+        """Scans the process (pmm.unreachable) and makes its row: the sites
+        described from their objects and offsets (no address goes into the
+        database), or the error that stopped it."""
+        from pmm import unreachable
+        from pmm.errors import PmmError
+        from pmm.run import find_hooklib
+
+        pid, start = key
+        now, wall = procsampler.boottime_ns(), time.time()
+        try:
+            with self.open_device() as dev:
+                info = dev.pid_info(pid)
+                if info is None or start_key(info.start_time_ns) != start:
+                    return ScanRow(pid, start, now, wall, error="not monitored any more")
+                r = unreachable.from_module(
+                    dev, pid, find_hooklib(), age_s=age_s,  # type: ignore[arg-type]
+                    disk_cache=False, addresses=False, pass_ptrace=True)
+        except PmmError as e:
+            return ScanRow(pid, start, now, wall, error=str(e))
+        except Exception as e:  # noqa: BLE001 - the worker serves every request
+            return ScanRow(pid, start, now, wall, error=f"{type(e).__name__}: {e}")
+        t = r.totals()
+        return ScanRow(
+            pid, start, now, wall, definite_blocks=t["definite"]["blocks"],
+            definite_bytes=t["definite"]["bytes"], indirect_blocks=t["indirect"]["blocks"],
+            indirect_bytes=t["indirect"]["bytes"], unknown_blocks=t["unknown"]["blocks"],
+            young_blocks=t["young"]["blocks"], longest_stop_us=r.scan["stop"]["longest_us"],
+            scan_us=r.scan["scan"]["us"],
+            sites=tuple(ScanSiteRow(e["site"], e["where"], e["definite"]["blocks"],
+                                    e["definite"]["bytes"], e["indirect"]["blocks"],
+                                    e["indirect"]["bytes"]) for e in r.sites))
 
 
 class SeriesWindow:
@@ -298,6 +365,8 @@ class ProcState:
     last_kmod_ns: int = 0
     verdict: str = ""
     described: set[int] = field(default_factory=set)  # site ids asked to describe
+    lost_bytes: int | None = None  # the last scan's definitely lost bytes (scan_on_leak)
+    indirect_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self.series = SeriesWindow(self.window)
@@ -323,6 +392,8 @@ class Options:
     pprof_allow_uids: frozenset[int] = frozenset()  # may read every process's profile
     # names requests may give the endpoint in Host (pmm.metrics.parse_host's)
     metrics_host_names: frozenset[tuple[str, int | None]] = frozenset()
+    scan_on_leak: bool = False  # scan a process for unreachable blocks at its LEAK alert
+    scan_age: float = 1.0  # the scan's age gate, seconds
 
 
 class Daemon:
@@ -348,6 +419,9 @@ class Daemon:
         self.harvests = 0
         self.harvest_failures = 0
         self.harvest_failure_kinds: set[str] = set()
+        self.scans = 0
+        self.scan_failures = 0
+        self.ptrace_said = False  # the scan's missing capability, said once
         self.procs: dict[Key, ProcState] = {}
         # --pid targets: pid -> start_time once seen (None before)
         self.targets: dict[int, int | None] = dict.fromkeys(opts.pids)
@@ -478,6 +552,20 @@ class Daemon:
             added = True
         if added:
             log.warning("%s", msg)
+            if self.opts.scan_on_leak and st.source == "kmod":
+                self.request_scan(st)
+
+    def request_scan(self, st: ProcState) -> None:
+        """Asks the worker to scan the process for unreachable blocks, unless
+        pmd may not ptrace it (said once: the unit's missing capability)."""
+        why = ptrace_refusal(st.key[0])
+        if why:
+            if not self.ptrace_said:
+                self.ptrace_said = True
+                log.warning("--scan-on-leak: %s; processes of other users are not scanned "
+                            "(this is said once)", why)
+            return
+        self.worker.scan(st.key, st.comm, self.opts.scan_age)
 
     def _site_where(self, st: ProcState, site: int) -> str:
         """The site's description if the worker gave it already (stored or
@@ -525,6 +613,8 @@ class Daemon:
             elif isinstance(r, SiteDescriptions):
                 self.pending_sites.extend((*r.key, site, where)
                                           for site, where in sorted(r.wheres.items()))
+            elif isinstance(r, ScanDone):
+                self._scanned(r)
             else:
                 self.harvesting.discard(r.key)
                 # its exit time, unless the EXITED event gave it (that one stays)
@@ -540,6 +630,45 @@ class Daemon:
                 self.harvesting.discard((r.pid, r.start_time))
             del self.pending_harvests[:over]
             self.unsaid_drops["post-mortem records"] += over
+
+    def _scanned(self, r: ScanDone) -> None:
+        """Stores a scan's row, logs it, and keeps its lost bytes for the metrics."""
+        from pmm.unreachable import short_duration
+
+        row = r.row
+        try:
+            self.store.add_scan(row)
+        except StoreError as e:
+            log.error("%s (the scan of pid %d not stored)", e, row.pid)
+        if row.error is not None:
+            self.scan_failures += 1
+            if "ptrace" in row.error and "refused" in row.error:
+                if self.ptrace_said:
+                    log.debug("pid %d: not scanned: %s", row.pid, row.error)
+                    return
+                self.ptrace_said = True
+                row_error = (f"{row.error}; pmd.service allows neither ptrace (its system "
+                             "call filter) nor other users' processes (no CAP_SYS_PTRACE): "
+                             "a drop-in with SystemCallFilter=@debug and the capability in "
+                             "AmbientCapabilities= and CapabilityBoundingSet= lets it scan "
+                             "(this is said once)")
+            else:
+                row_error = row.error
+            log.error("pid %d (%s): the scan after LEAK failed: %s", row.pid, r.comm or "?",
+                      row_error)
+            return
+        self.scans += 1
+        st = self.procs.get(r.key)
+        if st is not None:
+            st.lost_bytes, st.indirect_bytes = row.definite_bytes, row.indirect_bytes
+        worst = f"; most at {row.sites[0].where or f'site {row.sites[0].site}'}" \
+            if row.sites else ""
+        log.warning("pid %d (%s): %d blocks (%s) definitely lost, %d (%s) indirectly, in %d "
+                    "sites%s (stopped %s, scanned in %s)", row.pid, r.comm or "?",
+                    row.definite_blocks, human_bytes(row.definite_bytes), row.indirect_blocks,
+                    human_bytes(row.indirect_bytes), len(row.sites), worst,
+                    short_duration(row.longest_stop_us / 1e6),
+                    short_duration(row.scan_us / 1e6))
 
     def _harvest_failed(self, pid: int, comm: str, why: str) -> None:
         """Counts a failed harvest; logs the first of each kind (the error's
@@ -832,7 +961,8 @@ class Daemon:
                 start_unix=st.start_unix, rss=st.rss_now, vm=st.vm_now,
                 live_bytes=st.live_bytes, live_blocks=st.live_blocks, verdict=st.verdict,
                 slope=t.slope if t else None, slope_low=t.slope_low if t else None,
-                slope_high=t.slope_high if t else None))
+                slope_high=t.slope_high if t else None, lost_bytes=st.lost_bytes,
+                indirect_bytes=st.indirect_bytes))
         listener = self.listener
         return Snapshot(tuple(procs), DaemonFigures(
             events=self.events, malformed_events=self.malformed,
@@ -982,6 +1112,35 @@ class Daemon:
                      self.harvest_failures)
         log.info("%s: wrote %d samples in all, exiting", name, self.written)
         return 0
+
+
+CAP_SYS_PTRACE = 19
+
+
+def ptrace_refusal(pid: int) -> str:
+    """Why pmd may not ptrace pid ('' when it may, as far as it can tell):
+    another user's process needs CAP_SYS_PTRACE, which pmd's unit does not
+    grant."""
+    def field_of(path: str, key: str) -> str:
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key + ":"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return ""
+
+    cap = field_of("/proc/self/status", "CapEff")
+    if cap and int(cap, 16) >> CAP_SYS_PTRACE & 1:
+        return ""
+    uid = field_of(f"/proc/{pid}/status", "Uid").split()
+    if uid and all(int(u) == os.geteuid() for u in uid[:3]):
+        return ""
+    return (f"pmd (uid {os.geteuid()}) has no CAP_SYS_PTRACE, and pid {pid} is another "
+            "user's: a drop-in for pmd.service with AmbientCapabilities= and "
+            "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_PTRACE and SystemCallFilter=@debug "
+            "lets it scan")
 
 
 def missing_pids(pids: list[int]) -> list[int]:

@@ -104,6 +104,8 @@ class ProcessFigures:
     slope: float | None = None
     slope_low: float | None = None
     slope_high: float | None = None
+    lost_bytes: int | None = None  # the last scan's (pmd --scan-on-leak), None: none
+    indirect_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -338,12 +340,18 @@ class PmmCollector(Collector):
                             "growth, while the verdict is leak or growing.", PROCESS_LABELS)
         started = _gauge("pmm_process_start_time_seconds", "Unix time the process started.",
                          PROCESS_LABELS)
+        lost = _gauge("pmm_process_unreachable_bytes", "Bytes in blocks nothing reaches, "
+                      "definitely or indirectly lost, at pmd's last scan (--scan-on-leak).",
+                      [*PROCESS_LABELS, "kind"])
         available = None
         for p in snap.processes:
             labels = [str(p.pid), p.comm, str(p.start_time), p.unit]
             rss.add_metric(labels, p.rss)
             vm.add_metric(labels, p.vm)
             started.add_metric(labels, p.start_unix)
+            if p.lost_bytes is not None:
+                lost.add_metric([*labels, "definite"], p.lost_bytes)
+                lost.add_metric([*labels, "indirect"], p.indirect_bytes or 0)
             if p.live_bytes is not None:
                 live.add_metric(labels, p.live_bytes)
             if p.live_blocks is not None:
@@ -362,7 +370,7 @@ class PmmCollector(Collector):
                 left = seconds_until_exhausted(p.slope, float(available))
                 if left is not None:
                     exhaustion.add_metric(labels, left)
-        yield from (rss, vm, live, blocks, verdict, slope, low, high, exhaustion, started)
+        yield from (rss, vm, live, blocks, verdict, slope, low, high, exhaustion, started, lost)
 
     def _module(self) -> Iterator[Metric]:
         loaded, c = self.module.read()

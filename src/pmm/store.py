@@ -42,6 +42,17 @@ exit_sites      pid, start_time, site, registered, flags, func, file, line,
 exit_stats      pid, start_time, stats (StatsInfo.to_dict, JSON) PRIMARY KEY
                 (pid, start_time).
 
+What `pmd --scan-on-leak` found when a process was called LEAK
+(pmm.unreachable: the blocks it can no longer reach):
+
+scans           pid, start_time, time, wall_time, definite_blocks,
+                definite_bytes, indirect_blocks, indirect_bytes, unknown_blocks,
+                young_blocks, longest_stop_us, scan_us, error (NULL: it
+                scanned) PRIMARY KEY (pid, start_time, time)
+scan_sites      pid, start_time, time, site, where_, definite_blocks,
+                definite_bytes, indirect_blocks, indirect_bytes PRIMARY KEY
+                (pid, start_time, time, site): its lost sites, worst first
+
 Older databases get these tables when pmd opens them; readers of a database
 without them find nothing harvested.
 
@@ -442,6 +453,40 @@ class ExitRecord:
 
 
 @dataclass(frozen=True)
+class ScanSiteRow:
+    """A site of a scan: its lost blocks and bytes, and where it is."""
+
+    site: int
+    where: str
+    definite_blocks: int
+    definite_bytes: int
+    indirect_blocks: int
+    indirect_bytes: int
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    """A scan of a process (`pmd --scan-on-leak`): its totals, how long the
+    process was stopped and the scan took, its lost sites worst first; or
+    the error that stopped it (`error`, then no figures)."""
+
+    pid: int
+    start_time: int
+    time: int  # CLOCK_BOOTTIME ns
+    wall_time: float
+    definite_blocks: int = 0
+    definite_bytes: int = 0
+    indirect_blocks: int = 0
+    indirect_bytes: int = 0
+    unknown_blocks: int = 0
+    young_blocks: int = 0
+    longest_stop_us: int = 0
+    scan_us: int = 0
+    error: str | None = None
+    sites: tuple[ScanSiteRow, ...] = ()
+
+
+@dataclass(frozen=True)
 class Series:
     """One process's samples as arrays, oldest first."""
 
@@ -588,7 +633,7 @@ def _system_db_hint(path: Path) -> str:
 
 
 PMD_TABLES = ("processes", "samples", "site_snapshots", "sites", "alerts", "exit_info",
-              "exit_sites", "exit_stats")
+              "exit_sites", "exit_stats", "scans", "scan_sites")
 
 
 def _table_names(conn: sqlite3.Connection) -> list[str]:
@@ -769,6 +814,23 @@ class Store:
                     {"pid": int, "start_time": int, "stats": str},
                     pk=("pid", "start_time"), not_null={"pid", "start_time", "stats"},
                 )
+            # added with --scan-on-leak
+            if not db.table("scans").exists():
+                db.table("scans").create(
+                    {"pid": int, "start_time": int, "time": int, "wall_time": float,
+                     "definite_blocks": int, "definite_bytes": int, "indirect_blocks": int,
+                     "indirect_bytes": int, "unknown_blocks": int, "young_blocks": int,
+                     "longest_stop_us": int, "scan_us": int, "error": str},
+                    pk=("pid", "start_time", "time"), not_null={"pid", "start_time", "time"},
+                )
+            if not db.table("scan_sites").exists():
+                db.table("scan_sites").create(
+                    {"pid": int, "start_time": int, "time": int, "site": int, "where_": str,
+                     "definite_blocks": int, "definite_bytes": int, "indirect_blocks": int,
+                     "indirect_bytes": int},
+                    pk=("pid", "start_time", "time", "site"),
+                    not_null={"pid", "start_time", "time", "site"},
+                )
 
     def close(self) -> None:
         """Closes the database."""
@@ -917,7 +979,58 @@ class Store:
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
 
+    def add_scan(self, r: ScanRow) -> None:
+        """Stores a scan and its sites (a scan of the same time again: ignored)."""
+        key = (r.pid, r.start_time, r.time)
+        try:
+            with self.db.atomic():
+                c = self.db.conn
+                c.execute(
+                    "INSERT OR IGNORE INTO scans (pid, start_time, time, wall_time, "
+                    "definite_blocks, definite_bytes, indirect_blocks, indirect_bytes, "
+                    "unknown_blocks, young_blocks, longest_stop_us, scan_us, error) VALUES "
+                    "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (*key, r.wall_time, r.definite_blocks, r.definite_bytes,
+                     r.indirect_blocks, r.indirect_bytes, r.unknown_blocks, r.young_blocks,
+                     r.longest_stop_us, r.scan_us, r.error))
+                c.executemany(
+                    "INSERT OR IGNORE INTO scan_sites (pid, start_time, time, site, where_, "
+                    "definite_blocks, definite_bytes, indirect_blocks, indirect_bytes) VALUES "
+                    "(?,?,?,?,?,?,?,?,?)",
+                    [(*key, x.site, x.where, x.definite_blocks, x.definite_bytes,
+                      x.indirect_blocks, x.indirect_bytes) for x in r.sites])
+        except _ROW_ERRORS as e:
+            raise BadRowError(f"the database refused a row: {type(e).__name__}: {e}") from None
+        except sqlite3.Error as e:
+            raise _describe(e, self.path, "cannot write to the database") from None
+
     # -- reading -------------------------------------------------------------
+
+    def scans(self, pid: int, start_time: int | None = None) -> list[ScanRow]:
+        """The scans of pid (of its run start_time, if given), oldest first,
+        each with its sites worst first; none in a database without them."""
+        if not self._has_table("scans"):
+            return []
+        where, args = ("pid = ?", [pid]) if start_time is None else \
+            ("pid = ? AND start_time = ?", [pid, start_time])
+        out = []
+        for r in self._query(
+                "SELECT pid, start_time, time, wall_time, definite_blocks, definite_bytes, "
+                "indirect_blocks, indirect_bytes, unknown_blocks, young_blocks, "
+                f"longest_stop_us, scan_us, error FROM scans WHERE {where} ORDER BY time",
+                args):
+            sites = tuple(ScanSiteRow(int(x[0]), str(x[1] or ""), int(x[2] or 0),
+                                      int(x[3] or 0), int(x[4] or 0), int(x[5] or 0))
+                          for x in self._query(
+                "SELECT site, where_, definite_blocks, definite_bytes, indirect_blocks, "
+                "indirect_bytes FROM scan_sites WHERE pid = ? AND start_time = ? AND time = ? "
+                "ORDER BY definite_bytes DESC, indirect_bytes DESC, site", r[:3]))
+            n = [int(v or 0) for v in r[4:12]]
+            out.append(ScanRow(int(r[0]), int(r[1]), int(r[2]), float(r[3] or 0),
+                               definite_blocks=n[0], definite_bytes=n[1], indirect_blocks=n[2],
+                               indirect_bytes=n[3], unknown_blocks=n[4], young_blocks=n[5],
+                               longest_stop_us=n[6], scan_us=n[7], error=r[12], sites=sites))
+        return out
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -107,6 +107,7 @@ def test_file_lists(debs: dict[str, Path]) -> None:
     hook = contents(debs["libpmmhook"])
     for path, mode in (("/usr/lib/libpmmhook.so", "-rw-r--r--"),
                        ("/usr/libexec/pmm/pmm-inject", "-rwxr-xr-x"),
+                       ("/usr/libexec/pmm/pmm-scan", "-rwxr-xr-x"),
                        ("/usr/include/pmm_hooks.h", "-rw-r--r--"),
                        ("/usr/include/pmm.h", "-rw-r--r--"),
                        ("/usr/share/doc/libpmmhook/copyright", "-rw-r--r--")):
@@ -188,7 +189,7 @@ def test_pmm_tools_is_pure_and_names_no_python_version(unpacked: Path) -> None:
     # (a vendored library's comment may quote a traceback: not searched)
     assert [p for p in files if "python3.1" in str(p)] == []
     searched = [p for p in files if not str(p.relative_to(unpacked)).startswith(PYDIR)
-                and not p.name.endswith(".so") and p.name != "pmm-inject"] + [
+                and not p.name.endswith(".so") and p.name not in ("pmm-inject", "pmm-scan")] + [
         p for p in tools if p.relative_to(unpacked / PYDIR).parts[0] in ("pmm", "pmctl", "pmd")
         or p.suffix == ".pth" or ".dist-info" in str(p)]
     assert len(searched) > 50

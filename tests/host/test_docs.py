@@ -130,7 +130,9 @@ def test_the_check_fails_on_an_undocumented_command() -> None:
 
 
 def test_the_readme_is_a_manual_not_a_notebook() -> None:
-    assert len(README.splitlines()) <= 260
+    # a manual: every command and option once, no history (room for the
+    # kernels, the permissions model and the unreachable scan)
+    assert len(README.splitlines()) <= 275
 
 
 def test_the_common_options_are_in_the_readme() -> None:

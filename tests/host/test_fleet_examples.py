@@ -45,6 +45,7 @@ PROCESS_METRICS = frozenset({
     "pmm_process_rss_growth_low_bytes_per_second",
     "pmm_process_rss_growth_high_bytes_per_second",
     "pmm_process_exhaustion_seconds", "pmm_process_start_time_seconds",
+    "pmm_process_unreachable_bytes",
 })
 MODULE_METRICS = frozenset({
     "pmm_module_loaded", "pmm_module_monitored_processes",

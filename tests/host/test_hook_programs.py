@@ -286,12 +286,15 @@ def test_bad_settings_say_so_once_each(tmp_path: Path) -> None:
 
 
 def test_exports_only_interposed_symbols() -> None:
-    """-fvisibility=hidden: the library exports the hooks and nothing else."""
+    """-fvisibility=hidden: the library exports the hooks, and the registry pmm-scan
+    reads, and nothing else."""
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no nm")
     out = subprocess.run([nm, "-D", "--defined-only", str(HOOK)], capture_output=True,
                          text=True, check=True).stdout
+    data = sorted(line.split()[-1] for line in out.splitlines() if " T " not in line)
+    assert data == ["pmm_scan_registry"]  # what pmm-scan reads (hooklib/scanreg.h)
     names = sorted(line.split()[-1] for line in out.splitlines() if " T " in line)
     assert names == sorted([
         "aligned_alloc", "calloc", "free", "malloc", "malloc_usable_size", "memalign",

@@ -21,7 +21,8 @@ import pytest
 from accounts_ns import Outcome, can_run, run_in_namespace, system_range, userdb_group, userdb_user
 
 TOP = Path(__file__).resolve().parents[2]
-BUILT = [TOP / "kmod" / "pmm.ko", TOP / "hooklib" / "libpmmhook.so", TOP / "hooklib" / "pmm-inject"]
+BUILT = [TOP / "kmod" / "pmm.ko", TOP / "hooklib" / "libpmmhook.so", TOP / "hooklib" / "pmm-inject",
+         TOP / "hooklib" / "pmm-scan"]
 RESTART_RULE = ('ACTION=="add", SUBSYSTEM=="misc", KERNEL=="pmm", '
                 'RUN+="/bin/systemctl --no-block try-restart pmd.service"')
 
@@ -43,6 +44,7 @@ def test_install_layout_and_uninstall(tmp_path: Path) -> None:
         f"lib/modules/{k}/modules.dep",
         "usr/local/lib/libpmmhook.so",
         "usr/local/libexec/pmm/pmm-inject",
+        "usr/local/libexec/pmm/pmm-scan",
         "usr/local/include/pmm_hooks.h",
         "usr/local/include/pmm.h",
         "usr/local/bin/pmctl",
@@ -195,10 +197,12 @@ def test_installed_pmctl_run_finds_the_installed_hook(staged_usr: Path, tmp_path
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"{staged_usr}/usr/lib/libpmmhook.so\n"
     code = ("from pmm.attach import find_inject; from pmm.run import find_hooklib; "
-            "print(find_inject(find_hooklib()))")
+            "from pmm.unreachable import find_scan; "
+            "print(find_inject(find_hooklib())); print(find_scan(find_hooklib()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(staged_usr / "usr/lib/pmm/python")}, check=True)
-    assert out.stdout == f"{staged_usr}/usr/libexec/pmm/pmm-inject\n"
+    assert out.stdout == (f"{staged_usr}/usr/libexec/pmm/pmm-inject\n"
+                          f"{staged_usr}/usr/libexec/pmm/pmm-scan\n")
 
 
 def test_hook_found_beside_an_installed_package(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ PROCESS_METRICS = {
     "pmm_process_heap_live_blocks", "pmm_process_verdict",
     "pmm_process_rss_growth_bytes_per_second", "pmm_process_rss_growth_low_bytes_per_second",
     "pmm_process_rss_growth_high_bytes_per_second", "pmm_process_exhaustion_seconds",
-    "pmm_process_start_time_seconds"}
+    "pmm_process_start_time_seconds", "pmm_process_unreachable_bytes"}
 MODULE_METRICS = {
     "pmm_module_monitored_processes", "pmm_module_records_accepted_total",
     "pmm_module_records_dropped_total", "pmm_module_unmatched_frees_total",
@@ -233,7 +233,9 @@ def figures(pid: int, verdict: str, slope: float | None, live: int | None) -> Pr
                           unit="app.service" if live else "", start_unix=1.7e9 + pid,
                           rss=pid * 4096, vm=pid * 8192, live_bytes=live,
                           live_blocks=live and live // 16, verdict=verdict, slope=slope,
-                          slope_low=slope and slope / 2, slope_high=slope and slope * 2)
+                          slope_low=slope and slope / 2, slope_high=slope and slope * 2,
+                          lost_bytes=560 if verdict == "LEAK" else None,
+                          indirect_bytes=1280 if verdict == "LEAK" else None)
 
 
 CONFIG = ConfigInfo(interval_ms=1000, scan=0, start_pid=0, stop_pid=0, max_pids=64,
@@ -259,6 +261,10 @@ def test_exposition_names_labels_and_state_set(monkeypatch: pytest.MonkeyPatch) 
     pmm_names = {n for n in got if n.startswith("pmm_")}
     assert pmm_names == (PROCESS_METRICS | MODULE_METRICS | PMD_METRICS | {"pmm_module_loaded"})
     assert "process_resident_memory_bytes" in got  # pmd's own, from prometheus_client
+    # the last scan's lost bytes: of the process pmd scanned at its LEAK alone
+    assert sorted((lab["pid"], lab["kind"], v) for lab, v in
+                  got["pmm_process_unreachable_bytes"]) == \
+        [("11", "definite", 560.0), ("11", "indirect", 1280.0)]
     rss = {lab["pid"]: (lab, v) for lab, v in got["pmm_process_rss_bytes"]}
     assert rss["11"] == ({"pid": "11", "comm": "prog11", "start_time": "110000000",
                           "unit": "app.service"}, 11 * 4096)

@@ -16,7 +16,10 @@ grpcio-tools 1.85.1 (protobuf gencode 7.35.1), from this directory:
 """
 
 from pmm.pprof.heap import (
+    LOST_DEFAULT_SAMPLE_TYPE,
+    LOST_SAMPLE_TYPES,
     UNKNOWN_STACK,
+    LostSample,
     PprofFrame,
     PprofLine,
     PprofSample,
@@ -25,7 +28,10 @@ from pmm.pprof.heap import (
 )
 
 __all__ = [
+    "LOST_DEFAULT_SAMPLE_TYPE",
+    "LOST_SAMPLE_TYPES",
     "UNKNOWN_STACK",
+    "LostSample",
     "PprofFrame",
     "PprofLine",
     "PprofSample",

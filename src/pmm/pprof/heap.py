@@ -35,6 +35,14 @@ SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
     ("inuse_space", "bytes"),
 )
 DEFAULT_SAMPLE_TYPE = "inuse_space"
+# `pmctl unreachable --pprof`: blocks definitely and indirectly lost
+LOST_SAMPLE_TYPES: tuple[tuple[str, str], ...] = (
+    ("lost_objects", "count"),
+    ("lost_space", "bytes"),
+    ("indirect_objects", "count"),
+    ("indirect_space", "bytes"),
+)
+LOST_DEFAULT_SAMPLE_TYPE = "lost_space"
 PERIOD_TYPE = ("space", "bytes")
 
 # Mapping n (from 1) starts at n << 40. Every mapping has the same size, so
@@ -87,6 +95,25 @@ class PprofSample:
     alloc_space: int
     inuse_objects: int
     inuse_space: int
+
+    def values(self) -> tuple[int, ...]:
+        """Its values in SAMPLE_TYPES' order."""
+        return (self.alloc_objects, self.alloc_space, self.inuse_objects, self.inuse_space)
+
+
+@dataclass(frozen=True, slots=True)
+class LostSample:
+    """One site of `pmctl unreachable`: its stack, leaf first, and its lost blocks."""
+
+    frames: tuple[PprofFrame, ...]
+    lost_objects: int
+    lost_space: int
+    indirect_objects: int
+    indirect_space: int
+
+    def values(self) -> tuple[int, ...]:
+        """Its values in LOST_SAMPLE_TYPES' order."""
+        return (self.lost_objects, self.lost_space, self.indirect_objects, self.indirect_space)
 
 
 class _Mapping:
@@ -218,12 +245,14 @@ def _label(frame: PprofFrame) -> str:
 
 
 def build_profile(
-    samples: Iterable[PprofSample],
+    samples: Iterable[PprofSample | LostSample],
     *,
     period: int,
     time_ns: int,
     duration_ns: int = 0,
     comments: Sequence[str] = (),
+    sample_types: Sequence[tuple[str, str]] = SAMPLE_TYPES,
+    default_sample_type: str = DEFAULT_SAMPLE_TYPE,
 ) -> bytes:
     """The samples as a pprof heap profile: profile.proto, gzipped.
 
@@ -240,15 +269,17 @@ def build_profile(
     `period` is the sampling period in bytes (1: every allocation counted),
     `time_ns` the time of collection (nanoseconds since the epoch),
     `duration_ns` how long the profile covers, `comments` free text that
-    pprof shows. The output is the same for the same arguments (gzip's
+    pprof shows; `sample_types` the samples' values' (type, unit), in the
+    order of their `values()` (LOST_SAMPLE_TYPES for LostSample). The output
+    is the same for the same arguments (gzip's
     time stamp is 0). Raises ValueError on a period below 1 or a file
     offset beyond a mapping's synthetic size."""
     if period < 1:
         raise ValueError(f"period {period}: the sampling period is at least 1 byte")
     builder = _ProfileBuilder()
     profile = builder.profile
-    profile.sample_type.extend(builder.value_type(t, u) for t, u in SAMPLE_TYPES)
-    profile.default_sample_type = builder.string(DEFAULT_SAMPLE_TYPE)
+    profile.sample_type.extend(builder.value_type(t, u) for t, u in sample_types)
+    profile.default_sample_type = builder.string(default_sample_type)
     profile.period_type.CopyFrom(builder.value_type(*PERIOD_TYPE))
     profile.period = period
     profile.time_nanos = time_ns
@@ -256,14 +287,11 @@ def build_profile(
     profile.comment.extend(builder.string(c) for c in comments)
     for sample in samples:
         frames = sample.frames or (_UNKNOWN_FRAME,)
+        values = sample.values()
+        if len(values) != len(sample_types):
+            raise ValueError(f"a sample of {len(values)} values for {len(sample_types)} types")
         profile.sample.add(
-            location_id=[builder.location(frame) for frame in frames],
-            value=[
-                sample.alloc_objects,
-                sample.alloc_space,
-                sample.inuse_objects,
-                sample.inuse_space,
-            ],
+            location_id=[builder.location(frame) for frame in frames], value=list(values)
         )
     builder.finish_mappings()
     encoded: bytes = profile.SerializeToString()
@@ -272,12 +300,14 @@ def build_profile(
 
 def write_profile(
     path: str | os.PathLike[str],
-    samples: Iterable[PprofSample],
+    samples: Iterable[PprofSample | LostSample],
     *,
     period: int,
     time_ns: int,
     duration_ns: int = 0,
     comments: Sequence[str] = (),
+    sample_types: Sequence[tuple[str, str]] = SAMPLE_TYPES,
+    default_sample_type: str = DEFAULT_SAMPLE_TYPE,
 ) -> None:
     """Writes build_profile(...) to `path` atomically: a temporary file in
     the same directory, flushed to disk, then renamed over `path`, so a
@@ -287,6 +317,7 @@ def write_profile(
     Raises OSError when the directory cannot be written, ValueError as
     build_profile does (nothing is written then)."""
     data = build_profile(
-        samples, period=period, time_ns=time_ns, duration_ns=duration_ns, comments=comments
+        samples, period=period, time_ns=time_ns, duration_ns=duration_ns, comments=comments,
+        sample_types=sample_types, default_sample_type=default_sample_type,
     )
     replace_file(path, data, sync=True)

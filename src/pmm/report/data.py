@@ -5,7 +5,8 @@ from pmd's database.
 a while after its exit) for the live blocks by site with their ages, the
 sites' call chains, the size table and its sample ring; pmd's database for
 the process's whole rss/vm history and its site snapshots (the growing
-sites). Either alone makes a report; what one lacks is said in
+sites, and its scans for unreachable blocks at a LEAK alert). Either alone
+makes a report; what one lacks is said in
 `ReportData.missing`. The verdict is pmm.trend's on rss, as `pmctl trend`
 gives it.
 """
@@ -24,7 +25,7 @@ from pmm.model import STATE_RUNNING, Block, Bucket, ObjectFile, PidInfo, Sample,
 from pmm.procsampler import boottime_ns
 from pmm.report.stacks import StackFrame, site_stacks
 from pmm.stats import StatsTable, build_table
-from pmm.store import ProcessRow, start_key
+from pmm.store import ProcessRow, ScanRow, start_key
 from pmm.trend import Verdict, seconds_until_exhausted, site_growth
 from pmm.trendreport import Report, detect_on
 from pmm.trendsource import Data, live_start, mem_available
@@ -88,6 +89,7 @@ class ReportData:
     described: dict[int, str] = field(default_factory=dict)  # pmd's one-line descriptions
     live_by_site: list[tuple[int, int]] = field(default_factory=list)  # (site, live bytes)
     live_from: str = ""  # what live_by_site is, for people
+    scan: ScanRow | None = None  # pmd's last scan for unreachable blocks (--scan-on-leak)
 
     @property
     def monitored_s(self) -> float | None:
@@ -227,6 +229,8 @@ def gather(
         d.live_from = "the module's live blocks"
     if store is not None and proc is not None:
         d.sources.append(f"pmd's database {store.path}")
+        scans = store.scans(pid, key)
+        d.scan = scans[-1] if scans else None
     if mod is None:
         kept = _exit_record(d, store, proc)
         lacking = [what for what, have in (("live blocks by site with their ages",

@@ -34,6 +34,7 @@ from pmm.text import printable
 from pmm.trend import Verdict
 from pmm.trendreport import rests_on
 from pmm.units import human_bytes, human_rate
+from pmm.unreachable import short_duration
 
 PLOTLY_VERSION = "4.1.2"
 # of vendor/plotly.min.js, as npm's plotly.js-dist-min@4.1.2 ships it (vendor/README.md)
@@ -469,6 +470,35 @@ def _ages(d: ReportData) -> str:
             f"(as `pmctl leaks` shows them){at_exit}.</p></section>")
 
 
+def _unreachable(d: ReportData) -> str:
+    sc = d.scan
+    if sc is None:
+        return ""
+    when = _when(d, sc.time)
+    if sc.error is not None:
+        return (f'<section id="unreachable"><h2>Unreachable blocks</h2><p>pmd\'s scan at '
+                f"the LEAK alert ({esc(when)}) failed: {esc(sc.error)}</p></section>")
+    head = ('<tr><th class="n">lost</th><th class="n">blocks</th><th class="n">indirectly</th>'
+            '<th class="n">blocks</th><th>site</th></tr>')
+    rows = [f'<tr><td class="n">{esc(human_bytes(x.definite_bytes))}</td>'
+            f'<td class="n">{x.definite_blocks}</td>'
+            f'<td class="n">{esc(human_bytes(x.indirect_bytes))}</td>'
+            f'<td class="n">{x.indirect_blocks}</td>'
+            f'<td><span class="where">{esc(x.where or d.where(x.site))}</span></td></tr>'
+            for x in sc.sites]
+    table = f"<table>{head}{''.join(rows)}</table>" if rows else ""
+    return (f'<section id="unreachable"><h2>Unreachable blocks</h2>'
+            f"<p>At the LEAK alert ({esc(when)}) pmd scanned the process: "
+            f"{esc(human_bytes(sc.definite_bytes))} in {sc.definite_blocks} blocks nothing "
+            f"reaches (definitely lost), {esc(human_bytes(sc.indirect_bytes))} in "
+            f"{sc.indirect_blocks} reached only from those (indirectly lost).</p>{table}"
+            '<p class="note">As `pmctl unreachable` finds them: a conservative mark of the '
+            "process's copy from its registers, stacks and data. Its threads were stopped "
+            f"{esc(short_duration(sc.longest_stop_us / 1e6))} at most; blocks younger than "
+            "the age gate and memory the table does not know are never called lost."
+            "</p></section>")
+
+
 def _sizes(d: ReportData) -> str:
     if d.stats is None:
         return ""
@@ -495,7 +525,7 @@ def render(d: ReportData) -> str:
     figures: dict[str, Any] = {}
     body = "".join([
         _header(d), _missing(d), _verdict(d), _chart(d, figures), _growing(d),
-        _flame(d, figures), _ages(d), _sizes(d),
+        _unreachable(d), _flame(d, figures), _ages(d), _sizes(d),
     ])
     # plotly only when there is something to draw
     scripts = [plotly_js(), BOOT_JS] if figures else []

@@ -11,6 +11,9 @@
  * line there, "pid PID" once PROG runs monitored, "exited MESSAGE" if it
  * ended before its entry point, or "error MESSAGE" (our refusal, which
  * then goes there instead of stderr): pmctl run --no-preload reads it.
+ * Where N is a socket, PROG waits at its entry point after "pid PID" until
+ * the reader answers (a byte, or closes it; 10 s at most): pmctl saves its
+ * maps then, which a program that ends at once would not leave it time for.
  *
  * One thread of the target is stopped at a time, never the whole process:
  * a thread found at a safe point runs dlopen, dlsym and pmm_attach as
@@ -138,7 +141,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	struct target t = { 0 };
+	struct target t = { .hold_fd = -1 };
 	char conf[2048] = "", why[512] = "", lib[PATH_MAX];
 	long timeout_ms = 2000;
 	int i, allow_seccomp = 0, result = 0, tried = 0, exec_mode = 0;

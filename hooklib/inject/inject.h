@@ -71,6 +71,10 @@ struct target {
 	/* lib is not that file at its path in the target's mount namespace: a
 	 * copy in a memfd of the target's is loaded instead (/proc/self/fd/N) */
 	int via_memfd;
+	/* --exec with a socket for --status-fd: once attached, "pid PID" is
+	 * said there and the program waits at its entry point until the reader
+	 * answers (pmctl run saves its maps meanwhile); -1: none */
+	int hold_fd;
 };
 
 

@@ -60,5 +60,8 @@ int signal_pending(pid_t pid, pid_t tid);
  * again, unless a signal is pending or rip does not follow a syscall.
  */
 void restart_eintr(pid_t pid, pid_t tid, struct user_regs_struct *r);
+/* A seccomp filter that kills the process at any system call not in nrs
+ * (n of them, at most 64), or at an x86_64 one of another ABI; prctl's result. */
+int allow_only_syscalls(const int *nrs, size_t n);
 
 #endif /* PMM_TRACEE_H */

@@ -103,24 +103,7 @@ static int confine(void)
 		SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_futex, SYS_clock_gettime,
 		SYS_getpid, SYS_gettid, SYS_sysinfo, SYS_exit, SYS_exit_group,
 	};
-	struct sock_filter f[8 + 2 * (sizeof(allowed) / sizeof(allowed[0]))];
-	struct sock_fprog prog = { 0, f };
-	size_t i, n = 0;
-
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-					      offsetof(struct seccomp_data, arch));
-	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-					      offsetof(struct seccomp_data, nr));
-	for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
-		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-						      (unsigned int)allowed[i], 0, 1);
-		f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	}
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-	prog.len = (unsigned short)n;
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+	return allow_only_syscalls(allowed, sizeof(allowed) / sizeof(allowed[0]));
 }
 
 static void drop_privileges(uint64_t memory)

@@ -128,7 +128,8 @@ def gather(dev_open: Callable[[], Device], store_open: Callable[[], Store], pid:
 # -- pprof ---------------------------------------------------------------------
 
 
-def _pprof_frame(d: Mapping[str, Any]) -> PprofFrame:
+def pprof_frame(d: Mapping[str, Any]) -> PprofFrame:
+    """A frame's dict (Frame.to_dict) as pprof's location."""
     f = Frame.from_dict(d)
     lines = tuple(PprofLine(loc.func, loc.file, loc.line) for loc in f.lines)
     if not lines and (f.func or f.file):
@@ -145,7 +146,7 @@ def pprof_samples(report: LeakReport) -> list[PprofSample]:
     alloc_* (never less than what is live)."""
     out = []
     for e in report.sites:
-        frames = [_pprof_frame(f) for f in e.get("frames") or ()]
+        frames = [pprof_frame(f) for f in e.get("frames") or ()]
         if e.get("source") == "shim":
             shim = PprofFrame(None, None, None,
                               (PprofLine(e.get("func"), e.get("file"), e.get("line")),),

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pmm.errors import NoSuchPid, NotMonitored, PermissionDenied, PmmError
-from pmm.pprof import UNKNOWN_STACK, LostSample, PprofFrame, PprofLine
+from pmm.pprof import LostSample, PprofFrame, PprofLine
 from pmm.text import printable
 from pmm.units import format_duration, human_bytes
 
@@ -311,25 +311,15 @@ def render(r: UnreachableReport, depth: int = 1, limit: int = 0) -> str:
 # -- pprof ----------------------------------------------------------------------
 
 
-def _frame(d: Mapping[str, Any]) -> PprofFrame:
-    from pmm.symbolize import Frame
-
-    f = Frame.from_dict(d)
-    lines = tuple(PprofLine(loc.func, loc.file, loc.line) for loc in f.lines)
-    if not lines and (f.func or f.file):
-        lines = (PprofLine(f.func, f.file, f.line),)
-    where = f.where()
-    return PprofFrame(object=f.object, build_id=f.build_id, offset=f.offset, lines=lines,
-                      label=f.symbol or (where if where != "?" else UNKNOWN_STACK))
-
-
 def pprof_samples(r: UnreachableReport) -> list[LostSample]:
     """One sample per lost site: its frames, leaf first (a site the program
     described itself gets its function, file and line), and its definitely
     and indirectly lost objects and bytes."""
+    from pmm.leakreport import pprof_frame
+
     out = []
     for e in r.sites:
-        frames = [_frame(f) for f in e.get("frames") or ()]
+        frames = [pprof_frame(f) for f in e.get("frames") or ()]
         if e.get("source") == "shim":
             shim = PprofFrame(None, None, None,
                               (PprofLine(e.get("func"), e.get("file"), e.get("line")),),

@@ -359,24 +359,25 @@ static u32 fill_blocks(const struct pmm_read_ctx *ctx, u64 *cursor, void *buf,
 {
 	struct pmm_proc *p = ctx->p;
 	struct pmm_block *out = buf;
-	struct pmm_block_ent *b;
+	struct pmm_block_view b;
+	bool more;
 	u32 n = 0;
 
 	pmm_proc_lock_fresh(p);
 	*total = p->nblocks;
-	b = pmm_block_at(p, cursor);
-	for (; b && n < max; ++*cursor, b = pmm_block_at(p, cursor)) {
+	more = pmm_block_at(p, cursor, &b);
+	for (; more && n < max; ++*cursor, more = pmm_block_at(p, cursor, &b)) {
 		memset(&out[n], 0, sizeof(out[n]));
-		out[n].ptr = b->ptr;
-		out[n].prev_ptr = b->prev_ptr;
-		out[n].size = b->size;
-		out[n].time_ns = b->time_ns;
-		out[n].site = b->site->desc.site;
-		out[n].weight = b->weight;
-		out[n].op = b->op;
+		out[n].ptr = b.ptr;
+		out[n].prev_ptr = b.prev_ptr;
+		out[n].size = b.size;
+		out[n].time_ns = b.time_ns;
+		out[n].site = b.site->desc.site;
+		out[n].weight = b.weight;
+		out[n].op = b.op;
 		n++;
 	}
-	*done = !b;
+	*done = !more;
 	pmm_proc_unlock_read(p);
 	return n;
 }

@@ -204,7 +204,7 @@ static u32 object_add(struct pmm_proc *p, struct pmm_obj_ent *e)
 	struct pmm_obj_ent **objs;
 	u32 cap;
 
-	if (!p->blocks || p->nobjs >= PMM_MAX_OBJECTS)
+	if (!p->segs || p->nobjs >= PMM_MAX_OBJECTS)
 		return 0;
 	if (p->nobjs == p->objs_cap) {
 		cap = p->objs_cap ? 2 * p->objs_cap : 16;

@@ -68,31 +68,237 @@ void pmm_pairing_exit(void)
 	kmem_cache_destroy(pmm_pending_cache);
 }
 
-/* A new process's block table (PMM_BLOCK_MIN_BITS slots). */
+/* The slot's fields (pmm_int.h, struct pmm_block_ent). */
+#define BE_ADDR_BITS	48
+#define BE_ADDR_MASK	((1ULL << BE_ADDR_BITS) - 1)
+#define BE_TIME_BITS	58
+#define BE_TIME_MASK	((1ULL << BE_TIME_BITS) - 1)
+#define BE_EXT		BIT_ULL(62)
+#define BE_SIZE_BITS	47
+#define BE_SIZE_MASK	((1ULL << BE_SIZE_BITS) - 1)
+#define BE_OP_SHIFT	47
+#define BE_DIST_SHIFT	51
+#define BE_DIST_ONE	BIT_ULL(BE_DIST_SHIFT)
+
+static __always_inline u64 be_ptr(const struct pmm_block_ent *e)
+{
+	return e->w0 & BE_ADDR_MASK;
+}
+
+static __always_inline u64 be_time(const struct pmm_block_ent *e)
+{
+	return e->w1 & BE_TIME_MASK;
+}
+
+static __always_inline u32 be_op(const struct pmm_block_ent *e)
+{
+	return (e->w2 >> BE_OP_SHIFT) & 0xf;
+}
+
+static __always_inline u32 be_dist(const struct pmm_block_ent *e)
+{
+	return e->w2 >> BE_DIST_SHIFT;
+}
+
+static __always_inline bool be_used(const struct pmm_block_ent *e)
+{
+	return be_op(e) != PMM_OP_NONE;
+}
+
+static __always_inline u32 be_site_idx(const struct pmm_block_ent *e)
+{
+	return (u32)(e->w0 >> BE_ADDR_BITS) | (u32)((e->w1 >> 58) & 0xf) << 16;
+}
+
+static __always_inline struct pmm_site_stats *
+be_site(struct pmm_proc *p, const struct pmm_block_ent *e)
+{
+	return p->site_list[be_site_idx(e)];
+}
+
+static __always_inline struct pmm_block_ext *ext_at(struct pmm_proc *p,
+						    u32 idx)
+{
+	return &p->ext[idx / PMM_EXT_PER_CHUNK][idx % PMM_EXT_PER_CHUNK];
+}
+
+/* A block's size and weight. */
+static __always_inline u64 be_size(struct pmm_proc *p,
+				   const struct pmm_block_ent *e, u32 *w)
+{
+	struct pmm_block_ext *x;
+
+	if (likely(!(e->w1 & BE_EXT))) {
+		*w = 1;
+		return e->w2 & BE_SIZE_MASK;
+	}
+	x = ext_at(p, e->w2 & BE_SIZE_MASK);
+	*w = x->weight;
+	return x->size;
+}
+
+static void block_view(struct pmm_proc *p, const struct pmm_block_ent *e,
+		       struct pmm_block_view *v)
+{
+	v->ptr = be_ptr(e);
+	v->time_ns = be_time(e);
+	v->op = be_op(e);
+	v->site = be_site(p, e);
+	v->size = be_size(p, e, &v->weight);
+	v->prev_ptr = e->w1 & BE_EXT ?
+		ext_at(p, e->w2 & BE_SIZE_MASK)->prev_ptr : 0;
+}
+
+/*
+ * An ext record (index), chunks added as needed, or U32_MAX when memory is
+ * short or max_blocks of them exist.
+ */
+static noinline u32 ext_get(struct pmm_proc *p)
+{
+	struct pmm_block_ext *x, **nc;
+	u32 idx, cap;
+
+	if (p->ext_free) {
+		idx = p->ext_free - 1;
+		p->ext_free = ext_at(p, idx)->next_free;
+		return idx;
+	}
+	if ((u64)p->ext_chunks * PMM_EXT_PER_CHUNK >= PMM_MAX_BLOCKS_LIMIT)
+		return U32_MAX;
+	if (p->ext_chunks == p->ext_cap) {
+		cap = p->ext_cap ? 2 * p->ext_cap : 16;
+		nc = kvmalloc_array(cap, sizeof(*nc),
+				    GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+		if (!nc)
+			return U32_MAX;
+		if (p->ext)
+			memcpy(nc, p->ext, sizeof(*nc) * p->ext_chunks);
+		kvfree(p->ext);
+		pmm_kmem_add(sizeof(*nc) * (cap - p->ext_cap));
+		p->ext = nc;
+		p->ext_cap = cap;
+	}
+	x = kmalloc(PAGE_SIZE, GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!x)
+		return U32_MAX;
+	pmm_kmem_add(PAGE_SIZE);
+	p->ext[p->ext_chunks++] = x;
+	/* the chunk's records but its first go on the free list */
+	idx = (p->ext_chunks - 1) * PMM_EXT_PER_CHUNK;
+	for (cap = PMM_EXT_PER_CHUNK - 1; cap >= 1; cap--) {
+		x[cap].next_free = p->ext_free;
+		p->ext_free = idx + cap + 1;
+	}
+	return idx;
+}
+
+static void ext_put(struct pmm_proc *p, u32 idx)
+{
+	ext_at(p, idx)->next_free = p->ext_free;
+	p->ext_free = idx + 1;
+}
+
+static void ext_free_all(struct pmm_proc *p)
+{
+	u32 i;
+
+	for (i = 0; i < p->ext_chunks; i++)
+		kfree(p->ext[i]);
+	pmm_kmem_add(-(long)(PAGE_SIZE * p->ext_chunks +
+			     sizeof(*p->ext) * p->ext_cap));
+	kvfree(p->ext);
+	p->ext = NULL;
+	p->ext_chunks = 0;
+	p->ext_cap = 0;
+	p->ext_free = 0;
+}
+
+/*
+ * Memory for a table: kmalloc up to a page, vmalloc above (whole pages, no
+ * order rounding). What it takes, as counted in pmm_kmem_bytes.
+ */
+static size_t tab_charge(size_t bytes)
+{
+	return bytes <= PAGE_SIZE ? pmm_kmalloc_size_roundup(bytes) :
+				    PAGE_ALIGN(bytes);
+}
+
+static void *tab_alloc(size_t bytes)
+{
+	void *t;
+
+	if (bytes <= PAGE_SIZE)
+		t = kzalloc(bytes, GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	else
+		t = __vmalloc(bytes, GFP_KERNEL_ACCOUNT | __GFP_ZERO |
+				     __GFP_NOWARN);
+	if (t)
+		pmm_kmem_add(tab_charge(bytes));
+	return t;
+}
+
+static void tab_free(void *t, size_t bytes)
+{
+	if (!t)
+		return;
+	pmm_kmem_add(-(long)tab_charge(bytes));
+	kvfree(t);
+}
+
+#define SLOT_BYTES(n)	((size_t)(n) * sizeof(struct pmm_block_ent))
+
+/* A segment's slots for m blocks: 64% full, in steps of 512 (3 pages). */
+static u32 seg_slots_for(u32 m)
+{
+	return max_t(u32, round_up(m + m / 2 + m / 16 + 1, 512), 512);
+}
+
+/* A new process's block table: one segment. */
 int pmm_blocks_alloc(struct pmm_proc *p)
 {
-	p->block_bits = PMM_BLOCK_MIN_BITS;
-	p->block_grow_at = 1U << (PMM_BLOCK_MIN_BITS - 1);
-	p->blocks = kvcalloc(1U << p->block_bits, sizeof(*p->blocks),
-			     GFP_KERNEL_ACCOUNT);
-	if (!p->blocks)
-		return -ENOMEM;
-	pmm_kmem_add(sizeof(*p->blocks) << p->block_bits);
+	/* the fields of a slot (pmm_int.h) */
+	BUILD_BUG_ON(sizeof(struct pmm_block_ent) != 24);
+	BUILD_BUG_ON(PMM_OP_NR > 16);
+	BUILD_BUG_ON(PMM_PROBE_MAX > 1 << (64 - BE_DIST_SHIFT));
+	BUILD_BUG_ON(PMM_MAX_SITES_LIMIT > 1 << 20);
+	BUILD_BUG_ON(PMM_MAX_BLOCKS_LIMIT >= 1ULL << BE_SIZE_BITS);
+	BUILD_BUG_ON(SLOT_BYTES(512) % PAGE_SIZE);
+
 	hash_init(p->pending);
 	INIT_LIST_HEAD(&p->pending_fifo);
+	p->segs = tab_alloc(sizeof(*p->segs) * 4);
+	p->dir = tab_alloc(sizeof(*p->dir));
+	if (!p->segs || !p->dir)
+		goto nomem;
+	p->segs_cap = 4;
+	p->segs[0].n = seg_slots_for(0);
+	p->segs[0].grow_at = p->segs[0].n * 4 / 5;
+	p->segs[0].slot = tab_alloc(SLOT_BYTES(p->segs[0].n));
+	if (!p->segs[0].slot)
+		goto nomem;
+	p->nsegs = 1;
 	return 0;
+nomem:
+	pmm_blocks_free(p);
+	return -ENOMEM;
 }
 
 /* Frees the block table and the pending frees (they count as unmatched). */
 void pmm_blocks_free(struct pmm_proc *p)
 {
-	if (p->blocks) {
-		pmm_kmem_add(-(long)(sizeof(*p->blocks) << p->block_bits));
-		kvfree(p->blocks);
-		p->blocks = NULL;
-		p->block_bits = 0;
-		p->nblocks = 0;
-	}
+	u32 i;
+
+	for (i = 0; i < p->nsegs; i++)
+		tab_free(p->segs[i].slot, SLOT_BYTES(p->segs[i].n));
+	tab_free(p->segs, sizeof(*p->segs) * p->segs_cap);
+	tab_free(p->dir, sizeof(*p->dir) << p->dir_bits);
+	p->segs = NULL;
+	p->dir = NULL;
+	p->nsegs = 0;
+	p->segs_cap = 0;
+	p->dir_bits = 0;
+	ext_free_all(p);
+	p->nblocks = 0;
 	pmm_expire_pending(p, true);
 }
 
@@ -132,139 +338,260 @@ static void pmm_older(struct pmm_proc *p)
 	atomic64_inc(&pmm_older_frees);
 }
 
-static u32 block_mask(struct pmm_proc *p)
-{
-	return (1U << p->block_bits) - 1;
-}
-
-/* The full keyed hash of an address; a table of 1 << bits uses its top bits. */
+/* The keyed hash of an address; a table's home slot scales it to its size. */
 static __always_inline u32 block_hash(struct pmm_proc *p, u64 ptr)
 {
 	return hsiphash_2u32((u32)ptr, (u32)(ptr >> 32), &p->hkey);
 }
 
-static __always_inline u32 block_home(struct pmm_proc *p, u64 ptr, u32 bits)
+/* In segment t, the bits of a hash below t's prefix (hs = h << depth). */
+static __always_inline u32 bt_home(const struct pmm_bseg *t, u32 hs)
 {
-	return block_hash(p, ptr) >> (32 - bits);
+	return ((u64)hs * t->n) >> 32;
 }
 
-static bool slot_used(const struct pmm_block_ent *e)
+static __always_inline u32 bt_next(const struct pmm_bseg *t, u32 i)
 {
-	return e->op != PMM_OP_NONE;
+	return ++i == t->n ? 0 : i;
 }
 
-/* The first empty slot within PMM_PROBE_MAX of home, or NULL. */
-static struct pmm_block_ent *block_empty_from(struct pmm_block_ent *tab,
-					      u32 bits, u32 home)
+static __always_inline u32 bt_prev(const struct pmm_bseg *t, u32 i)
 {
-	u32 mask = (1U << bits) - 1, i = home, k;
-
-	for (k = 0; k < PMM_PROBE_MAX; k++, i = (i + 1) & mask)
-		if (!slot_used(&tab[i]))
-			return &tab[i];
-	return NULL;
+	return (i ? i : t->n) - 1;
 }
 
-/* A block leaves the table's accounting without being freed (dropped). */
-static void block_forget(struct pmm_proc *p, const struct pmm_block_ent *b)
+/* The segment of hash h's blocks; *hs: h without its prefix. */
+static __always_inline struct pmm_bseg *seg_of(struct pmm_proc *p, u32 h,
+					       u32 *hs)
 {
-	p->live_bytes -= b->size * b->weight;
-	b->site->live_bytes -= b->size * b->weight;
-	b->site->live_blocks -= b->weight;
+	struct pmm_bseg *t = &p->segs[p->dir[(u64)h >> (32 - p->dir_bits)]];
+
+	*hs = h << t->depth;
+	return t;
+}
+
+/*
+ * Where a block goes in t: at pos, d slots from its home, the entries from
+ * pos to the empty slot at end moving one slot on. The blocks of its home
+ * stay in front of it.
+ */
+struct bt_spot {
+	u32 pos;
+	u32 d;
+	u32 end;
+};
+
+/*
+ * How many blocks of that kind t holds at ptr (hs); *pos and *d: the slot
+ * past its home's entries and its distance from home (PMM_PROBE_MAX when
+ * that is too far).
+ */
+static __always_inline u32 bt_count(struct pmm_bseg *t, u32 hs, u64 ptr,
+				    bool map, u32 *pos, u32 *d)
+{
+	u32 i = bt_home(t, hs), k, same = 0;
+	struct pmm_block_ent *e;
+
+	for (k = 0; k < PMM_PROBE_MAX; k++, i = bt_next(t, i)) {
+		e = &t->slot[i];
+		if (!be_used(e) || be_dist(e) < k)
+			break;
+		if (be_dist(e) == k && be_ptr(e) == ptr &&
+		    op_is_map(be_op(e)) == map)
+			same++;
+	}
+	*pos = i;
+	*d = k;
+	return same;
+}
+
+/*
+ * Finds the spot of a block at ptr (hs) in t and counts in *same the blocks
+ * of that kind at ptr; false when no spot is within PMM_PROBE_MAX of its
+ * home or an entry it moves would be (then nothing is changed).
+ */
+static __always_inline bool bt_find_spot(struct pmm_bseg *t, u32 hs, u64 ptr,
+					 bool map, struct bt_spot *sp, u32 *same)
+{
+	struct pmm_block_ent *e;
+	u32 i, k;
+
+	*same = bt_count(t, hs, ptr, map, &sp->pos, &sp->d);
+	if (sp->d >= PMM_PROBE_MAX)
+		return false;
+	/* the run it pushes on, up to an empty slot */
+	for (k = 0, i = sp->pos; k < PMM_PROBE_MAX; k++, i = bt_next(t, i)) {
+		e = &t->slot[i];
+		if (!be_used(e)) {
+			sp->end = i;
+			return true;
+		}
+		if (be_dist(e) + 1 >= PMM_PROBE_MAX)
+			return false;
+	}
+	return false;
+}
+
+/* Puts entry ne (its dist field 0) at the spot bt_find_spot gave. */
+static __always_inline void bt_put(struct pmm_bseg *t, const struct bt_spot *sp,
+				   const struct pmm_block_ent *ne)
+{
+	u32 i = sp->end, j;
+
+	while (i != sp->pos) {
+		j = bt_prev(t, i);
+		t->slot[i] = t->slot[j];
+		t->slot[i].w2 += BE_DIST_ONE;
+		i = j;
+	}
+	t->slot[i] = *ne;
+	t->slot[i].w2 |= (u64)sp->d << BE_DIST_SHIFT;
+	t->used++;
+}
+
+/*
+ * Empties slot e of t: the entries after it that are not at their home
+ * move back one slot (no tombstones, Robin Hood order kept).
+ */
+static __always_inline void bt_unlink(struct pmm_bseg *t,
+				      struct pmm_block_ent *e)
+{
+	u32 i = e - t->slot, j = bt_next(t, i);
+
+	while (be_used(&t->slot[j]) && be_dist(&t->slot[j])) {
+		t->slot[i] = t->slot[j];
+		t->slot[i].w2 -= BE_DIST_ONE;
+		i = j;
+		j = bt_next(t, j);
+	}
+	memset(&t->slot[i], 0, sizeof(t->slot[i]));
+	t->used--;
+}
+
+/* Block e is dropped (not freed): its figures leave the process's. */
+static void block_drop(struct pmm_proc *p, const struct pmm_block_ent *e)
+{
+	struct pmm_site_stats *s = be_site(p, e);
+	u32 w;
+	u64 size = be_size(p, e, &w);
+
+	p->live_bytes -= size * w;
+	s->live_bytes -= size * w;
+	s->live_blocks -= w;
+	if (e->w1 & BE_EXT)
+		ext_put(p, e->w2 & BE_SIZE_MASK);
 	p->nblocks--;
 	pmm_drop(p);
 }
 
 /*
- * Doubles the table. When that fails it stays as it is, and the next try
- * waits until 1/16 of the table more is used.
+ * Puts the entries of slots old[0..n) into segment t (its depth set) by
+ * their hash or, for a split, into t or t1 by the bit of their hash after
+ * the prefix the two share. One that finds no spot is dropped.
  */
-static noinline void blocks_grow(struct pmm_proc *p)
+static void seg_fill(struct pmm_proc *p, struct pmm_bseg *t,
+		     struct pmm_bseg *t1, const struct pmm_block_ent *old,
+		     u32 n)
 {
-	u32 bits = p->block_bits + 1, i, h = 0;
-	struct pmm_block_ent *nt = NULL, *slot;
-	bool hashed = false;
-	u64 last = 0;
+	struct pmm_block_ent ne;
+	struct pmm_bseg *to;
+	struct bt_spot sp;
+	u32 i, h, same;
 
-	if (bits <= PMM_BLOCK_MAX_BITS)
-		nt = kvcalloc(1U << bits, sizeof(*nt),
-			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
-	if (!nt) {
-		p->block_grow_at = p->nblocks + (1U << (p->block_bits - 4));
+	for (i = 0; i < n; i++) {
+		if (!be_used(&old[i]))
+			continue;
+		ne = old[i];
+		ne.w2 &= ~(~0ULL << BE_DIST_SHIFT);
+		h = block_hash(p, be_ptr(&ne));
+		to = t1 && (h << (t->depth - 1)) >> 31 ? t1 : t;
+		if (bt_find_spot(to, h << to->depth, be_ptr(&ne),
+				 op_is_map(be_op(&ne)), &sp, &same))
+			bt_put(to, &sp, &ne);
+		else
+			block_drop(p, &ne);
+	}
+}
+
+/*
+ * Grows segment segs[k] by a quarter, or splits it in two by the next bit
+ * of the hash once it would pass PMM_SEG_MAX_SLOTS: either rehashes at most
+ * that many entries, so no record waits long. When memory is short (or at
+ * the last split) it stays as it is, and the next try waits until 1/16 of
+ * it more is used.
+ */
+static noinline void seg_grow(struct pmm_proc *p, u32 k)
+{
+	struct pmm_bseg *t = &p->segs[k], *ns, old = *t;
+	u32 n = seg_slots_for(t->used + 1), half, i, *nd;
+
+	if (n <= PMM_SEG_MAX_SLOTS) {
+		t->slot = tab_alloc(SLOT_BYTES(n));
+		if (!t->slot) {
+			*t = old;
+			goto later;
+		}
+		t->n = n;
+		t->used = 0;
+		t->grow_at = n * 4 / 5;
+		seg_fill(p, t, NULL, old.slot, old.n);
+		tab_free(old.slot, SLOT_BYTES(old.n));
 		return;
 	}
-	for (i = 0; i <= block_mask(p); i++) {
-		if (slot_used(&p->blocks[i])) {
-			/* blocks at one address sit together: hash it once */
-			if (!hashed || p->blocks[i].ptr != last) {
-				hashed = true;
-				last = p->blocks[i].ptr;
-				h = block_hash(p, last);
-			}
-			slot = block_empty_from(nt, bits, h >> (32 - bits));
-			if (slot)
-				*slot = p->blocks[i];
-			else
-				block_forget(p, &p->blocks[i]);
-		}
-		if (!(i & 4095))
-			cond_resched();
+	if (t->depth == PMM_SEG_MAX_DEPTH)
+		goto later;
+	/* the directory doubles when the segment's prefix is as long as its */
+	if (t->depth == p->dir_bits) {
+		nd = tab_alloc(sizeof(*nd) << (p->dir_bits + 1));
+		if (!nd)
+			goto later;
+		for (i = 0; i < 2U << p->dir_bits; i++)
+			nd[i] = p->dir[i >> 1];
+		tab_free(p->dir, sizeof(*nd) << p->dir_bits);
+		p->dir = nd;
+		p->dir_bits++;
 	}
-	kvfree(p->blocks);
-	pmm_kmem_add(sizeof(*nt) << p->block_bits);
-	p->blocks = nt;
-	p->block_bits = bits;
-	p->block_grow_at = 1U << (bits - 1);
-}
-
-/*
- * Whether one more block fits: the table grows past half full and refuses
- * past 7/8, so that a probe always ends at an empty slot.
- */
-static __always_inline bool block_room(struct pmm_proc *p)
-{
-	if (p->nblocks >= p->block_grow_at)
-		blocks_grow(p);
-	return (p->nblocks + 1) * 8 <= (7ULL << p->block_bits);
-}
-
-/*
- * How many live blocks of that kind sit at ptr; *free is the empty slot a
- * new block at ptr goes to, NULL if none is within PMM_PROBE_MAX.
- */
-static __always_inline u32
-block_count_at(struct pmm_proc *p, u64 ptr, bool map,
-	       struct pmm_block_ent **free)
-{
-	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits), n = 0;
-	struct pmm_block_ent *e;
-	u32 k;
-
-	*free = NULL;
-	for (k = 0; k < PMM_PROBE_MAX; k++, i = (i + 1) & mask) {
-		e = &p->blocks[i];
-		if (!slot_used(e)) {
-			*free = e;
-			break;
-		}
-		if (e->ptr == ptr && op_is_map(e->op) == map)
-			n++;
+	if (p->nsegs == p->segs_cap) {
+		ns = tab_alloc(sizeof(*ns) * 2 * p->segs_cap);
+		if (!ns)
+			goto later;
+		memcpy(ns, p->segs, sizeof(*ns) * p->nsegs);
+		tab_free(p->segs, sizeof(*ns) * p->segs_cap);
+		p->segs = ns;
+		p->segs_cap *= 2;
+		t = &p->segs[k];
 	}
-	return n;
-}
-
-/*
- * The slot a block at ptr may take: NULL when PMM_MAX_SAME_ADDR blocks sit
- * there already or no slot is close enough to its home.
- */
-static __always_inline struct pmm_block_ent *
-block_slot_at(struct pmm_proc *p, u64 ptr, bool map)
-{
-	struct pmm_block_ent *free;
-
-	if (block_count_at(p, ptr, map, &free) >= PMM_MAX_SAME_ADDR)
-		return NULL;
-	return free;
+	/* each half 2/3 full (the keyed hash splits them evenly) */
+	half = round_up(old.used * 3 / 4 + 1, 512);
+	ns = &p->segs[p->nsegs];
+	ns->slot = tab_alloc(SLOT_BYTES(half));
+	t->slot = tab_alloc(SLOT_BYTES(half));
+	if (!ns->slot || !t->slot) {
+		tab_free(ns->slot, SLOT_BYTES(half));
+		tab_free(t->slot, SLOT_BYTES(half));
+		ns->slot = NULL;
+		*t = old;
+		goto later;
+	}
+	t->n = half;
+	ns->n = half;
+	t->used = 0;
+	ns->used = 0;
+	t->depth = old.depth + 1;
+	ns->depth = old.depth + 1;
+	t->grow_at = half * 4 / 5;
+	ns->grow_at = half * 4 / 5;
+	seg_fill(p, t, ns, old.slot, old.n);
+	tab_free(old.slot, SLOT_BYTES(old.n));
+	/* the directory's entries of the 1 half (that bit of their index) */
+	for (i = 0; i < 1U << p->dir_bits; i++)
+		if (p->dir[i] == k &&
+		    ((i >> (p->dir_bits - 1 - old.depth)) & 1))
+			p->dir[i] = p->nsegs;
+	p->nsegs++;
+	return;
+later:
+	p->segs[k].grow_at = p->segs[k].used + p->segs[k].n / 16;
 }
 
 /*
@@ -280,65 +607,94 @@ static bool tag_fits(u64 alloc_time, u32 tag)
 }
 
 /*
- * The newest live block at ptr of that kind with time_ns <= t and tag. The
- * newest even with a tag: blocks whose times differ by a multiple of
- * 2^PMM_ALLOC_TAG_BITS ns share it, and the free's own block, if it has
- * arrived, is the newest older one (an allocation between them would have
- * freed it first).
+ * The newest live block at ptr of that kind with time_ns <= t and tag, in
+ * segment *tp. The newest even with a tag: blocks whose times differ by a
+ * multiple of 2^PMM_ALLOC_TAG_BITS ns share it, and the free's own block,
+ * if it has arrived, is the newest older one (an allocation between them
+ * would have freed it first).
  */
 static __always_inline struct pmm_block_ent *
-block_find(struct pmm_proc *p, u64 ptr, u64 t, bool map, u32 tag)
+block_find(struct pmm_proc *p, u64 ptr, u64 time, bool map, u32 tag,
+	   struct pmm_bseg **tp)
 {
-	u32 mask = block_mask(p), i = block_home(p, ptr, p->block_bits), k;
 	struct pmm_block_ent *e, *best = NULL;
+	struct pmm_bseg *t;
+	u32 hs, i, d;
+	u64 et;
 
-	for (k = 0; k < PMM_PROBE_MAX; k++) {
-		e = &p->blocks[i];
-		if (!slot_used(e))
+	if (ptr >> BE_ADDR_BITS)
+		return NULL;	/* never kept */
+	t = seg_of(p, block_hash(p, ptr), &hs);
+	*tp = t;
+	i = bt_home(t, hs);
+	for (d = 0; d < PMM_PROBE_MAX; d++, i = bt_next(t, i)) {
+		e = &t->slot[i];
+		if (!be_used(e) || be_dist(e) < d)
 			break;
-		i = (i + 1) & mask;
-		if (e->ptr != ptr || op_is_map(e->op) != map || e->time_ns > t ||
-		    !tag_fits(e->time_ns, tag))
+		if (be_dist(e) != d || be_ptr(e) != ptr ||
+		    op_is_map(be_op(e)) != map)
 			continue;
-		if (!best || e->time_ns > best->time_ns)
+		et = be_time(e);
+		if (et > time || !tag_fits(et, tag))
+			continue;
+		if (!best || et > be_time(best))
 			best = e;
 	}
 	return best;
 }
 
 /*
- * Empties slot e and shifts later entries of its cluster back, so that no
- * probe meets a hole before its entry (no tombstones). An entry
- * PMM_PROBE_MAX or more past the hole has its home after the hole (no
- * entry is farther from home), so the walk stops there.
+ * Where a new block at ptr goes (*tp, sp): its segment grows first when
+ * it is 4/5 full. False when it is 19/20 full, PMM_MAX_SAME_ADDR blocks of
+ * that kind sit at ptr already or no spot is near enough to its home.
  */
-static __always_inline void block_unlink(struct pmm_proc *p,
-					 struct pmm_block_ent *e)
+static __always_inline bool block_spot(struct pmm_proc *p, u64 ptr, bool map,
+				       struct pmm_bseg **tp,
+				       struct bt_spot *sp)
 {
-	/* locals: the stores below may alias p's fields (no strict aliasing) */
-	struct pmm_block_ent *tab = p->blocks;
-	u32 bits = p->block_bits, mask = (1U << bits) - 1;
-	u32 hole = e - tab, i = hole, home = 0;
-	bool hashed = false;
-	u64 last = 0;
+	u32 h = block_hash(p, ptr), hs, same;
+	struct pmm_bseg *t = seg_of(p, h, &hs);
 
-	for (;;) {
-		i = (i + 1) & mask;
-		if (!slot_used(&tab[i]) || ((i - hole) & mask) >= PMM_PROBE_MAX)
-			break;
-		/* blocks at one address sit together: hash it once */
-		if (!hashed || tab[i].ptr != last) {
-			hashed = true;
-			last = tab[i].ptr;
-			home = block_home(p, last, bits);
-		}
-		/* the entry at i may move to the hole if its home is not in (hole, i] */
-		if (((i - home) & mask) >= ((i - hole) & mask)) {
-			tab[hole] = tab[i];
-			hole = i;
-		}
+	if (unlikely(t->used >= t->grow_at)) {
+		seg_grow(p, p->dir[(u64)h >> (32 - p->dir_bits)]);
+		t = seg_of(p, h, &hs);
 	}
-	tab[hole].op = PMM_OP_NONE;
+	*tp = t;
+	return ((u64)t->used + 1) * 20 <= (u64)t->n * 19 &&
+	       bt_find_spot(t, hs, ptr, map, sp, &same) &&
+	       same < PMM_MAX_SAME_ADDR;
+}
+
+/*
+ * Packs a block into ne (its dist 0); false when it cannot be kept (an
+ * address from 2^48, a time from 2^58 ns, no memory for its ext record).
+ */
+static __always_inline bool block_pack(struct pmm_proc *p,
+				       struct pmm_block_ent *ne, u64 ptr,
+				       u64 prev, u64 size, u64 t,
+				       struct pmm_site_stats *s, u32 w, u16 op)
+{
+	u32 idx = pmm_site_idx(s), x;
+	struct pmm_block_ext *ext;
+
+	if ((ptr >> BE_ADDR_BITS) || (t >> BE_TIME_BITS))
+		return false;
+	ne->w0 = ptr | (u64)(idx & 0xffff) << BE_ADDR_BITS;
+	ne->w1 = t | (u64)(idx >> 16) << 58;
+	if (likely(w == 1 && !prev && !(size >> BE_SIZE_BITS))) {
+		ne->w2 = size | (u64)op << BE_OP_SHIFT;
+		return true;
+	}
+	x = ext_get(p);
+	if (x == U32_MAX)
+		return false;
+	ext = ext_at(p, x);
+	ext->size = size;
+	ext->prev_ptr = prev;
+	ext->weight = w;
+	ne->w1 |= BE_EXT;
+	ne->w2 = x | (u64)op << BE_OP_SHIFT;
+	return true;
 }
 
 static __always_inline void count_alloc(struct pmm_proc *p,
@@ -384,12 +740,16 @@ static __always_inline void live_sub(struct pmm_proc *p,
 		s->live_bytes -= bytes;
 }
 
-static __always_inline void block_remove(struct pmm_proc *p,
-					 struct pmm_block_ent *b)
+/* Frees block e of t: its site's and the process's figures, its ext record. */
+static __always_inline void block_remove(struct pmm_proc *p, struct pmm_bseg *t,
+					 struct pmm_block_ent *e,
+					 struct pmm_site_stats *s, u64 size, u32 w)
 {
-	live_sub(p, b->site, b->size * b->weight);
-	b->site->live_blocks -= b->weight;
-	block_unlink(p, b);
+	live_sub(p, s, size * w);
+	s->live_blocks -= w;
+	if (unlikely(e->w1 & BE_EXT))
+		ext_put(p, e->w2 & BE_SIZE_MASK);
+	bt_unlink(t, e);
 	p->nblocks--;
 }
 
@@ -472,11 +832,13 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 				     u64 prev, u64 size, u64 t, u32 site, u32 w)
 {
 	unsigned int bucket = size_bucket(size);
-	struct pmm_block_ent *b = NULL;
 	struct pmm_pending *pe = NULL;
+	struct pmm_bseg *seg = NULL;
 	struct pmm_site_stats *s;
+	struct pmm_block_ent ne;
+	struct bt_spot sp;
 	bool need_block;
-	u64 len;
+	u64 len = 0;
 
 	if (p->npending)
 		pe = pending_find(p, ptr, t, op_is_map(op));
@@ -485,37 +847,28 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 	 * that cancels its start leaves the rest at ptr + its length.
 	 */
 	need_block = !pe || (pe->op == PMM_OP_MUNMAP && pe->len < size);
-	if (need_block) {
-		if (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
-		    !block_room(p))
-			goto drop;
-		b = block_slot_at(p, pe ? ptr + pe->len : ptr, op_is_map(op));
-		if (!b)
-			goto drop;
-	}
+	if (pe)
+		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
+	if (need_block &&
+	    (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
+	     !block_spot(p, ptr + len, op_is_map(op), &seg, &sp)))
+		goto drop;
 	s = site_get(p, site);
 	if (!s)
+		goto drop;
+	if (need_block &&
+	    !block_pack(p, &ne, ptr + len, prev, size - len, t, s, w, op))
 		goto drop;
 	count_alloc(p, s, op, bucket, size, w);
 	if (pe) {
 		/* its free arrived first: the pair cancels */
-		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
 		count_free(p, s, pe->op, bucket, len, w);
 		pending_del(p, pe);
 		if (!need_block)
 			return;
-		ptr += len;
 		size -= len;
-		bucket = size_bucket(size);
 	}
-	b->ptr = ptr;
-	b->prev_ptr = prev;
-	b->size = size;
-	b->time_ns = t;
-	b->site = s;
-	b->weight = w;
-	b->op = op;
-	b->bucket = bucket;
+	bt_put(seg, &sp, &ne);
 	p->nblocks++;
 	p->live_bytes += size * w;
 	s->live_bytes += size * w;
@@ -525,34 +878,58 @@ drop:
 	pmm_drop(p);
 }
 
+/*
+ * What is left of mapping e (of t), trimmed by len bytes from its start,
+ * moves to its new address (dropped if it finds no spot there).
+ */
+static void map_trim(struct pmm_proc *p, struct pmm_bseg *t,
+		     struct pmm_block_ent *e, struct pmm_site_stats *s,
+		     u64 size, u32 w, u64 len)
+{
+	struct pmm_block_ent ne = *e;
+	u64 at = be_ptr(e) + len;
+	struct bt_spot sp;
+
+	ne.w2 &= ~(~0ULL << BE_DIST_SHIFT);
+	bt_unlink(t, e);
+	size -= len;
+	if (ne.w1 & BE_EXT)
+		ext_at(p, ne.w2 & BE_SIZE_MASK)->size = size;
+	else
+		ne.w2 = (ne.w2 & ~BE_SIZE_MASK) | size;
+	ne.w0 = (ne.w0 & ~BE_ADDR_MASK) | (at & BE_ADDR_MASK);
+	if ((at >> BE_ADDR_BITS) || !block_spot(p, at, true, &t, &sp)) {
+		block_drop(p, &ne);
+		return;
+	}
+	bt_put(t, &sp, &ne);
+}
+
 /* Frees len bytes (U64_MAX: all) at ptr now; false if no block is there. */
 static __always_inline bool free_now(struct pmm_proc *p, u64 ptr, u64 len,
 				     u64 t, u16 fop, u32 tag)
 {
 	bool map = fop == PMM_OP_MUNMAP;
-	struct pmm_block_ent *b, moved;
+	struct pmm_site_stats *s;
+	struct pmm_block_ent *b;
+	struct pmm_bseg *seg;
+	u64 size;
+	u32 w;
 
-	b = block_find(p, ptr, t, map, tag);
+	b = block_find(p, ptr, t, map, tag, &seg);
 	if (!b)
 		return false;
-	if (map && len < b->size) {
-		/* trimmed from the start: it moves to its new address */
-		count_free(p, b->site, fop, b->bucket, len, b->weight);
-		live_sub(p, b->site, len * b->weight);
-		moved = *b;
-		block_unlink(p, b);
-		moved.ptr += len;
-		moved.size -= len;
-		moved.bucket = size_bucket(moved.size);
-		b = block_slot_at(p, moved.ptr, true);
-		if (b)
-			*b = moved;
-		else
-			block_forget(p, &moved);	/* and so is the rest */
+	s = be_site(p, b);
+	size = be_size(p, b, &w);
+	if (map && len < size) {
+		/* trimmed from the start */
+		count_free(p, s, fop, size_bucket(size), len, w);
+		live_sub(p, s, len * w);
+		map_trim(p, seg, b, s, size, w, len);
 		return true;
 	}
-	count_free(p, b->site, fop, b->bucket, b->size, b->weight);
-	block_remove(p, b);
+	count_free(p, s, fop, size_bucket(size), size, w);
+	block_remove(p, seg, b, s, size, w);
 	return true;
 }
 
@@ -769,16 +1146,25 @@ void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n)
 }
 
 /*
- * The first block at or after *slot in table order, updating *slot; NULL
- * past the end. The caller moves on with ++*slot.
+ * The first block at or after *slot (segment << 32 | slot in it), read
+ * into *v, updating *slot; false past the end. The caller moves on with
+ * ++*slot.
  */
-struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot)
+bool pmm_block_at(struct pmm_proc *p, u64 *slot, struct pmm_block_view *v)
 {
+	struct pmm_bseg *t;
+	u32 k, i;
+
 	lockdep_assert_held(&p->lock);
-	if (!p->blocks)
-		return NULL;
-	for (; *slot <= block_mask(p); (*slot)++)
-		if (slot_used(&p->blocks[*slot]))
-			return &p->blocks[*slot];
-	return NULL;
+	for (k = *slot >> 32; k < p->nsegs; k++) {
+		t = &p->segs[k];
+		for (i = k == *slot >> 32 ? (u32)*slot : 0; i < t->n; i++) {
+			if (be_used(&t->slot[i])) {
+				*slot = (u64)k << 32 | i;
+				block_view(p, &t->slot[i], v);
+				return true;
+			}
+		}
+	}
+	return false;
 }

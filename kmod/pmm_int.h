@@ -43,12 +43,13 @@
 #include <linux/sched.h>
 #include <linux/siphash.h>
 #include <linux/workqueue.h>
+#include <asm/page.h>
 #include "uapi/pmm.h"
 #include "compat.h"
 
 #define PMM_DEF_INTERVAL_MS	10000
 #define PMM_DEF_MAX_PIDS	64
-#define PMM_DEF_MAX_BLOCKS	1048576
+#define PMM_DEF_MAX_BLOCKS	(16U << 20)
 #define PMM_DEF_MAX_SITES	65536
 #define PMM_DEF_MAX_SAMPLES	4096
 #define PMM_DEF_MAX_PIDS_PER_UID	16
@@ -96,11 +97,16 @@ struct pmm_queued {
 #define PMM_SITE_PROBE_MAX	64
 
 /*
- * The block table: open addressing with linear probing, at most half full
- * while it can grow, and never fuller than 7/8 (PMM_BLOCK_MAX_BITS).
+ * The block table: segments chosen by the top bits of a block's keyed hash
+ * (extendible hashing: a directory of 2^dir_bits entries). Each segment is
+ * open-addressed in Robin Hood order (a probe stops at an entry nearer its
+ * home than the probe is to its own), of any number of slots (a home is
+ * scaled, not masked). A segment grows by a quarter once 4/5 full, and
+ * splits in two past PMM_SEG_MAX_SLOTS, so that it stays 61-80% full and
+ * no growth rehashes more than a segment; it refuses blocks past 19/20.
  */
-#define PMM_BLOCK_MIN_BITS	6
-#define PMM_BLOCK_MAX_BITS	25
+#define PMM_SEG_MAX_SLOTS	16384
+#define PMM_SEG_MAX_DEPTH	12
 
 /* Direct-mapped cache of site entries in front of the site table. */
 #define PMM_SITE_CACHE		64
@@ -110,20 +116,53 @@ struct pmm_queued {
 #define PMM_SITE_MAX_BITS	21
 
 /*
- * One slot of a process's block table, keyed by ptr; op 0 (PMM_OP_NONE)
- * marks an empty slot, since any address (even 0 after a trim) may be used.
- * Entries are moved when the table grows or a neighbour is removed: hold no
- * pointer across a change.
+ * One slot of a process's block table: 24 bytes in three words (pairing.c
+ * packs and reads them):
+ *   w0: ptr (bits 0-47), the site's index bits 0-15 (48-63)
+ *   w1: time_ns (0-57), the site's index bits 16-19 (58-61), EXT (62)
+ *   w2: size, or with EXT the index of its pmm_block_ext (0-46); op
+ *       (47-50); distance from its home slot (51-63)
+ * op 0 (PMM_OP_NONE) marks an empty slot: any address (even 0 after a
+ * trim) may be used. A block whose weight is not 1, that has a prev_ptr or
+ * is 2^47 bytes or more keeps those in a pmm_block_ext (EXT): exact mode's
+ * mallocs never need one. Blocks at addresses from 2^48 or with times from
+ * 2^58 ns are dropped. Entries move when the table grows or a neighbour is
+ * removed: hold no pointer across a change.
  */
 struct pmm_block_ent {
+	u64 w0;
+	u64 w1;
+	u64 w2;
+};
+
+/* What does not fit a slot; free ones are chained by next_free (index + 1). */
+struct pmm_block_ext {
+	u64 size;
+	u64 prev_ptr;
+	u32 weight;
+	u32 next_free;
+};
+
+#define PMM_EXT_PER_CHUNK	(PAGE_SIZE / sizeof(struct pmm_block_ext))
+
+/* A block as its readers see it (pmm_block_at). */
+struct pmm_block_view {
 	u64 ptr;
 	u64 prev_ptr;
 	u64 size;
 	u64 time_ns;
-	struct pmm_site_stats *site;	/* never freed before the process */
+	struct pmm_site_stats *site;
 	u32 weight;
 	u16 op;
-	u8 bucket;			/* size's size bucket, for the free */
+};
+
+/* A segment of the block table: n slots, used of them taken. */
+struct pmm_bseg {
+	struct pmm_block_ent *slot;
+	u32 n;
+	u32 used;
+	u32 grow_at;		/* used that makes it grow */
+	u32 depth;		/* the bits of the hash its blocks share */
 };
 
 /* A free (or munmap) that arrived before its allocation. */
@@ -166,11 +205,17 @@ struct pmm_proc {
 	const struct cred *cred;	/* its credentials, held: access checks */
 	const struct cred *cred_seen;	/* a sender's, when cred was refreshed */
 	bool dumpable;			/*   after it exited */
-	/* tables; NULL once stopped (pmm_proc_retire), whoever holds p */
-	struct pmm_block_ent *blocks;	/* 1 << block_bits slots */
-	u32 block_bits;
-	u64 block_grow_at;		/* nblocks that makes it grow */
+	/* tables; segs NULL once stopped (pmm_proc_retire), whoever holds p */
+	struct pmm_bseg *segs;		/* nsegs of segs_cap */
+	u32 nsegs;
+	u32 segs_cap;
+	u32 *dir;			/* 1 << dir_bits indices in segs */
+	u32 dir_bits;
 	u64 nblocks;
+	struct pmm_block_ext **ext;	/* ext_chunks of PMM_EXT_PER_CHUNK */
+	u32 ext_chunks;
+	u32 ext_cap;			/* room in ext for this many chunks */
+	u32 ext_free;			/* first free one's index + 1, or 0 */
 	struct hlist_head pending[PMM_PENDING_BUCKETS];
 	struct list_head pending_fifo;
 	u32 npending;
@@ -178,6 +223,8 @@ struct pmm_proc {
 	u32 site_bits;
 	struct pmm_site_stats *site_cache[PMM_SITE_CACHE];
 	u32 nsites;
+	struct pmm_site_stats **site_list;	/* by index, in order of creation */
+	u32 site_list_cap;
 	struct pmm_obj_ent **objs;	/* objects.c: nobjs of objs_cap */
 	u32 nobjs;
 	u32 objs_cap;
@@ -255,7 +302,7 @@ void pmm_blocks_free(struct pmm_proc *p);
 void pmm_apply_records(struct pmm_proc *p, const struct pmm_record *r, u32 n);
 u32 pmm_check_records(const struct pmm_record *r, u32 n);
 void pmm_expire_pending(struct pmm_proc *p, bool all);
-struct pmm_block_ent *pmm_block_at(struct pmm_proc *p, u64 *slot);
+bool pmm_block_at(struct pmm_proc *p, u64 *slot, struct pmm_block_view *v);
 
 /* sites.c */
 int pmm_sites_init(void);
@@ -265,6 +312,17 @@ struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id);
 int pmm_register_site(struct pmm_proc *p, const struct pmm_site *s,
 		      const u64 *loc);
 struct pmm_site_stats *pmm_site_at(struct pmm_proc *p, u64 *slot);
+
+/* A site's entry: its counters and its index in the process's site_list. */
+struct pmm_site_ent {
+	struct pmm_site_stats st;
+	u32 idx;
+};
+
+static inline u32 pmm_site_idx(struct pmm_site_stats *s)
+{
+	return container_of(s, struct pmm_site_ent, st)->idx;
+}
 
 /*
  * The site entry for id, created (undescribed) when new; NULL at the limit.

@@ -197,8 +197,8 @@ struct pmm_pid_iter {
 	u64 next_id;		/* start order id after p */
 	u32 nr;			/* "[nr]" of p */
 	enum pmm_iter_phase phase;
-	u64 slot;		/* of b in the block table */
-	struct pmm_block_ent *b;
+	u64 slot;		/* of b in the block tables */
+	struct pmm_block_view b;
 	loff_t pos;
 	u64 real_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
 };
@@ -260,8 +260,7 @@ static bool it_settle(struct pmm_pid_iter *it)
 			it->phase = PMM_IT_BLOCK;
 			it->slot = 0;
 		}
-		it->b = pmm_block_at(it->p, &it->slot);
-		if (it->b)
+		if (pmm_block_at(it->p, &it->slot, &it->b))
 			return true;
 		pmm_proc_unlock_read(it->p);
 		if (!it_next_proc(it))
@@ -281,10 +280,9 @@ static bool it_advance(struct pmm_pid_iter *it)
 		it->slot = 0;
 		break;
 	case PMM_IT_BLOCK:
-		/* it->b is valid: the lock is held since ->start */
+		/* the lock is held since ->start */
 		it->slot++;
-		it->b = pmm_block_at(it->p, &it->slot);
-		if (it->b)
+		if (pmm_block_at(it->p, &it->slot, &it->b))
 			return true;
 		pmm_proc_unlock_read(it->p);
 		if (!it_next_proc(it))
@@ -373,7 +371,7 @@ static void pmm_seq_escape(struct seq_file *m, const char *s)
 
 static void pmm_show_block(struct seq_file *m, struct pmm_pid_iter *it)
 {
-	struct pmm_block_ent *b = it->b;
+	const struct pmm_block_view *b = &it->b;
 	struct pmm_site_stats *s;
 	struct tm tm;
 	u64 caller = 0;

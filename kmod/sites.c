@@ -17,7 +17,7 @@ static struct kmem_cache *pmm_site_cache;
 int pmm_sites_init(void)
 {
 	pmm_site_cache = kmem_cache_create("pmm_site",
-					   sizeof(struct pmm_site_stats), 0,
+					   sizeof(struct pmm_site_ent), 0,
 					   SLAB_ACCOUNT, NULL);
 	return pmm_site_cache ? 0 : -ENOMEM;
 }
@@ -36,10 +36,16 @@ void pmm_sites_free(struct pmm_proc *p)
 		return;
 	for (i = 0; i < 1U << p->site_bits; i++)
 		if (p->sites[i])
-			kmem_cache_free(pmm_site_cache, p->sites[i]);
+			kmem_cache_free(pmm_site_cache,
+					container_of(p->sites[i],
+						     struct pmm_site_ent, st));
 	pmm_kmem_add(-(long)(p->nsites * kmem_cache_size(pmm_site_cache) +
-			     (sizeof(*p->sites) << p->site_bits)));
+			     (sizeof(*p->sites) << p->site_bits) +
+			     sizeof(*p->site_list) * p->site_list_cap));
 	kvfree(p->sites);
+	kvfree(p->site_list);
+	p->site_list = NULL;
+	p->site_list_cap = 0;
 	p->sites = NULL;
 	p->site_bits = 0;
 	p->nsites = 0;
@@ -101,12 +107,33 @@ static bool sites_grow(struct pmm_proc *p)
 	return true;
 }
 
+/* Room in site_list for one more site (doubled when full). */
+static bool site_list_room(struct pmm_proc *p)
+{
+	u32 cap = p->site_list_cap ? 2 * p->site_list_cap : 64;
+	struct pmm_site_stats **nl;
+
+	if (p->nsites < p->site_list_cap)
+		return true;
+	nl = kvmalloc_array(cap, sizeof(*nl), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!nl)
+		return false;
+	if (p->site_list)
+		memcpy(nl, p->site_list, sizeof(*nl) * p->nsites);
+	kvfree(p->site_list);
+	pmm_kmem_add(sizeof(*nl) * (cap - p->site_list_cap));
+	p->site_list = nl;
+	p->site_list_cap = cap;
+	return true;
+}
+
 /* site_get's slow path (pmm_int.h): the table, or a new (undescribed) entry. */
 noinline struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id)
 {
 	struct pmm_site_stats *s, **slot = NULL;
+	struct pmm_site_ent *e;
 
-	if (unlikely(!p->blocks))
+	if (unlikely(!p->segs))
 		return NULL;	/* retired */
 	if (p->sites)
 		slot = site_slot(p, p->sites, p->site_bits, id);
@@ -124,12 +151,16 @@ noinline struct pmm_site_stats *pmm_site_lookup(struct pmm_proc *p, u32 id)
 		if (!slot)
 			return NULL;
 	}
-	s = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
-	if (!s)
+	if (!site_list_room(p))
 		return NULL;
+	e = kmem_cache_zalloc(pmm_site_cache, GFP_KERNEL);
+	if (!e)
+		return NULL;
+	s = &e->st;
 	s->desc.site = id;
+	e->idx = p->nsites;
 	*slot = s;
-	p->nsites++;
+	p->site_list[p->nsites++] = s;
 	pmm_kmem_add(kmem_cache_size(pmm_site_cache));
 	p->site_cache[id % PMM_SITE_CACHE] = s;
 	return s;

@@ -49,7 +49,7 @@ def test_get_config_defaults(dev: Dev) -> None:
     c = dev.config()
     assert (c.size, c.set, c.interval_ms, c.scan) == (CFG_SIZE, 0, 10000, 1)
     assert (c.start_pid, c.stop_pid, c.abi_version) == (0, 0, uapi.ABI_VERSION)
-    assert (c.max_pids, c.max_blocks_per_pid) == (64, 1 << 20)
+    assert (c.max_pids, c.max_blocks_per_pid) == (64, 16 << 20)
     assert (c.max_sites_per_pid, c.max_samples_per_pid) == (1 << 16, 4096)
     assert (c.monitored_pids, c.records_accepted, c.records_dropped, c.unmatched_frees) == (
         0,

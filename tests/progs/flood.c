@@ -3,28 +3,18 @@
  * Address flood: monitors itself and sends N malloc records at N distinct
  * addresses, all left live, then prints how long the module took.
  *
- *   flood random N        addresses from a 64-bit mix (what a heap looks like
- *                         to a hash)
- *   flood adversarial N   i * (the inverse of the golden ratio, mod 2^64):
- *                         an unseeded hash_64 puts every one of them in the
- *                         same slot at every table size
+ *   flood random N        addresses from a 64-bit mix, in user space (below
+ *                         2^47: what a heap looks like to a hash)
+ *   flood adversarial N   i * 2^26: a table that masks an address, or hashes
+ *                         its low bits unseeded, puts every one of them in
+ *                         the same slot at every size the module allows
  *
  * Output: mode=... n=... seconds=... live=... (live blocks the module holds);
  * then it stops its monitoring, which frees its tables.
  */
 #include "pmmtest.h"
 
-#define GOLDEN_RATIO_64 0x61C8864680B583EBull
-
-static uint64_t inverse(uint64_t x)
-{
-	uint64_t inv = x;	/* Newton: each step doubles the correct bits */
-	int i;
-
-	for (i = 0; i < 6; i++)
-		inv *= 2 - x * inv;
-	return inv;
-}
+#define USER_SPACE_BITS	47
 
 static uint64_t mix(uint64_t x)
 {
@@ -38,7 +28,7 @@ int main(int argc, char **argv)
 {
 	struct pmm_record *r;
 	struct pmm_pid_info info;
-	uint64_t inv = inverse(GOLDEN_RATIO_64), t0, t1, i;
+	uint64_t t0, t1, i, ptr;
 	uint32_t n, k;
 	int fd, err, adversarial;
 
@@ -49,9 +39,13 @@ int main(int argc, char **argv)
 	r = calloc(n, sizeof(*r));
 	if (!r)
 		DIE("calloc");
-	for (i = 0; i < n; i++)
-		r[i] = rec(PMM_OP_MALLOC, adversarial ? (i + 1) * inv : mix(i) | 1,
-			   0, 64, now_ns(), 1);
+	if (n >= 1U << (USER_SPACE_BITS - 26))
+		DIE("at most %u", (1U << (USER_SPACE_BITS - 26)) - 1);
+	for (i = 0; i < n; i++) {
+		ptr = adversarial ? (i + 1) << 26 :
+			(mix(i) & ((1ULL << USER_SPACE_BITS) - 1)) | 1;
+		r[i] = rec(PMM_OP_MALLOC, ptr, 0, 64, now_ns(), 1);
+	}
 	fd = pmm_open();
 	err = pmm_startstop(fd, 0, 1);
 	if (err)

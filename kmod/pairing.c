@@ -272,7 +272,7 @@ int pmm_blocks_alloc(struct pmm_proc *p)
 		goto nomem;
 	p->segs_cap = 4;
 	p->segs[0].n = seg_slots_for(0);
-	p->segs[0].grow_at = p->segs[0].n * 4 / 5;
+	p->segs[0].grow_at = p->segs[0].n / 2;
 	p->segs[0].slot = tab_alloc(SLOT_BYTES(p->segs[0].n));
 	if (!p->segs[0].slot)
 		goto nomem;
@@ -523,8 +523,13 @@ static void seg_fill(struct pmm_proc *p, struct pmm_bseg *t,
 static noinline void seg_grow(struct pmm_proc *p, u32 k)
 {
 	struct pmm_bseg *t = &p->segs[k], *ns, old = *t;
-	u32 n = seg_slots_for(t->used + 1), half, i, *nd;
+	u32 n, half, i, *nd;
 
+	/*
+	 * A table of one segment (a small heap: a few KiB) doubles at half
+	 * full instead, where probes are shortest.
+	 */
+	n = t->depth ? seg_slots_for(t->used + 1) : 2 * t->n;
 	if (n <= PMM_SEG_MAX_SLOTS) {
 		t->slot = tab_alloc(SLOT_BYTES(n));
 		if (!t->slot) {
@@ -533,7 +538,7 @@ static noinline void seg_grow(struct pmm_proc *p, u32 k)
 		}
 		t->n = n;
 		t->used = 0;
-		t->grow_at = n * 4 / 5;
+		t->grow_at = t->depth ? n * 4 / 5 : n / 2;
 		seg_fill(p, t, NULL, old.slot, old.n);
 		tab_free(old.slot, SLOT_BYTES(old.n));
 		return;

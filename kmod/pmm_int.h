@@ -104,6 +104,9 @@ struct pmm_queued {
  * scaled, not masked). A segment grows by a quarter once 4/5 full, and
  * splits in two past PMM_SEG_MAX_SLOTS, so that it stays 61-80% full and
  * no growth rehashes more than a segment; it refuses blocks past 19/20.
+ * While the table is one segment (up to 8192 blocks) it doubles at half
+ * full: probes and moves are shortest there, and a small heap's table is
+ * small anyway.
  */
 #define PMM_SEG_MAX_SLOTS	16384
 #define PMM_SEG_MAX_DEPTH	12

@@ -69,7 +69,7 @@ def main(counts_path: str, labels_path: str) -> int:
             req = requests[(name, cfg)]
             line += f"  {n / req:.0f} per request"
             if cfg != "bare":
-                line += f" (+{(n - bare) / req:.0f})"
+                line += f" ({(n - bare) / req:+.0f})"
         if len(ns) > 1:
             line += f"  spread {(max(ns) - min(ns)) / n:.2%}"
         if (name, cfg) in failed:

@@ -15,15 +15,18 @@
 # rounds with min-max ranges, and each round's ratio to its bare run (median,
 # range); attached over preloaded pairs the same round's two runs.
 #
-#   bench/guest_redis.sh    PMM_REDIS_ROUNDS (5), PMM_REDIS_REQUESTS (per test, 10000),
+#   bench/guest_redis.sh    PMM_REDIS_ROUNDS (5), PMM_REDIS_REQUESTS (per test, 3000),
 #                           PMM_REDIS_TESTS (set,get,incr,lpush,lpop,sadd,hset),
-#                           PMM_REDIS_CLIENTS (16), PMM_REDIS_KEYS (-r, 100000)
+#                           PMM_REDIS_CLIENTS (16), PMM_REDIS_PIPELINE (-P, 1),
+#                           PMM_REDIS_KEYS (-r, 100000)
 #   bench/guest_redis.sh --icount
 #       in bench/guest_icount.sh's VM (the QEMU plugin): each run's
 #       redis-benchmark between "mark start" and "mark stop", its label
 #       appended to $PMM_RESULTS/guest_icount.labels with the request count
 #       (bench/icount_report.py: instructions per request, all vCPUs: client,
-#       server and kernel); PMM_REDIS_ROUNDS default 3 there, no timings.
+#       server and kernel); no timings. Defaults there: 3 rounds, 2000
+#       requests per test, one client pipelining 16 requests, the server and
+#       the client pinned to one vCPU each.
 set -uo pipefail
 top=${PMM_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$top"
@@ -96,6 +99,9 @@ start_server() {
 	if [ $i = 600 ]; then
 		echo "guest_redis: $cfg: redis-server does not answer" >&2
 		cat "$tmp/redis.log" >&2
+		kill -KILL "$srv"
+		wait "$srv"
+		srv=
 		return 1
 	fi
 	case $cfg in
@@ -130,14 +136,17 @@ server_ticks() {	# the server's utime + stime, in clock ticks
 }
 
 bench_client() {
-	"${pin_cli[@]}" redis-benchmark -p "$port" -q -n "$requests" -r "$keys" -c "$clients" -P "$pipeline" -t "$tests" --csv \
-		>"$tmp/csv" 2>"$tmp/err"
+	"${pin_cli[@]}" redis-benchmark -p "$port" -q -n "$requests" -r "$keys" -c "$clients" \
+		-P "$pipeline" -t "$tests" --csv >"$tmp/csv" 2>"$tmp/err"
 }
 
 # run ROUND CFG: one measured run; appends "ROUND CFG WALL SERVER_TICKS" to rounds
 run() {
 	local r=$1 cfg=$2 t0 t1 s0 s1 rc=0
-	start_server "$cfg" || return 1
+	if ! start_server "$cfg"; then
+		[ -n "$srv" ] && stop_server "$cfg"
+		return 1
+	fi
 	if [ $icount = 1 ]; then
 		t0=$(date +%s.%N)
 		"$mark" start
@@ -170,7 +179,7 @@ start=$(date +%s)
 # unmeasured: reads redis, the hook and pmctl's Python from the host's file
 # system (9p) into the guest's page cache, once
 start_server attached-exact && requests=1000 bench_client
-stop_server attached-exact
+[ -n "$srv" ] && stop_server attached-exact
 : >"$tmp/rounds"
 fail=0
 for ((r = 0; r < rounds; r++)); do

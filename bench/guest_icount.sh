@@ -15,8 +15,11 @@
 # a second of wall time, and now and then far more). PMM_ICOUNT_ONLY=GLOB
 # runs only the programs whose name matches (e.g. 'malloc_bench 1*'),
 # PMM_ICOUNT_CFGS the configurations named (default "bare unmonitored exact
-# sampled"). PMM_ICOUNT_PROF=1 (scripts/bench-icount.sh's kernel profile)
-# also copies the guest's /proc/kallsyms to the results.
+# sampled"). Then bench/guest_redis.sh --icount: redis-server under
+# redis-benchmark, in its five configurations (name "redis-benchmark" for
+# PMM_ICOUNT_ONLY; PMM_REDIS_* as there). PMM_ICOUNT_PROF=1
+# (scripts/bench-icount.sh's kernel profile) also copies the guest's
+# /proc/kallsyms to the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -90,6 +93,12 @@ bench() {	# NAME CMD...
 start=$(date +%s)
 hook_programs "$rounds"
 echo "guest_icount: $(($(wc -l <"$labels") - 1)) runs in $(($(date +%s) - start)) s"
+# a real server: redis-server under redis-benchmark, per request
+# (bench/guest_redis.sh's configurations; PMM_REDIS_ROUNDS runs each, default 3)
+# shellcheck disable=SC2053 # a glob, on purpose
+if [[ redis-benchmark == ${PMM_ICOUNT_ONLY:-*} ]]; then
+	bench/guest_redis.sh --icount || true
+fi
 if [ $loaded = 1 ]; then
 	rmmod pmm
 fi

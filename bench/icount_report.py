@@ -1,7 +1,10 @@
 """scripts/bench-icount.sh's report: pairs the QEMU plugin's counts (one
 "K COUNT" line per marker, K 1 at "mark start", 2 at "mark stop") with the
 labels bench/guest_icount.sh wrote for its runs, in order, and prints each
-run's guest instructions and the ratio to the same program's bare run.
+run's guest instructions and the ratio to the same program's bare run. A
+label's optional fourth field is the run's count of requests (bench/guest_redis.sh
+--icount): the instructions per request are printed too, and their excess over
+the bare run's.
 
     icount_report.py COUNTS LABELS
 """
@@ -45,10 +48,13 @@ def main(counts_path: str, labels_path: str) -> int:
     # (program, config) -> the counts of its repetitions, in the guest's order
     table: dict[tuple[str, str], list[int]] = {}
     failed: set[tuple[str, str]] = set()
-    for (name, cfg, rc), count in zip(labels, got, strict=True):
+    requests: dict[tuple[str, str], int] = {}
+    for (name, cfg, rc, *units), count in zip(labels, got, strict=True):
         table.setdefault((name, cfg), []).append(count)
         if rc != "0":
             failed.add((name, cfg))
+        if units:
+            requests[(name, cfg)] = int(units[0])
     reps = max(len(v) for v in table.values())
     print("guest_icount: guest instructions between the markers, all vCPUs, kernel and user "
           f"(QEMU plugin), and the ratio to the bare run; {reps} run(s) each"
@@ -59,6 +65,11 @@ def main(counts_path: str, labels_path: str) -> int:
         line = f"{name:<23} {cfg:<12} {n / 1e6:9.2f} M  ratio {n / bare:5.3f}x"
         if name.startswith("malloc_bench") and cfg != "bare":
             line += f"  (+{(n - bare) / rounds:.0f} per free+malloc)"
+        if (name, cfg) in requests:
+            req = requests[(name, cfg)]
+            line += f"  {n / req:.0f} per request"
+            if cfg != "bare":
+                line += f" ({(n - bare) / req:+.0f})"
         if len(ns) > 1:
             line += f"  spread {(max(ns) - min(ns)) / n:.2%}"
         if (name, cfg) in failed:

@@ -94,6 +94,13 @@ extern __thread int pmm_internal __attribute__((tls_model("initial-exec")));
  * which blocks glibc's own signals too (cancellation, setxid: deferred);
  * errno kept. pmm_internal_begin returns the mask pmm_internal_end puts
  * back.
+ *
+ * The compiler barriers keep pmm_internal's stores where they are: glibc
+ * declares most of its functions leaf (__THROW: they never call back into
+ * the caller's unit), which an interposed malloc makes untrue, and with
+ * the library one LTO unit gcc 16 took pmm_internal, which nothing outside
+ * it can name, for unread across pthread_getattr_np and dropped the
+ * increment: that call's allocations were taken for a signal handler's.
  */
 static inline uint64_t pmm_internal_begin(void)
 {
@@ -102,6 +109,7 @@ static inline uint64_t pmm_internal_begin(void)
 
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
 	pmm_internal++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	errno = saved;
 	return old;
 }
@@ -110,6 +118,7 @@ static inline void pmm_internal_end(uint64_t old)
 {
 	int saved = errno;
 
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	pmm_internal--;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
 	errno = saved;

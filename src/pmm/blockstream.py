@@ -259,17 +259,17 @@ def _take(col: list[int], idx: list[int]) -> list[int]:
 
 class BlockSorter:
     """The blocks of pages oldest first (time, then address), with memory
-    bounded by `run` blocks whatever their number (see the module's
+    bounded by `run` blocks (SORT_RUN) whatever their number (see the module's
     docstring). `since_ns`: only blocks allocated at or after it; `limit`:
     only the oldest `limit` of those (0/None: all). `total` counts every
     block added, selected or not. Iterate once, after the last add_page;
     `close` (or the context manager) removes the temporary file."""
 
     def __init__(self, since_ns: int | None = None, limit: int | None = None,
-                 run: int = SORT_RUN, tmpdir: str | None = None) -> None:
+                 run: int | None = None, tmpdir: str | None = None) -> None:
         self.since_ns = since_ns
         self.limit = limit or 0
-        self.run = max(1, run)
+        self.run = max(1, SORT_RUN if run is None else run)
         self.tmpdir = tmpdir
         self.total = 0
         self.cols: list[list[int]] = [[] for _ in _COLS]

@@ -359,7 +359,6 @@ class Device:
         must stay open while the pages are taken."""
         buf = (uapi.Block * BLOCK_CHUNK)()
         esize = ctypes.sizeof(uapi.Block)
-        raw = (ctypes.c_char * (esize * BLOCK_CHUNK)).from_buffer(buf)
         rd = uapi.Read()
         what = f"reading the blocks of pid {pid}"
         while True:
@@ -373,7 +372,8 @@ class Device:
             self.ioctl(uapi.READ_BLOCKS, rd, what, pid=pid if pid else None)
             n = min(int(rd.count), BLOCK_CHUNK)
             if n:
-                yield BlockPage.from_raw(memoryview(raw), n, BLOCK_OFFSETS, esize)
+                raw = ctypes.string_at(ctypes.addressof(buf), n * esize)
+                yield BlockPage.from_raw(raw, n, BLOCK_OFFSETS, esize)
             if rd.done or n == 0:
                 return
 

@@ -82,9 +82,21 @@ for n in $counts; do
 		bench/bin/bigheap "$n" "$size" <"$tmp/in" >"$tmp/out" &
 	prog=$!
 	exec 8>"$tmp/in"
-	for _ in $(seq 36000); do grep -q ready "$tmp/out" && break; sleep 0.1; done
+	for _ in $(seq 36000); do
+		grep -q ready "$tmp/out" && break
+		kill -0 "$prog" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! grep -q ready "$tmp/out"; then
+		echo "  bigheap did not get ready: $(cat "$tmp/out")"
+		pmctl status
+		exec 8>&-
+		wait "$prog"
+		continue
+	fi
+	echo "  ready after $(echo "$(date +%s.%N) - $s0" | bc) s"
 	got=-1
-	for _ in $(seq 600); do
+	for _ in $(seq 60); do
 		got=$(live "$prog")
 		[ "$got" -ge "$n" ] && break
 		sleep 1

@@ -15,6 +15,11 @@ py=$top/.venv/bin/python
 counts=${PMM_BIGHEAP_BLOCKS:-1000000 10000000}
 before=${PMM_BIGHEAP_BEFORE:-}
 before_max=${PMM_BIGHEAP_BEFORE_MAX:-1000000}
+if [ -n "$before" ] && { [ ! -d "$before/pmctl" ] || [ ! -d "$before/src/pmm" ]; }; then
+	# PYTHONPATH would skip it silently and time this tree twice
+	echo "PMM_BIGHEAP_BEFORE=$before has no pmctl/ and src/pmm/" >&2
+	exit 1
+fi
 tmp=$(mktemp -d /tmp/host_bigheap.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 "$py" -c "from pmm.store import Store; Store.open('$tmp/empty.db').close()"

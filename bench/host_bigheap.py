@@ -58,9 +58,9 @@ def main() -> None:
         arg.done = int(start + count >= n)
         return 0
 
-    import pmm.device
+    import fcntl
 
-    pmm.device.fcntl.ioctl = ioctl  # type: ignore[assignment]
+    fcntl.ioctl = ioctl  # type: ignore[assignment]  # pmm.device calls fcntl.ioctl
     info = PidInfo(pid=PID, ppid=1, state=1, comm="bigheap", start_time_ns=S,
                    monitor_start_ns=S, exit_time_ns=0, live_blocks=n, live_bytes=32 * n,
                    records=n, dropped_records=0, unmatched_frees=0, pending_frees=0,
@@ -78,7 +78,7 @@ def main() -> None:
         pid=pid, buckets=(Bucket(),) * 7, failed_allocs=0, unmatched_frees=0)
     import pmm.symbolize
 
-    pmm.symbolize.capture_maps = lambda pid: None  # type: ignore[assignment]
+    pmm.symbolize.capture_maps = lambda pid: None
     if what == "read":
         with Device.open() as dev:
             if hasattr(dev, "block_pages"):

@@ -15,6 +15,8 @@
 # make bench runs it on 1M blocks. 10M need a VM of about 4 GiB with the
 # table of ~100 bytes a block, and an hour of TCG:
 #   VM_MEMORY=4G PMM_BIGHEAP_BLOCKS="1000000 10000000" scripts/vmtest.sh -- bench/guest_bigheap.sh
+# PMM_BIGHEAP_STEPS="leaks logs report" (default): the pmctl commands timed
+# (the allocation, the module's memory and pmd's harvest always are).
 # PMM_BIGHEAP_BEFORE=DIR also times DIR's pmctl (a tree with src/pmm and pmctl/,
 # e.g. `git archive` of an older commit) on the counts up to
 # PMM_BIGHEAP_BEFORE_MAX (1000000): the same figures before a change.
@@ -23,6 +25,7 @@ top=${PMM_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$top"
 counts=${PMM_BIGHEAP_BLOCKS:-1000000}
 size=${PMM_BIGHEAP_SIZE:-32}
+steps=${PMM_BIGHEAP_STEPS:-leaks logs report}  # the pmctl commands timed
 before=${PMM_BIGHEAP_BEFORE:-}
 before_max=${PMM_BIGHEAP_BEFORE_MAX:-1000000}
 if [ -n "$before" ] && { [ ! -d "$before/pmctl" ] || [ ! -d "$before/src/pmm" ]; }; then
@@ -68,6 +71,7 @@ measure() { # NAME CMD...: wall seconds and peak RSS of CMD, stdout to /dev/null
 		printf '  %-34s failed: %s\n' "$name" "$(tail -n 2 "$tmp/err" | tr '\n' ' ')"
 	fi
 }
+step() { [[ " $steps " == *" $1 "* ]]; }
 mib() { echo "scale=1; $1 / 1048576" | bc; }
 
 old_max=$(cfg max_blocks_per_pid)
@@ -113,9 +117,10 @@ for n in $counts; do
 		"$(echo "$s1 - $s0" | bc)" "$got"
 	printf '  %-34s %9s   %s MiB, %d bytes/block\n' "module memory (kmem_bytes)" "" \
 		"$(mib $((k1 - k0)))" $(((k1 - k0) / n))
-	measure "pmctl leaks" pmctl leaks "$prog"
-	measure "pmctl logs > /dev/null" pmctl logs "$prog"
-	measure "pmctl report" pmctl report "$prog" -o "$tmp/report.html" --db "$tmp/pmd.db"
+	step leaks && measure "pmctl leaks" pmctl leaks "$prog"
+	step logs && measure "pmctl logs > /dev/null" pmctl logs "$prog"
+	step report && measure "pmctl report" pmctl report "$prog" -o "$tmp/report.html" \
+		--db "$tmp/pmd.db"
 	[ -f "$tmp/report.html" ] && printf '  %-34s %9s   %s KiB\n' "report's size" "" \
 		$(($(stat -c %s "$tmp/report.html") / 1024))
 	if [ -n "$before" ] && [ "$n" -le "$before_max" ]; then
@@ -147,7 +152,7 @@ for n in $counts; do
 	else
 		echo "  pmd's harvest at the exit: not in the database after $(echo "$e1 - $e0" | bc) s"
 	fi
-	measure "pmctl leaks (exited, module)" pmctl leaks "$prog"
+	step leaks && measure "pmctl leaks (exited, module)" pmctl leaks "$prog"
 	pmctl stop "$prog" >/dev/null 2>&1
 	printf '  %-34s %9s   %s MiB still held after the stop\n' "module memory" "" \
 		"$(mib $(($(cfg kmem_bytes) - k0)))"

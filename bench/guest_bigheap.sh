@@ -158,3 +158,4 @@ for n in $counts; do
 		"$(mib $(($(cfg kmem_bytes) - k0)))"
 done
 grep -iE "warning|error|traceback" "$tmp/pmd.log" | head -5
+exit 0

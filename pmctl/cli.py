@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -77,8 +78,8 @@ from pmm import stats as stats_mod
 from pmm import uapi
 from pmm.device import Device
 from pmm.errors import PmmError
-from pmm.model import Block, ConfigInfo, PidInfo, StatsInfo
-from pmm.output import dump_json, format_table, human_age
+from pmm.model import Block, ConfigInfo, PidInfo, Site, StatsInfo, op_name
+from pmm.output import dump_json, dump_json_at, format_table, human_age
 from pmm.procsampler import boottime_ns
 from pmm.text import printable
 from pmm.units import format_duration, human_bytes, human_rate, parse_duration, parse_size
@@ -625,13 +626,66 @@ def select_blocks(
     blocks: list[Block], now_mono: int, since_s: float | None, limit: int | None
 ) -> list[Block]:
     """Oldest first; only those younger than since_s; at most limit (the oldest)."""
-    out = sorted(blocks, key=lambda b: (b.time_ns, b.ptr))
-    if since_s is not None:
-        cut = now_mono - int(since_s * 1e9)
-        out = [b for b in out if b.time_ns >= cut]
-    if limit:
-        out = out[:limit]
-    return out
+    from pmm.blockstream import BlockSorter, pages_of
+
+    with BlockSorter(since_cut(now_mono, since_s), limit) as sorter:
+        for page in pages_of(blocks):
+            sorter.add_page(page)
+        return [Block(p, pp, sz, t, s, w, op) for t, p, pp, sz, s, w, op in sorter]
+
+
+def since_cut(now_mono: int, since_s: float | None) -> int | None:
+    """The oldest allocation time `--since` keeps (None: all)."""
+    return None if since_s is None else now_mono - int(since_s * 1e9)
+
+
+class BlockLines:
+    """`pmctl logs`'s line for one block at a time, as proc_line gives it,
+    with what depends on the site computed once per site and the clock
+    formatted once per second: ten million blocks go through here."""
+
+    def __init__(self, sites: dict[int, Site], now_mono: int, now_real: int) -> None:
+        self.sites = sites
+        self.now = now_mono
+        self.offset = now_real - now_mono
+        self.second = -1
+        self.stamp = ""
+        self.text_tails: dict[int, tuple[int, str]] = {}
+
+    def _text_tail(self, site_id: int) -> tuple[int, str]:
+        tail = self.text_tails.get(site_id)
+        if tail is None:
+            d = Block(0, 0, 0, 0, site_id, 1, 0).to_dict(self.sites.get(site_id), 0)
+            suffix = (f" {printable(d['func'])}() {d['line']} {printable(str(d['file']))}"
+                      if d["func"] is not None else "")
+            tail = self.text_tails[site_id] = (d["caller"] or 0, suffix)
+        return tail
+
+    def text(self, t: int, ptr: int, prev_ptr: int, size: int, site: int, op: int) -> str:
+        """The block's line (proc_line's)."""
+        wall_s = (t + self.offset) // 1_000_000_000
+        if wall_s != self.second:
+            self.second = wall_s
+            self.stamp = time.strftime("%H:%M:%S", time.gmtime(wall_s))
+        name = op_name(op)
+        caller, suffix = self._text_tail(site)
+        prev = f"Prev Pointer: 0x{prev_ptr:x} " if name in ("REALLOC", "MREMAP") else ""
+        return (f"{{{name} @{self.stamp}}} Sz: {size}B {prev}Pointer: 0x{ptr:x} "
+                f"Caller: 0x{caller:x}{suffix}")
+
+
+def write_chunked(lines: Iterable[str], every: int = 4096) -> None:
+    """Writes lines to stdout a few thousand at a time (not one call each)."""
+    out = sys.stdout
+    buf: list[str] = []
+    for line in lines:
+        buf.append(line)
+        if len(buf) >= every:
+            out.write("\n".join(buf) + "\n")
+            buf = []
+    if buf:
+        out.write("\n".join(buf) + "\n")
+    out.flush()
 
 
 @command()
@@ -658,40 +712,65 @@ def logs(
 
     The same fields as /proc/pmm/pid shows for that pid.
     """
+    # Millions of blocks: read page by page into a sorter whose memory is
+    # bounded (runs spilled to a temporary file, pmm.blockstream), then
+    # written as they come out of the merge, never as one list or string.
+    from pmm.blockstream import BlockSorter, read_pages
     from pmm.symbolize import capture_maps
 
-    with Device.open() as dev:
-        info = dev.require_monitored(pid)
-        blocks = dev.blocks(pid)
-        sites = {s.site: s for s in dev.sites(pid)}
-    capture_maps(pid)
     now = now_monotonic_ns()
-    sel = select_blocks(blocks, now, since, limit)
-    dicts = [b.to_dict(sites.get(b.site), now) for b in sel]
-    if json_:
-        echo_json(
-            {
-                "pid": pid,
-                "comm": info.comm,
-                "state": info.state_name,
-                "total": len(blocks),
-                "blocks": dicts,
-            }
-        )
-        return
-    typer.echo(
-        f"PID: {info.pid}, Comp: {printable(info.comm)}, PPID: {info.ppid}, "
-        f"State: {info.state}, Log count: {info.live_blocks}"
-    )
-    if (info.dropped_records or info.unmatched_frees or info.pending_frees
-            or info.older_frees):  # as /proc does
+    real = time.time_ns()  # the wall clock at `now`: the lines' times
+    with BlockSorter(since_cut(now, since), limit) as sorter:
+        with Device.open() as dev:
+            info = dev.require_monitored(pid)
+            for page in read_pages(dev, pid):
+                sorter.add_page(page)
+            sites = {s.site: s for s in dev.sites(pid)}
+        capture_maps(pid)
+        lines = BlockLines(sites, now, real)
+        if json_:
+            head = dump_json({"pid": pid, "comm": info.comm, "state": info.state_name,
+                              "total": sorter.total})
+            rows = iter(sorter)
+            first = next(rows, None)
+            if first is None:
+                typer.echo(head[:-2] + ',\n  "blocks": []\n}')
+                return
+            sys.stdout.write(head[:-2] + ',\n  "blocks": [\n')
+
+            def items() -> Iterator[str]:
+                for t, p, pp, sz, site, w, op in itertools.chain((first,), rows):
+                    b = Block(p, pp, sz, t, site, w, op)
+                    yield dump_json_at(b.to_dict(sites.get(b.site), now), 2)
+
+            body = _commas(items())
+            write_chunked(body)
+            sys.stdout.write("  ]\n}\n")
+            sys.stdout.flush()
+            return
         typer.echo(
-            f"Dropped: {info.dropped_records}, Unmatched frees: {info.unmatched_frees}, "
-            f"Pending frees: {info.pending_frees}, Older frees: {info.older_frees}"
+            f"PID: {info.pid}, Comp: {printable(info.comm)}, PPID: {info.ppid}, "
+            f"State: {info.state}, Log count: {info.live_blocks}"
         )
-    real = time.time_ns()
-    for d in dicts:
-        typer.echo(proc_line(d, now, real))
+        if (info.dropped_records or info.unmatched_frees or info.pending_frees
+                or info.older_frees):  # as /proc does
+            typer.echo(
+                f"Dropped: {info.dropped_records}, Unmatched frees: {info.unmatched_frees}, "
+                f"Pending frees: {info.pending_frees}, Older frees: {info.older_frees}"
+            )
+        sys.stdout.flush()
+        write_chunked(lines.text(t, p, pp, sz, s, op) for t, p, pp, sz, s, w, op in sorter)
+
+
+def _commas(items: Iterable[str]) -> Iterator[str]:
+    """The items, each but the last followed by a comma (a JSON list's)."""
+    prev: str | None = None
+    for x in items:
+        if prev is not None:
+            yield prev + ","
+        prev = x
+    if prev is not None:
+        yield prev
 
 
 DbOpt = Annotated[

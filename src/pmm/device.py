@@ -4,7 +4,7 @@
         cfg = dev.get_config()
         dev.start(pid, interval_ms=1000)
         for info in dev.monitored_pids(): ...
-        blocks = dev.blocks(pid)
+        for page in dev.block_pages(pid): ...  # or dev.blocks(pid): all at once
 
 - The device path is $PMM_DEVICE, else /dev/pmm (tests point it at a regular
   file, /dev/null or a chmod 000 file to provoke each error).
@@ -23,12 +23,13 @@ import dataclasses
 import errno
 import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
 from pmm import uapi
+from pmm.blockstream import BlockPage
 from pmm.errors import (
     NoSuchPid,
     NotMonitored,
@@ -50,6 +51,10 @@ from pmm.model import (
 
 DEFAULT_DEVICE = uapi.DEVICE_PATH
 READ_CHUNK = 1024  # entries per read-back call (<= uapi.MAX_READ)
+BLOCK_CHUNK = uapi.MAX_READ  # blocks per PMM_READ_BLOCKS call (196 KiB)
+# where struct pmm_block's fields are, for pmm.blockstream.BlockPage.from_raw
+BLOCK_OFFSETS = {name: getattr(uapi.Block, name).offset
+                 for name in ("ptr", "prev_ptr", "size", "time_ns", "site", "weight", "op")}
 
 
 def device_path() -> str:
@@ -342,10 +347,35 @@ class Device:
 
     def blocks(self, pid: int) -> list[Block]:
         """pid's live blocks (PMM_READ_BLOCKS), in no particular order; NotMonitored
-        or NoSuchPid when the module holds nothing for pid."""
-        return self._read_all(
-            uapi.READ_BLOCKS, uapi.Block, pid, block_from_c, f"reading the blocks of pid {pid}"
-        )
+        or NoSuchPid when the module holds nothing for pid. All of them in one
+        list: for a process that may hold millions, use `block_pages`."""
+        return [b for page in self.block_pages(pid) for b in page.blocks()]
+
+    def block_pages(self, pid: int) -> Iterator[BlockPage]:
+        """pid's live blocks (PMM_READ_BLOCKS) a page (one read, up to
+        BLOCK_CHUNK blocks) at a time, in no particular order, with no Python
+        object per block (pmm.blockstream). NotMonitored or NoSuchPid when
+        the module holds nothing for pid (at the first page). The device
+        must stay open while the pages are taken."""
+        buf = (uapi.Block * BLOCK_CHUNK)()
+        esize = ctypes.sizeof(uapi.Block)
+        rd = uapi.Read()
+        what = f"reading the blocks of pid {pid}"
+        while True:
+            rd.pid = pid
+            rd.capacity = BLOCK_CHUNK
+            rd.buf = ctypes.addressof(buf)
+            rd.count = 0
+            rd.done = 0
+            rd.flags = 0
+            rd.reserved = 0
+            self.ioctl(uapi.READ_BLOCKS, rd, what, pid=pid if pid else None)
+            n = min(int(rd.count), BLOCK_CHUNK)
+            if n:
+                raw = ctypes.string_at(ctypes.addressof(buf), n * esize)
+                yield BlockPage.from_raw(raw, n, BLOCK_OFFSETS, esize)
+            if rd.done or n == 0:
+                return
 
     def sites(self, pid: int) -> list[Site]:
         """pid's allocation sites with their counters (PMM_READ_SITES), in no

@@ -10,6 +10,7 @@ where it came from. `pprof_samples` turns it into pprof's samples.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,14 +66,16 @@ def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int,
     after the process exited) or, for frames the module could not place,
     the process's saved map. disk_cache=False: the symbolizer keeps its
     answers in memory only (pmd: root's home is not its to fill)."""
+    from pmm.blockstream import read_pages
     from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import Symbolizer, Target, maps_for
 
     info = dev.require_monitored(pid)
-    blocks = dev.blocks(pid)
+    # page by page, folded per site: never a list of every block
+    groups = leaks_mod.group_pages(read_pages(dev, pid), {}, now_mono_ns)
     sites = {s.site: s for s in dev.sites(pid)}
     objects = dev.objects(pid)
-    groups = leaks_mod.group_blocks(blocks, sites, now_mono_ns)
+    groups = [dataclasses.replace(g, desc=sites.get(g.site)) for g in groups]
     shown = groups[:limit] if limit else groups
     described = [g.desc for g in shown if g.desc is not None]
     maps = maps_for(pid, info.start_time_ns) if needs_map(described) else None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pmm.model import Block, Site
 
 if TYPE_CHECKING:
+    from pmm.blockstream import BlockPage
     from pmm.symbolize import Frame
 
 # Upper bounds (seconds, exclusive) of the age buckets; the last is open.
@@ -108,26 +109,27 @@ def group_blocks(
     """Groups live blocks by site; largest live bytes first.
 
     Ties are broken by block count (more first), then by site id, so the
-    order is stable.
+    order is stable. The blocks are taken a page at a time
+    (pmm.blockstream); `group_pages` takes pages as the device reads them.
     """
-    acc: dict[int, list[Block]] = {}
-    for b in blocks:
-        acc.setdefault(b.site, []).append(b)
-    groups: list[LeakGroup] = []
-    for site, bl in acc.items():
-        ages = [block_age_s(b, now_ns) for b in bl]
-        weights = [max(1, b.weight) for b in bl]
-        groups.append(
-            LeakGroup(
-                site=site,
-                blocks=sum(weights),
-                bytes=sum(b.size * w for b, w in zip(bl, weights, strict=True)),
-                oldest_age_s=max(ages),
-                newest_age_s=min(ages),
-                histogram=tuple(age_histogram(ages, weights)),
-                desc=sites.get(site),
-            )
-        )
+    from pmm.blockstream import pages_of
+
+    return group_pages(pages_of(blocks), sites, now_ns)
+
+
+def group_pages(
+    pages: Iterable[BlockPage], sites: Mapping[int, Site], now_ns: int
+) -> list[LeakGroup]:
+    """group_blocks of blocks read page by page (pmm.blockstream.read_pages):
+    per site, never per block, is what stays in memory."""
+    from pmm.blockstream import group_pages as fold
+
+    g = fold(pages, now_ns, AGE_BOUNDS_S)
+    groups = [
+        LeakGroup(site=site, blocks=nb, bytes=nbytes, oldest_age_s=oldest,
+                  newest_age_s=newest, histogram=hist, desc=sites.get(site))
+        for site, nb, nbytes, oldest, newest, hist in g.sites()
+    ]
     groups.sort(key=lambda g: (-g.bytes, -g.blocks, g.site))
     return groups
 

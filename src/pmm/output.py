@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from pmm.text import printable
 from pmm.units import human_bytes
 
-__all__ = ["dump_json", "format_table", "human_age", "human_bytes"]
+__all__ = ["dump_json", "dump_json_at", "format_table", "human_age", "human_bytes"]
 
 
 def format_table(
@@ -50,6 +51,48 @@ def format_table(
 def dump_json(obj: Any) -> str:
     """obj as JSON indented by 2, non-ASCII characters kept as they are."""
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+_JSON_STR_CACHE: dict[str, str] = {}
+
+
+def _json_scalar(v: Any) -> str | None:
+    """A scalar as json.dumps writes it (None: not a scalar)."""
+    if v is None:
+        return "null"
+    t = type(v)
+    if t is bool:
+        return "true" if v else "false"
+    if t is int:
+        return int.__repr__(v)
+    if t is float and math.isfinite(v):
+        return float.__repr__(v)
+    if t is str:
+        out = _JSON_STR_CACHE.get(v)
+        if out is None:
+            out = json.dumps(v, ensure_ascii=False)
+            if len(_JSON_STR_CACHE) < 4096 and len(v) < 256:
+                _JSON_STR_CACHE[v] = out
+        return out
+    return None
+
+
+def dump_json_at(obj: Any, level: int) -> str:
+    """obj as dump_json writes it where it sits `level` deep in a document
+    (2 spaces a level; its first line indented too): one item of a long list
+    written as it comes. Flat dicts of scalars (a block) take a fast path
+    that writes what json.dumps would."""
+    pad = "  " * level
+    if isinstance(obj, dict) and obj:
+        parts = []
+        for k, v in obj.items():
+            sv = _json_scalar(v)
+            if sv is None or type(k) is not str:
+                break
+            parts.append(f"{pad}  {_json_scalar(k)}: {sv}")
+        else:
+            return f"{pad}{{\n" + ",\n".join(parts) + f"\n{pad}}}"
+    return "\n".join(pad + line for line in dump_json(obj).split("\n"))
 
 
 def human_age(seconds: float) -> str:

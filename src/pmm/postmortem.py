@@ -77,14 +77,18 @@ class ModuleReader(Protocol):
 class ModuleSnapshot:
     """One process's entry as read from the module at one time: a
     ModuleReader that no longer holds the device, so that symbolizing (which
-    may take seconds) does not keep /dev/pmm open and the module unloadable."""
+    may take seconds) does not keep /dev/pmm open and the module unloadable.
+    Its blocks are not kept: a harvest folds them per site as they are read
+    (`groups`, pmm.blockstream), so a process with millions of live blocks
+    costs pmd memory per site, not per block."""
 
     pid: int
     info: PidInfo | None
     site_list: list[Site] = field(default_factory=list)
     object_list: list[ObjectFile] = field(default_factory=list)
-    block_list: list[Block] = field(default_factory=list)
     stats_info: StatsInfo | None = None
+    # the live blocks by site as of the exit (harvest only); None: not read
+    groups: list[leaks.LeakGroup] | None = None
 
     def pid_info(self, pid: int) -> PidInfo | None:
         """The entry as read (None for another pid)."""
@@ -99,8 +103,8 @@ class ModuleSnapshot:
         return self.object_list if pid == self.pid else []
 
     def blocks(self, pid: int) -> list[Block]:
-        """The blocks as read (none unless asked for)."""
-        return self.block_list if pid == self.pid else []
+        """No blocks: a snapshot keeps them only folded per site (`groups`)."""
+        return []
 
     def stats(self, pid: int) -> StatsInfo:
         """The statistics as read."""
@@ -120,12 +124,26 @@ def snapshot(dev: ModuleReader, pid: int, start_time_key: int,
         return snap
     if harvest and (info is None or info.state != STATE_EXITED):
         return snap
+    if harvest:
+        assert info is not None
+        snap.groups = _exit_groups(dev, info)
     snap.site_list = dev.sites(pid)
     snap.object_list = dev.objects(pid)
     if harvest:
         snap.stats_info = dev.stats(pid)
-        snap.block_list = dev.blocks(pid)
     return snap
+
+
+def _exit_groups(dev: ModuleReader, info: PidInfo) -> list[leaks.LeakGroup]:
+    """The exited process's live blocks by site, with their ages as of its
+    exit, read page by page (pmm.blockstream): never a list of them all."""
+    from pmm.blockstream import read_pages
+
+    now_boot = boottime_ns()
+    now_mono = time.monotonic_ns()
+    # the blocks' clock (monotonic) at the exit: now less the time since it
+    since_exit = now_boot - info.exit_time_ns if 0 < info.exit_time_ns <= now_boot else 0
+    return leaks.group_pages(read_pages(dev, info.pid), {}, now_mono - since_exit)
 
 
 def _frames(sites: Iterable[Site], objects: list[ObjectFile],
@@ -151,17 +169,15 @@ def collect(dev: ModuleReader, pid: int, start_time_key: int,
     info = dev.pid_info(pid)
     if info is None or not _same_process(info, start_time_key) or info.state != STATE_EXITED:
         return None
+    snapped = dev.groups if isinstance(dev, ModuleSnapshot) else None
+    # the blocks first: a site a block names is then among the sites read
+    grouped = snapped if snapped is not None else _exit_groups(dev, info)
     sites = dev.sites(pid)
     objects = dev.objects(pid)
     stats = dev.stats(pid)
-    blocks = dev.blocks(pid)
     now_boot = boottime_ns()
-    now_mono = time.monotonic_ns()
-    # the blocks' clock (monotonic) at the exit: now less the time since it
-    since_exit = now_boot - info.exit_time_ns if 0 < info.exit_time_ns <= now_boot else 0
     by_id = {s.site: s for s in sites}
-    groups = {g.site: g for g in leaks.group_blocks(blocks, by_id, now_mono - since_exit)}
-    del blocks  # the largest read: only its groups are kept
+    groups = {g.site: g for g in grouped}
     frames = _frames(sites, objects, symbolizer, info)
     rows: list[ExitSiteRow] = []
     for sid in sorted(set(by_id) | set(groups)):

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pmctl import cli
+from pmm.blockstream import pages_of
 from pmm.device import Device
 from pmm.model import SITE_F_SOURCE, Block, PidInfo, Site
 from pmm.output import format_table
@@ -75,6 +76,7 @@ def evil_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Device, "monitored_pids", pids)
     monkeypatch.setattr(Device, "blocks", blocks)
+    monkeypatch.setattr(Device, "block_pages", lambda self, pid: pages_of(blocks(self, pid)))
     monkeypatch.setattr(Device, "sites", sites)
     monkeypatch.setattr(Device, "objects", lambda self, pid: [])
 

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 import pmm
 from pmctl import cli
+from pmm.blockstream import pages_of
 from pmm.device import Device
 from pmm.errors import PmmError
 from pmm.model import Block, Bucket, ConfigInfo, ObjectFile, PidInfo, Sample, Site, StatsInfo
@@ -83,6 +84,8 @@ def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModu
     monkeypatch.setattr(Device, "set_config", set_config)
     monkeypatch.setattr(Device, "monitored_pids", lambda self: answer(list(m.pids)))
     monkeypatch.setattr(Device, "blocks", lambda self, pid: answer(list(m.blocks)))
+    monkeypatch.setattr(Device, "block_pages",
+                        lambda self, pid: pages_of(answer(list(m.blocks))))
     monkeypatch.setattr(Device, "sites", lambda self, pid: answer(list(m.sites)))
     monkeypatch.setattr(Device, "objects", lambda self, pid: answer(list(m.objects)))
     monkeypatch.setattr(Device, "samples", lambda self, pid, cursor=0: answer(list(m.samples)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from pmm import leaks as leaks_mod
@@ -127,11 +127,15 @@ class _Module:
 
 
 def _read_module(device: ModuleReader, info: PidInfo) -> _Module:
+    from pmm.blockstream import read_pages
+
     pid = info.pid
-    blocks = device.blocks(pid)
-    sites = device.sites(pid)
     now_mono = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    groups = leaks_mod.group_blocks(blocks, {s.site: s for s in sites}, now_mono)
+    # page by page, folded per site: never a list of every block
+    groups = leaks_mod.group_pages(read_pages(device, pid), {}, now_mono)
+    sites = device.sites(pid)
+    by_id = {s.site: s for s in sites}
+    groups = [replace(g, desc=by_id.get(g.site)) for g in groups]
     stats = build_table(device.stats(pid))
     samples = device.samples(pid)
     return _Module(info, sites, groups, stats, [s.time_ns for s in samples],

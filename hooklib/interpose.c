@@ -76,6 +76,7 @@
 #include <sys/mman.h>
 
 #include "arena.h"
+#include "aset.h"
 #include "buffer.h"
 #include "general.h"
 #include "init.h"
@@ -143,13 +144,31 @@ PMM_EXPORT void *calloc(size_t n, size_t m)
 	return calloc_slow(n, m, __builtin_return_address(0));
 }
 
+/*
+ * Not monitored: libc's call and the poll's countdown. Sampled, a block
+ * that the sampled set's filter says was not sampled (most, and NULL):
+ * malloc's budget pays for the n bytes, as a malloc of n would (the
+ * general path samples n bytes too), and there is nothing to record.
+ * Exact: realloc_exact, the fast path. The rest (the arena has blocks,
+ * before init, mid-change): the general code.
+ */
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
-	if (likely(g_fast.mode_no_arena == MODE_PASS)) {
+	uint32_t mode = g_fast.mode_no_arena;
+
+	if (likely(mode == MODE_PASS)) {
 		if (poll_due(&t_st))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
 	}
+	if (mode == MODE_SAMPLED &&
+	    !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
+		if (likely(budget_take(n)))
+			return real.realloc(p, n);
+		return realloc_spent(p, n, __builtin_return_address(0));
+	}
+	if (mode == MODE_EXACT)
+		return realloc_exact(p, n, __builtin_return_address(0));
 	return realloc_slow(p, n, __builtin_return_address(0));
 }
 

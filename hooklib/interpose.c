@@ -43,7 +43,8 @@
  *   PMM_CLOCK=mono     stamp records with CLOCK_MONOTONIC (default: the
  *                      address clock, see next_stamp(); for tests)
  *   PMM_FASTPATH=0     exact mode without its fast paths (malloc_exact,
- *                      free_exact): tests compare them with the general path
+ *                      free_exact, realloc_exact): tests compare them with
+ *                      the general path
  * They are read once, at init, from the initial environment if init comes
  * before libc has set environ (init_env), and ignored in secure-execution
  * mode (AT_SECURE: set-user-ID and the like).

@@ -32,8 +32,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 . bench/workloads.sh
 . bench/hook_runs.sh
-# python3's string hashes fixed, so that its work is the same in every run
-# (as bench/hook_runs.py on the host): -I would ignore PYTHONHASHSEED
+# python3's and perl's string hashes fixed, so that their work is the same
+# in every run (as bench/hook_runs.py on the host): -I would ignore
+# PYTHONHASHSEED
 python3_flags=(-s)
 # like bench/guest_kmod.sh: load the module unless it is loaded
 loaded=0
@@ -59,7 +60,7 @@ run() {
 	shift 2
 	local -a env
 	hook_env "$cfg"
-	env+=(PYTHONHASHSEED=0)
+	env+=(PYTHONHASHSEED=0 PERL_HASH_SEED=0 PERL_PERTURB_KEYS=0)
 	"$mark" start
 	"${env[@]}" "$@" >/dev/null 2>"$tmp/err" </dev/null &
 	pid=$!

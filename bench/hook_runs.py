@@ -8,7 +8,7 @@ import os
 
 def programs(top: str, tmp: str, micro_rounds: int) -> dict[str, list[str]]:
     """The microbenchmark (micro_rounds free+malloc rounds in all, split
-    over its threads) and two real programs on bench/workloads.sh's files."""
+    over its threads) and three real programs on bench/workloads.sh's files."""
     mb = f"{top}/bench/bin/malloc_bench"
     return {
         "malloc_bench 1 thread": [mb, "-t", "1", "-n", str(micro_rounds)],
@@ -16,6 +16,7 @@ def programs(top: str, tmp: str, micro_rounds: int) -> dict[str, list[str]]:
         "python3 json 10k": ["/usr/bin/python3", "-s", f"{tmp}/bench.py"],
         "sqlite3 10k inserts": ["/usr/bin/sqlite3", "-init", f"{tmp}/bench.sql", ":memory:",
                                 ".quit"],
+        "perl hash churn": ["/usr/bin/perl", f"{tmp}/bench.pl"],
     }
 
 
@@ -34,9 +35,10 @@ def configs(top: str) -> dict[str, dict[str, str]]:
 
 
 def base_env() -> dict[str, str]:
-    """This environment without the hook's or Python's settings; python3's
-    string hashes fixed, so that its work is the same in every run."""
+    """This environment without the hook's, Python's or perl's settings;
+    python3's and perl's string hashes fixed, so that their work is the same
+    in every run."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMM_", "PYTHON")) and k != "LD_PRELOAD"}
-    env.update(PMM_QUIET="1", PYTHONHASHSEED="0")
+           if not k.startswith(("PMM_", "PYTHON", "PERL")) and k != "LD_PRELOAD"}
+    env.update(PMM_QUIET="1", PYTHONHASHSEED="0", PERL_HASH_SEED="0", PERL_PERTURB_KEYS="0")
     return env

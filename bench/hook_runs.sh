@@ -53,4 +53,5 @@ hook_programs() {
 	bench "malloc_bench 2 threads" "$mb" -t 2 -n $((rounds / 2))
 	bench "python3 json 10k" /usr/bin/python3 "${python3_flags[@]}" "$tmp/bench.py"
 	bench "sqlite3 10k inserts" sqlite3 -init "$tmp/bench.sql" :memory: .quit
+	bench "perl hash churn" /usr/bin/perl "$tmp/bench.pl"
 }

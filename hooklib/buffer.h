@@ -44,25 +44,39 @@ void record_alone(uint16_t op, const void *ptr, const void *prev, uint64_t size,
 int buffer_key_create(void);
 
 /*
- * A free of ptr, whose allocation has tag (slot: ptr's): 1 if it cancelled
- * against that allocation's record in this thread's buffer. Only a record
- * of an allocation at ptr with the tag is it: the tag is the allocation's
- * stamp, and stamps at one address only grow.
+ * Where in this thread's buffer the allocation of ptr with tag (slot:
+ * ptr's) waits, still live, or NOT_BUFFERED. Only a record of an
+ * allocation at ptr with the tag is it: the tag is the allocation's stamp,
+ * and stamps at one address only grow.
  */
-static inline int cancel_buffered(struct tstate *t, const struct tag_slot *slot, uint64_t ptr,
-				  int64_t tag)
+static inline uint32_t buffered_alloc(const struct tstate *t, const struct tag_slot *slot,
+				      uint64_t ptr, int64_t tag)
 {
 	uint32_t i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
-	struct pmm_record *r;
+	const struct pmm_record *r;
 
 	if (tag < 0 || i >= t->n)
-		return 0;
+		return NOT_BUFFERED;
 	r = &t->buf[i];
 	if (r->ptr != ptr || r->op == PMM_OP_FREE ||
 	    (r->flags & (PMM_REC_F_FREED | PMM_REC_F_FAILED)) ||
 	    (int64_t)(r->time_ns & TAG_MASK) != tag)
+		return NOT_BUFFERED;
+	return i;
+}
+
+/*
+ * A free of ptr, whose allocation has tag (slot: ptr's): 1 if it cancelled
+ * against that allocation's record in this thread's buffer (buffered_alloc).
+ */
+static inline int cancel_buffered(struct tstate *t, const struct tag_slot *slot, uint64_t ptr,
+				  int64_t tag)
+{
+	uint32_t i = buffered_alloc(t, slot, ptr, tag);
+
+	if (i == NOT_BUFFERED)
 		return 0;
-	r->flags |= PMM_REC_F_FREED;
+	t->buf[i].flags |= PMM_REC_F_FREED;
 	return 1;
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Exact mode's fast paths (mode.h's targets malloc_exact and free_exact),
- * for a thread that holds exact's key (exact_ready) and not the guard.
- * They do what note_alloc and note_free do in the commonest cases, with
- * every test that the key answers left out: a malloc whose return address
- * is in the site cache, and a free that cancels against its allocation in
- * the thread's buffer (most frees). Other cases take the general code
- * (general.c) from where the fast path stands. The guard is held while
- * they touch the buffer, as the general path holds it.
+ * Exact mode's fast paths (mode.h's targets malloc_exact and free_exact,
+ * and realloc_exact, which realloc() calls while exact), for a thread that
+ * holds exact's key (exact_ready) and not the guard. They do what
+ * note_alloc, note_free and the general realloc do in the commonest cases,
+ * with every test that the key answers left out: a malloc or realloc whose
+ * return address is in the site cache, and a free that cancels against its
+ * allocation in the thread's buffer (most frees). Other cases take the
+ * general code (general.c) from where the fast path stands. The guard is
+ * held while they touch the buffer, as the general path holds it.
  *
  * Owns nothing: the buffer and the site cache are the thread's.
  */
@@ -143,4 +144,110 @@ void free_exact(void *p)
 		return;
 	}
 	real.free(p);
+}
+
+/*
+ * realloc_exact's old block p, before libc's call: the REALLOC record r
+ * (at t->n) frees it as record() would have it. Its allocation still live
+ * in this buffer: PREV_FREED, and r->ptr holds that record's index until
+ * the call has succeeded and the allocation is flagged FREED. Else its tag
+ * (TAGGED), or none (OLDER if no allocation since the start was there).
+ * Read before the call, not after it as the general path does: once libc
+ * has released the block, another thread may allocate at its address and
+ * write its slot.
+ */
+static inline __attribute__((always_inline)) void exact_prev(struct tstate *t,
+							     struct pmm_record *r, uint64_t p)
+{
+	struct tag_slot *slot = tag_slot_of(p);
+	int64_t tag = slot_tag(slot, p);
+	uint32_t i;
+
+	if (tag < 0) {
+		r->flags = older_flag(p);
+		return;
+	}
+	i = buffered_alloc(t, slot, p, tag);
+	if (i != NOT_BUFFERED) {
+		r->flags = PMM_REC_F_PREV_FREED;
+		r->ptr = i;
+		return;
+	}
+	r->flags = PMM_REC_F_TAGGED;
+	r->alloc_tag = (uint32_t)tag;
+	/* as record(); should the call fail, the buffer only goes sooner */
+	if (__atomic_load_n(&slot->owner, __ATOMIC_RELAXED) != t->id && ++t->cross >= CROSS_MAX)
+		t->full = t->n + 1;
+}
+
+/* realloc_exact's failed call (p intact): the general path's record of it. */
+__attribute__((noinline, cold)) static void exact_realloc_failed(struct tstate *t)
+{
+	const struct pmm_record *r = &t->buf[t->n];
+
+	record(t, PMM_OP_REALLOC, NULL, NULL, r->size, r->site, 1, 0);
+}
+
+/*
+ * realloc() while exact with no block of the arena: a call of n > 0 bytes
+ * whose return address is in the site cache is one REALLOC record, the
+ * general path's (monitored_realloc): prev_ptr p, stamped after the call
+ * from the new block's slot; the old block's free carried as PREV_FREED,
+ * TAGGED or OLDER (exact_prev). Whether libc grew the block in place or
+ * moved it makes no difference to the record. realloc(p, 0) (a free) and
+ * the cache's misses take the general path.
+ */
+__attribute__((noinline)) void *realloc_exact(void *p, size_t n, void *ra)
+{
+	struct tstate *t = &t_st;
+	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
+	struct pmm_record *r;
+	struct tag_slot *slot;
+	uint64_t now;
+	uint32_t at;
+	void *q;
+
+	t->budget = 0;	/* exact: every call records */
+	if (unlikely(!exact_fast(t) || !n))
+		return realloc_slow(p, n, ra);
+	/* before the cache is read: a handler's malloc could replace the entry */
+	guard_hold(t);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (unlikely(t->site_cache[i].ra != ra)) {
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		t->guard = 0;
+		return realloc_slow(p, n, ra);
+	}
+	r = &t->buf[t->n];
+	r->ptr = NOT_BUFFERED;
+	r->prev_ptr = (uintptr_t)p;
+	r->size = n;
+	r->site = t->site_cache[i].id;
+	r->weight = 1;
+	r->op = PMM_OP_REALLOC;
+	r->flags = 0;
+	r->alloc_tag = 0;
+	if (p)
+		exact_prev(t, r, (uintptr_t)p);
+	q = real.realloc(p, n);
+	t = &t_st;
+	if (unlikely(!q)) {
+		exact_realloc_failed(t);
+		t->guard = 0;
+		return q;
+	}
+	at = t->n;
+	r = &t->buf[at];
+	if (r->flags & PMM_REC_F_PREV_FREED)
+		t->buf[r->ptr].flags |= PMM_REC_F_FREED;
+	slot = tag_slot_of((uintptr_t)q);
+	now = exact_stamp(t, __atomic_load_n(&slot->stamp, __ATOMIC_RELAXED));
+	__atomic_store_n(&slot->stamp, now, __ATOMIC_RELAXED);
+	r->ptr = (uintptr_t)q;
+	r->time_ns = now;
+	slot_note(slot, (uintptr_t)q, now, at, t->id);
+	tbuf_append(t, at, now);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->guard = 0;
+	return q;
 }

@@ -335,6 +335,31 @@ __attribute__((noinline)) void *realloc_slow(void *p, size_t n, void *ra)
 	return do_realloc(p, n, &s);
 }
 
+/*
+ * realloc() while sampled, of a block that cannot be a sampled one (the
+ * set's filter says so; NULL too), took n bytes off malloc's budget and
+ * spent it. As malloc_spent: no sample point in these n bytes (the budget
+ * stopped short of it because records wait), libc's call; else the
+ * general path, which samples.
+ */
+__attribute__((noinline)) void *realloc_spent(void *p, size_t n, void *ra)
+{
+	struct tstate *t = &t_st;
+	int64_t rest;
+
+	if (likely(!t->guard && t->budget + n < 1ULL << 63 && g_fast.mode == MODE_SAMPLED)) {
+		rest = sample_gap_left(t);	/* after these n bytes */
+		if (t->sampling && rest > 0 && n <= INT64_MAX) {
+			sample_budget(t, rest, t->n != 0);
+			if (t->n)
+				sampled_poll(t);
+			return real.realloc(p, n);
+		}
+	}
+	t->budget += n;	/* part of the sample gap: sample() takes n */
+	return realloc_slow(p, n, ra);
+}
+
 /* reallocarray: as realloc, n * m bytes; libc's own where it has one. */
 void *hook_reallocarray(void *p, size_t n, size_t m, const struct src *s)
 {

@@ -43,7 +43,8 @@
  *   PMM_CLOCK=mono     stamp records with CLOCK_MONOTONIC (default: the
  *                      address clock, see next_stamp(); for tests)
  *   PMM_FASTPATH=0     exact mode without its fast paths (malloc_exact,
- *                      free_exact): tests compare them with the general path
+ *                      free_exact, realloc_exact): tests compare them with
+ *                      the general path
  * They are read once, at init, from the initial environment if init comes
  * before libc has set environ (init_env), and ignored in secure-execution
  * mode (AT_SECURE: set-user-ID and the like).
@@ -76,6 +77,7 @@
 #include <sys/mman.h>
 
 #include "arena.h"
+#include "aset.h"
 #include "buffer.h"
 #include "general.h"
 #include "init.h"
@@ -143,13 +145,31 @@ PMM_EXPORT void *calloc(size_t n, size_t m)
 	return calloc_slow(n, m, __builtin_return_address(0));
 }
 
+/*
+ * Not monitored: libc's call and the poll's countdown. Sampled, a block
+ * that the sampled set's filter says was not sampled (most, and NULL):
+ * malloc's budget pays for the n bytes, as a malloc of n would (the
+ * general path samples n bytes too), and there is nothing to record.
+ * Exact: realloc_exact, the fast path. The rest (the arena has blocks,
+ * before init, mid-change): the general code.
+ */
 PMM_EXPORT void *realloc(void *p, size_t n)
 {
-	if (likely(g_fast.mode_no_arena == MODE_PASS)) {
+	uint32_t mode = g_fast.mode_no_arena;
+
+	if (likely(mode == MODE_PASS)) {
 		if (poll_due(&t_st))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
 	}
+	if (mode == MODE_SAMPLED &&
+	    !__atomic_load_n(set_filter(&g_sampled, p), __ATOMIC_RELAXED)) {
+		if (likely(budget_take(n)))
+			return real.realloc(p, n);
+		return realloc_spent(p, n, __builtin_return_address(0));
+	}
+	if (mode == MODE_EXACT)
+		return realloc_exact(p, n, __builtin_return_address(0));
 	return realloc_slow(p, n, __builtin_return_address(0));
 }
 

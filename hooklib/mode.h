@@ -82,6 +82,11 @@ void *malloc_spent(size_t n, void *ra);
 void free_sampled(void *p);
 void free_exact(void *p);
 void *malloc_exact(size_t n, void *ra);
+/* realloc() calls these directly (it tests the mode itself): exact's fast
+ * path (exact.c), and sampled mode's once malloc's budget is spent
+ * (general.c). */
+void *realloc_exact(void *p, size_t n, void *ra);
+void *realloc_spent(void *p, size_t n, void *ra);
 
 PMM_HIDDEN_END
 

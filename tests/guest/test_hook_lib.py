@@ -531,3 +531,35 @@ def dev_maps(pid: int) -> list[str]:
     """The permissions of pid's mappings of /dev/pmm."""
     maps = parse_maps(Path(f"/proc/{pid}/maps").read_text())
     return [m.perms for m in maps if m.path == "/dev/pmm"]
+
+
+@pytest.mark.parametrize("mode", ["exact", "exact-general", "sampled"])
+def test_hook_realloc_records_pair(dev: Device, mode: str) -> None:
+    """reallocs: realloc's cases (grown in place, moved, of NULL, to 0
+    bytes, failing; each with its old block's allocation in the thread's
+    buffer and sent), then 300 strings grown by 40 reallocs each, the last
+    16 kept. Exact's fast path, PMM_FASTPATH=0 or sampled: the module takes
+    every record (none dropped: all keep its rules), every free finds its
+    block (none unmatched or pending); exact, the blocks left of the strings
+    are the 16 kept, of 4000 bytes, and the cases leave none."""
+    extra = {"exact": {}, "exact-general": {"PMM_FASTPATH": "0"},
+             "sampled": {"PMM_SAMPLE": "4096"}}[mode]
+    cases = Prog([str(PROGS / "reallocs"), "cases"], PMM_START="1", **extra)
+    cases.line("reallocs: ready")
+    chain = Prog([str(PROGS / "reallocs"), "chain", "300"], PMM_START="1", **extra)
+    kept = {int(chain.line("kept").split()[1], 16) for _ in range(16)}
+    chain.line("reallocs: ready")
+    for prog in (cases, chain):
+        info = dev.pid_info(prog.pid)
+        assert info is not None
+        assert (info.dropped_records, info.unmatched_frees, info.pending_frees) == (0, 0, 0)
+    sizes = set(range(100, 4001, 100))
+    strings = {b.ptr: b.size for b in dev.blocks(chain.pid) if b.size in sizes}
+    if mode == "sampled":
+        assert set(strings) <= kept
+    else:
+        assert strings == dict.fromkeys(kept, 4000)
+        case_sizes = {size + k for size in (8000, 6000, 4000, 500, 300, 100) for k in range(4)}
+        assert [b for b in dev.blocks(cases.pid) if b.size in case_sizes] == []
+    cases.finish()
+    chain.finish()

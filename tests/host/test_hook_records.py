@@ -255,3 +255,217 @@ def test_blocks_grown_by_realloc_cancel_step_by_step(tmp_path: Path, fastpath: s
     # merged: one record per site, op, size and flags (the loop's malloc and
     # realloc to 1555 are other call sites than the kept block's)
     assert len(sent) == 5
+
+
+REALLOCS = PROGS / "reallocs"
+
+
+def kernel_accepts(r: uapi.Record) -> bool:
+    """The module's rules for one record (kmod/pairing.c,
+    pmm_check_record_rules), which every record the hook sends must keep."""
+    moves = r.op in (Op.REALLOC, Op.MREMAP)
+    frees = r.op in (Op.FREE, Op.MUNMAP)
+    f = r.flags
+    if r.op == Op.NONE or r.op >= len(Op) or f & ~uapi.REC_F_ALL or not r.weight:
+        return False
+    frees_prev = r.op == Op.FREE or (r.op == Op.REALLOC and r.prev_ptr != 0)
+    if f & uapi.REC_F_TAGGED:
+        if not frees_prev or r.alloc_tag >> uapi.ALLOC_TAG_BITS:
+            return False
+    elif r.alloc_tag:
+        return False
+    if frees and f & uapi.REC_F_FAILED:
+        return False
+    if f & uapi.REC_F_FREED and (frees or r.op in NOT_HEAP or not r.ptr
+                                 or f & uapi.REC_F_FAILED):
+        return False
+    if not moves and r.prev_ptr:
+        return False
+    if f & uapi.REC_F_PREV_FREED and (
+            r.op != Op.REALLOC or not r.ptr or not r.prev_ptr
+            or f & (uapi.REC_F_TAGGED | uapi.REC_F_FAILED)):
+        return False
+    return not (f & uapi.REC_F_OLDER and (
+        not frees_prev or (r.op == Op.FREE and not r.ptr)
+        or f & (uapi.REC_F_TAGGED | uapi.REC_F_PREV_FREED | uapi.REC_F_FAILED)))
+
+
+def replay(sent: list[uapi.Record], sizes: set[int]) -> dict[int, uapi.Record]:
+    """One thread's heap records in order, applied as the module pairs
+    them: the live blocks of these sizes left at the end. Each record keeps
+    the module's rules; a free of such a block, or a realloc's of its old
+    one, finds it (the tag, if it carries one, that of its allocation);
+    PREV_FREED names a block that is not live (its allocation was sent
+    FREED), OLDER one that no record allocated."""
+    live: dict[int, uapi.Record] = {}
+    for r in sent:
+        assert kernel_accepts(r), r
+        if r.op in NOT_HEAP:
+            continue
+        freed = r.ptr if r.op == Op.FREE else r.prev_ptr if r.op == Op.REALLOC else 0
+        if not freed:
+            pass
+        elif r.flags & (uapi.REC_F_PREV_FREED | uapi.REC_F_OLDER):
+            assert freed not in live, hex(freed)
+        elif freed in live:
+            block = live.pop(freed)
+            assert not r.flags & uapi.REC_F_TAGGED or \
+                r.alloc_tag == block.time_ns & TAG_MASK, hex(freed)
+        else:
+            assert r.op == Op.FREE, (hex(freed), r.flags)  # not one of these blocks
+        if r.op != Op.FREE and r.ptr and r.size in sizes and not r.flags & uapi.REC_F_FREED:
+            assert r.ptr not in live, hex(r.ptr)
+            live[r.ptr] = r
+    return live
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_reallocs_cases_records(tmp_path: Path, fastpath: str) -> None:
+    """reallocs cases: realloc grown in place, moved, of NULL, to 0 bytes
+    and failing, each with its old block's allocation still in the thread's
+    buffer and sent before (a flush), from call sites new and then known
+    (exact's fast path runs for those). Whether it ran (the default) or
+    PMM_FASTPATH=0 kept every realloc on the general path, the records are
+    the same: one REALLOC a call, prev_ptr its old block, whose free it
+    carries as PREV_FREED (its allocation, still in the buffer, flagged
+    FREED) or TAGGED with that allocation's stamp; realloc(NULL, n) a
+    REALLOC without prev_ptr; realloc(p, 0) a free (cancelled in the
+    buffer, or a tagged FREE); a failure a REALLOC FAILED that leaves p
+    live. Every record keeps the module's rules, every free finds its block
+    and at the end none is left."""
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1",
+                    PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(REALLOCS), "cases"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.endswith("\nreallocs: ready\n")
+    case = {name: (int(old, 16), int(new, 16))
+            for name, old, new in (line.split() for line in done.stdout.splitlines()[:-1])}
+    sent = [s.rec for s in sent_records(log)]
+    sizes = {size + k for size in (8000, 6000, 4000, 500, 300, 100) for k in range(4)}
+    assert replay(sent, sizes) == {}
+    recs = [r for r in sent if r.size in sizes or r.op == Op.REALLOC]
+    weights: Counter[tuple[int, int, int]] = Counter()
+    for r in recs:
+        weights[r.op, r.size, r.flags] += r.weight
+    freed, prev_freed, tagged = uapi.REC_F_FREED, uapi.REC_F_PREV_FREED, uapi.REC_F_TAGGED
+    want: Counter[tuple[int, int, int]] = Counter()
+    for k in range(4):
+        buffered = not k & 1
+        want.update([
+            # inplace: malloc(8000) shrunk to 4000 (which cancels it), grown
+            # to 6000; the shrink's REALLOC cancelled by the growth, or sent
+            (Op.MALLOC, 8000 + k, freed),
+            (Op.REALLOC, 4000 + k, freed | prev_freed if buffered else prev_freed),
+            (Op.REALLOC, 6000 + k, prev_freed if buffered else tagged),
+            # move: the moved block (buffered: cancelled), the live one after it
+            (Op.MALLOC, 4000 + k, freed if buffered else 0),
+            (Op.MALLOC, 4000 + k, 0),
+            (Op.REALLOC, 8000 + k, prev_freed if buffered else tagged),
+            (Op.REALLOC, 300 + k, 0),                 # realloc(NULL, 300)
+            (Op.MALLOC, 500 + k, freed if buffered else 0),  # realloc(p, 0)
+            (Op.MALLOC, 100 + k, 0),                  # fail: p stays live
+            (Op.REALLOC, 1 << 62, uapi.REC_F_FAILED),
+        ])
+    assert weights == want
+
+    def one(op: int, size: int, ptr: int) -> uapi.Record:
+        (r,) = [r for r in recs if r.op == op and r.size == size and r.ptr == ptr]
+        return r
+
+    for k in range(4):
+        how = f"{'sent' if k & 1 else 'buffered'}-{k}"
+        old, new = case[f"inplace-{how}"]
+        grown = one(Op.REALLOC, 6000 + k, new)
+        assert old == new == grown.prev_ptr
+        if k & 1:  # the growth frees the block of the shrink's REALLOC, sent
+            assert grown.alloc_tag == one(Op.REALLOC, 4000 + k, old).time_ns & TAG_MASK
+        old, new = case[f"move-{how}"]
+        moved = one(Op.REALLOC, 8000 + k, new)
+        assert old != new and moved.prev_ptr == old
+        if k & 1:
+            assert moved.alloc_tag == one(Op.MALLOC, 4000 + k, old).time_ns & TAG_MASK
+        assert one(Op.REALLOC, 300 + k, case[f"null-{how}"][1]).prev_ptr == 0
+        # realloc(p, 0): sent, a FREE tagged with p's allocation
+        old, _ = case[f"zero-{how}"]
+        alloc = one(Op.MALLOC, 500 + k, old)
+        frees = [r for r in sent if r.op == Op.FREE and r.ptr == old
+                 and r.time_ns > alloc.time_ns]
+        if k & 1:
+            assert (frees[0].flags, frees[0].alloc_tag) == (tagged, alloc.time_ns & TAG_MASK)
+        # the failure: after p's allocation, and p's free comes at the end
+        alloc = one(Op.MALLOC, 100 + k, case[f"fail-{how}"][0])
+        assert [r.time_ns > alloc.time_ns for r in recs if r.flags & uapi.REC_F_FAILED] \
+            == [j >= k for j in range(4)]
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_realloc_of_blocks_older_than_monitoring(tmp_path: Path, fastpath: str) -> None:
+    """reallocs older: the fake module refuses the first batch (monitoring
+    stops), 200 blocks are allocated unmonitored, and once the hook has
+    seen the start again each is grown and freed. Each growth is one
+    REALLOC flagged OLDER (its old block is no block of the module's: no
+    lookup, no pending free), prev_ptr the old block; its new block dies
+    in the buffer (FREED)."""
+    n = 200
+    log = tmp_path / "records.bin"
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1", PMM_FAKE_STOP_AT="1",
+                    PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(REALLOCS), "older", str(n)], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    moved = [(int(old, 16), int(new, 16))
+             for _, old, new in (line.split() for line in done.stdout.splitlines()[:-1])]
+    assert len(moved) == n
+    sent = [s.rec for s in sent_records(log)]
+    assert replay(sent, {64, 5000}) == {}
+    grown = [r for r in sent if r.op == Op.REALLOC and r.size == 5000]
+    assert [(r.prev_ptr, r.ptr) for r in grown] == moved
+    assert {r.flags for r in grown} == {uapi.REC_F_OLDER | uapi.REC_F_FREED}
+    assert not [r for r in sent if r.size == 64]
+
+
+CHAIN_SIZES = set(range(100, 4001, 100))
+
+
+@pytest.mark.parametrize("mode", ["exact", "exact-general", "sampled"])
+def test_strings_grown_by_realloc(tmp_path: Path, mode: str) -> None:
+    """reallocs chain: 300 strings grown from NULL by 40 reallocs of 100
+    bytes more each, the last 16 kept. Exact (fast path or PMM_FASTPATH=0):
+    each size's REALLOC weights sum to 300, and the kept strings are the
+    blocks left. Sampled (PMM_SAMPLE=4096: most reallocs take the sampled
+    fast path, which records nothing): a realloc of a sampled block frees
+    it (a REALLOC with prev_ptr, or a FREE), the weighted bytes estimate
+    what the program asked within 10%, and the blocks left are kept
+    strings. Every record keeps the module's rules and every free finds its
+    block."""
+    n = 300
+    log = tmp_path / "records.bin"
+    extra = {"exact": {}, "exact-general": {"PMM_FASTPATH": "0"},
+             "sampled": {"PMM_SAMPLE": "4096"}}[mode]
+    env = clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_QUIET="1",
+                    PMM_FAKE_LOG=str(log), **extra)
+    done = subprocess.run([str(REALLOCS), "chain", str(n)], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = [line.split() for line in done.stdout.splitlines()[:-1]]
+    kept = {int(x, 16) for what, x in lines if what == "kept"}
+    (asked,) = [int(x) for what, x in lines if what == "bytes"]
+    assert len(kept) == 16 and asked == n * 100 * 40 * 41 // 2
+    sent = [s.rec for s in sent_records(log)]
+    live = replay(sent, CHAIN_SIZES)
+    grown = [r for r in sent if r.op == Op.REALLOC and r.size in CHAIN_SIZES]
+    if mode != "sampled":
+        assert set(live) == kept
+        by_size: Counter[int] = Counter()
+        for r in grown:
+            by_size[r.size] += r.weight
+        assert by_size == Counter({size: n for size in CHAIN_SIZES})
+        return
+    assert set(live) <= kept
+    estimate = sum(r.weight * r.size for r in grown)
+    assert abs(estimate - asked) < asked / 10, (estimate, asked)
+    # sampled blocks grown again: their frees go with the REALLOC, or alone
+    assert [r for r in grown if r.prev_ptr]
+    assert len(grown) < n * 40 / 2

@@ -50,6 +50,7 @@
  */
 #include <linux/slab.h>
 #include <linux/mm.h>
+#include <linux/vmalloc.h>
 #include <linux/hash.h>
 #include <linux/hashtable.h>
 #include <linux/jiffies.h>

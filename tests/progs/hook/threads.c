@@ -137,7 +137,7 @@ static void *slot;
 
 static int race_ready;
 static long race_done[2];	/* each thread's rounds */
-#define RACE_LEAD 8
+#define RACE_LEAD 2
 
 static void *race(void *arg)
 {
@@ -164,7 +164,10 @@ static void *race(void *arg)
 	for (long i = 0; i < n * 10; i++) {
 		char *p;
 
-		/* at most RACE_LEAD rounds ahead of the other: they must cross */
+		/*
+		 * at most RACE_LEAD rounds ahead of the other, so that they cross
+		 * even when a busy machine runs one while the other waits
+		 */
 		__atomic_store_n(&race_done[me], i, __ATOMIC_RELEASE);
 		while (i - __atomic_load_n(&race_done[!me], __ATOMIC_ACQUIRE) > RACE_LEAD &&
 		       __atomic_load_n(&race_done[!me], __ATOMIC_ACQUIRE) < n * 10 - 1)

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pmm import uapi
 from pmm.blockstream import BlockPage
@@ -291,6 +291,28 @@ class Device:
 
     # -- read-back ---------------------------------------------------------
 
+    def _read_pages(
+        self, request: int, buf: ctypes.Array[Any], pid: int, what: str, cursor: int = 0
+    ) -> Iterator[int]:
+        """Cursor loop over one read-back ioctl until `done`: fills buf a page
+        at a time and yields how many entries each page holds."""
+        rd = uapi.Read()
+        rd.cursor = cursor
+        while True:
+            rd.pid = pid
+            rd.capacity = len(buf)
+            rd.buf = ctypes.addressof(buf)
+            rd.count = 0
+            rd.done = 0
+            rd.flags = 0
+            rd.reserved = 0
+            self.ioctl(request, rd, what, pid=pid if pid else None)
+            n = min(int(rd.count), len(buf))
+            if n:
+                yield n
+            if rd.done or n == 0:
+                return
+
     def _read_all(
         self,
         request: int,
@@ -300,24 +322,12 @@ class Device:
         what: str,
         cursor: int = 0,
     ) -> list[T]:
-        """Cursor loop over one read-back ioctl until `done`."""
-        out: list[T] = []
+        """Every entry of one read-back ioctl, converted."""
         buf = (ctype * READ_CHUNK)()
-        rd = uapi.Read()
-        rd.cursor = cursor
-        while True:
-            rd.pid = pid
-            rd.capacity = READ_CHUNK
-            rd.buf = ctypes.addressof(buf)
-            rd.count = 0
-            rd.done = 0
-            rd.flags = 0
-            rd.reserved = 0
-            self.ioctl(request, rd, what, pid=pid if pid else None)
-            n = min(int(rd.count), READ_CHUNK)
+        out: list[T] = []
+        for n in self._read_pages(request, buf, pid, what, cursor):
             out.extend(convert(buf[i]) for i in range(n))
-            if rd.done or n == 0:
-                return out
+        return out
 
     def monitored_pids(self) -> list[PidInfo]:
         """The processes the module holds (running, or exited and kept) that the
@@ -359,23 +369,10 @@ class Device:
         must stay open while the pages are taken."""
         buf = (uapi.Block * BLOCK_CHUNK)()
         esize = ctypes.sizeof(uapi.Block)
-        rd = uapi.Read()
         what = f"reading the blocks of pid {pid}"
-        while True:
-            rd.pid = pid
-            rd.capacity = BLOCK_CHUNK
-            rd.buf = ctypes.addressof(buf)
-            rd.count = 0
-            rd.done = 0
-            rd.flags = 0
-            rd.reserved = 0
-            self.ioctl(uapi.READ_BLOCKS, rd, what, pid=pid if pid else None)
-            n = min(int(rd.count), BLOCK_CHUNK)
-            if n:
-                raw = ctypes.string_at(ctypes.addressof(buf), n * esize)
-                yield BlockPage.from_raw(raw, n, BLOCK_OFFSETS, esize)
-            if rd.done or n == 0:
-                return
+        for n in self._read_pages(uapi.READ_BLOCKS, buf, pid, what):
+            raw = ctypes.string_at(ctypes.addressof(buf), n * esize)
+            yield BlockPage.from_raw(raw, n, BLOCK_OFFSETS, esize)
 
     def sites(self, pid: int) -> list[Site]:
         """pid's allocation sites with their counters (PMM_READ_SITES), in no

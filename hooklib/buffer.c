@@ -291,14 +291,17 @@ __attribute__((noinline)) void exact_ready(struct tstate *t, unsigned int e)
  * records the buffer sends later by their stamps and tags.
  */
 __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const void *prev,
-					    uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
+					    uint64_t size, uint32_t site, uint32_t weight, uint64_t now,
+					    const struct old_block *old)
 {
 	struct tag_slot *slot = ptr && !op_is_map(op) ? tag_slot_of((uintptr_t)ptr) : NULL;
 	struct pmm_record r;
 	uint16_t flags = 0;
 	int64_t tag = -1;
 
-	if (op == PMM_OP_FREE && slot)
+	if (old && ((op == PMM_OP_FREE && slot) || (op == PMM_OP_REALLOC && prev)))
+		tag = old->tag;
+	else if (op == PMM_OP_FREE && slot)
 		tag = slot_tag(slot, (uintptr_t)ptr);
 	else if (op == PMM_OP_REALLOC && prev)
 		tag = slot_tag(tag_slot_of((uintptr_t)prev), (uintptr_t)prev);
@@ -310,7 +313,8 @@ __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const 
 	if (tag >= 0)
 		flags |= PMM_REC_F_TAGGED;
 	else if (!flags && ((op == PMM_OP_FREE && slot) || (op == PMM_OP_REALLOC && prev)))
-		flags = older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
+		flags = old ? old->older :
+			older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
 	r.ptr = (uintptr_t)ptr;
 	r.prev_ptr = (uintptr_t)prev;
 	r.size = size;

@@ -37,22 +37,21 @@ void send_one(const struct pmm_record *r);
 void sampled_poll(struct tstate *t);
 /* The thread's buffer holds records of epoch e: it may take exact's key. */
 void exact_ready(struct tstate *t, unsigned int e);
+struct old_block;
 /* record() for a signal handler's call that interrupted the hook. */
 void record_alone(uint16_t op, const void *ptr, const void *prev, uint64_t size,
-		  uint32_t site, uint32_t weight, uint64_t now);
+		  uint32_t site, uint32_t weight, uint64_t now, const struct old_block *old);
 /* At init: the key whose destructor flushes an exiting thread's buffer. */
 int buffer_key_create(void);
 
 /*
- * Where in this thread's buffer the allocation of ptr with tag (slot:
- * ptr's) waits, still live, or NOT_BUFFERED. Only a record of an
+ * Whether the record at i of this thread's buffer is the allocation of ptr
+ * with tag, still live: its index, or NOT_BUFFERED. Only a record of an
  * allocation at ptr with the tag is it: the tag is the allocation's stamp,
  * and stamps at one address only grow.
  */
-static inline uint32_t buffered_alloc(const struct tstate *t, const struct tag_slot *slot,
-				      uint64_t ptr, int64_t tag)
+static inline uint32_t buffered_at(const struct tstate *t, uint32_t i, uint64_t ptr, int64_t tag)
 {
-	uint32_t i = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
 	const struct pmm_record *r;
 
 	if (tag < 0 || i >= t->n)
@@ -63,6 +62,37 @@ static inline uint32_t buffered_alloc(const struct tstate *t, const struct tag_s
 	    (int64_t)(r->time_ns & TAG_MASK) != tag)
 		return NOT_BUFFERED;
 	return i;
+}
+
+/* Where in this thread's buffer the allocation of ptr with tag (slot:
+ * ptr's) waits, still live, or NOT_BUFFERED. */
+static inline uint32_t buffered_alloc(const struct tstate *t, const struct tag_slot *slot,
+				      uint64_t ptr, int64_t tag)
+{
+	return buffered_at(t, __atomic_load_n(&slot->at, __ATOMIC_RELAXED), ptr, tag);
+}
+
+/*
+ * What a record that frees the block at ptr needs of its slot, read while
+ * the block is still the caller's: once libc has released it, another
+ * thread may allocate at its address and write the slot (the general
+ * path's realloc records after libc's call).
+ */
+struct old_block {
+	int64_t tag;		/* slot_tag, or -1 */
+	uint32_t at;		/* the slot's buffer index then */
+	uint16_t older;		/* older_flag then */
+};
+
+static inline struct old_block old_block_of(uint64_t ptr)
+{
+	const struct tag_slot *slot = tag_slot_of(ptr);
+	struct old_block b;
+
+	b.tag = slot_tag(slot, ptr);
+	b.at = __atomic_load_n(&slot->at, __ATOMIC_RELAXED);
+	b.older = older_flag(ptr);
+	return b;
 }
 
 /*
@@ -91,10 +121,15 @@ static inline void tbuf_append(struct tstate *t, uint32_t at, uint64_t now)
 		flush(t);
 }
 
-/* t NULL: record_alone. */
+/*
+ * One record. old: the freed block's slot as read before libc's call
+ * (old_block_of), for a FREE of ptr or a REALLOC's prev; NULL: read now.
+ * t NULL: record_alone.
+ */
 static inline __attribute__((always_inline)) void
-record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
-		   uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
+record_old(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
+	   uint64_t size, uint32_t site, uint32_t weight, uint64_t now,
+	   const struct old_block *old)
 {
 	unsigned int e = __atomic_load_n(&g_epoch, __ATOMIC_RELAXED);
 	struct pmm_record one, *r;
@@ -102,9 +137,10 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	struct tag_slot *tagged = NULL;	/* the slot whose tag the record carries */
 	uint16_t flags = 0;
 	int64_t tag = -1;
+	uint32_t i;
 
 	if (!t) {
-		record_alone(op, ptr, prev, size, site, weight, now);
+		record_alone(op, ptr, prev, size, site, weight, now, old);
 		return;
 	}
 	if (unlikely(t->gen != e)) {
@@ -116,20 +152,27 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	if (ptr && !op_is_map(op))
 		slot = tag_slot_of((uintptr_t)ptr);
 	if (op == PMM_OP_FREE && slot) {
-		tag = slot_tag(slot, (uintptr_t)ptr);
-		if (cancel_buffered(t, slot, (uintptr_t)ptr, tag))
+		tag = old ? old->tag : slot_tag(slot, (uintptr_t)ptr);
+		i = old ? buffered_at(t, old->at, (uintptr_t)ptr, tag) :
+			  buffered_alloc(t, slot, (uintptr_t)ptr, tag);
+		if (i != NOT_BUFFERED) {
+			t->buf[i].flags |= PMM_REC_F_FREED;
 			return;
+		}
 		tagged = slot;
 	} else if (op == PMM_OP_REALLOC && prev) {
 		/* before ptr's entry replaces it */
 		tagged = tag_slot_of((uintptr_t)prev);
-		tag = slot_tag(tagged, (uintptr_t)prev);
+		tag = old ? old->tag : slot_tag(tagged, (uintptr_t)prev);
+		i = old ? buffered_at(t, old->at, (uintptr_t)prev, tag) :
+			  buffered_alloc(t, tagged, (uintptr_t)prev, tag);
 		/*
 		 * The old block's allocation still in the buffer: it cancels
 		 * as a free would (FREED), and this record says so, keeping
 		 * prev_ptr for display; it may cancel and merge in turn.
 		 */
-		if (ptr && cancel_buffered(t, tagged, (uintptr_t)prev, tag)) {
+		if (ptr && i != NOT_BUFFERED) {
+			t->buf[i].flags |= PMM_REC_F_FREED;
 			flags = PMM_REC_F_PREV_FREED;
 			tag = -1;
 		}
@@ -144,7 +187,8 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	if (tag >= 0)
 		flags |= PMM_REC_F_TAGGED;
 	else if (tagged && !flags)	/* an untagged free, or realloc's of prev */
-		flags = older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
+		flags = old ? old->older :
+			older_flag(op == PMM_OP_FREE ? (uintptr_t)ptr : (uintptr_t)prev);
 	if (unlikely(!t->buf))
 		r = &one;
 	else
@@ -167,6 +211,13 @@ record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	tbuf_append(t, t->n, now);
 	if (unlikely(t->exact_key != e) && e == __atomic_load_n(&g_exact_key, __ATOMIC_RELAXED))
 		exact_ready(t, e);	/* not on every record while the key is off */
+}
+
+static inline __attribute__((always_inline)) void
+record(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
+       uint64_t size, uint32_t site, uint32_t weight, uint64_t now)
+{
+	record_old(t, op, ptr, prev, size, site, weight, now, NULL);
 }
 
 PMM_HIDDEN_END

@@ -152,7 +152,7 @@ void free_exact(void *p)
  * in this buffer: PREV_FREED, and r->ptr holds that record's index until
  * the call has succeeded and the allocation is flagged FREED. Else its tag
  * (TAGGED), or none (OLDER if no allocation since the start was there).
- * Read before the call, not after it as the general path does: once libc
+ * Read before the call, as the general path's old_block_of is: once libc
  * has released the block, another thread may allocate at its address and
  * write its slot.
  */

@@ -247,12 +247,14 @@ static void *arena_realloc(void *p, size_t n, const struct src *s)
  * block), time taken after the call; realloc(p, 0) that frees is a FREE
  * (time taken before); a failure is a REALLOC with PMM_REC_F_FAILED and
  * prev_ptr 0 (the old block stays). Sampled: the old block's record goes
- * only if it was sampled; the new block is sampled afresh. t NULL: a signal
- * handler's call, recorded alone.
+ * only if it was sampled; the new block is sampled afresh. The old block's
+ * slot is read before the call (old_block_of). t NULL: a signal handler's
+ * call, recorded alone.
  */
 static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct src *s,
 			       void *(*fn)(void *, size_t, size_t), size_t m)
 {
+	struct old_block old = { .tag = -1 };
 	uint64_t before = 0;
 	int was = 0, saved;
 	uint32_t weight = 1;
@@ -261,9 +263,11 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 
 	if (g_sample && p)
 		was = set_del(&g_sampled, p);
-	if (p && (!g_sample || was))
+	if (p && (!g_sample || was)) {
+		old = old_block_of((uintptr_t)p);
 		/* the old block's free: before the call */
 		before = stamp_slot(t, tag_slot_of((uintptr_t)p));
+	}
 	if (fn) {
 		if (__builtin_mul_overflow(n, m, &bytes))
 			bytes = SIZE_MAX;
@@ -275,7 +279,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 	if (!q) {
 		if (bytes == 0 && p) {		/* freed */
 			if (!g_sample || was)
-				record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+				record_old(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before, &old);
 			if (was)
 				sampled_wait(t);
 		} else if (!g_sample) {		/* failed, p intact */
@@ -287,12 +291,13 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 		return q;
 	}
 	if (!g_sample) {
-		record(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, 0);
+		record_old(t, PMM_OP_REALLOC, q, p, bytes, site_of(t, s), 1, 0, &old);
 	} else if (sample(t, bytes, &weight) && set_add(&g_sampled, q)) {
-		record(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight, 0);
+		record_old(t, PMM_OP_REALLOC, q, was ? p : NULL, bytes, site_of(t, s), weight, 0,
+			   &old);
 	} else {
 		if (was) {
-			record(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before);
+			record_old(t, PMM_OP_FREE, p, NULL, 0, 0, 1, before, &old);
 			sampled_wait(t);
 		}
 		sampled_tick(t);

@@ -401,6 +401,47 @@ def test_reallocs_cases_records(tmp_path: Path, fastpath: str) -> None:
 
 
 @pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_moved_realloc_whose_old_address_is_taken_before_its_record(
+        tmp_path: Path, fastpath: str) -> None:
+    """reallocs cases under libreuse.so (the realloc the hook calls): when a
+    realloc moved its block, the old block's size is allocated again before
+    the hook's record is written, as another thread could, and glibc hands
+    back the old address; that allocation is recorded alone and writes the
+    address's tag slot. Each moved realloc's record must still free the old
+    block itself: PREV_FREED (its allocation still in the buffer, flagged
+    FREED) or TAGGED with that allocation's stamp, never the newer block's.
+    The general path read the old block's slot after libc's call and carried
+    the reuse's tag (the module would then free the new block and keep the
+    old one); exact's fast path read it before."""
+    log = tmp_path / "records.bin"
+    preload = f"{FAKE} {PROGS / 'libreuse.so'}"
+    env = clean_env(LD_PRELOAD=preload, PMM_START="1", PMM_QUIET="1",
+                    PMM_FASTPATH=fastpath, PMM_FAKE_LOG=str(log))
+    done = subprocess.run([str(REALLOCS), "cases"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    case = {name: (int(old, 16), int(new, 16))
+            for name, old, new in (line.split() for line in done.stdout.splitlines()[:-1])}
+    sent = [s.rec for s in sent_records(log)]
+    for k in range(4):
+        old, new = case[f"move-{'sent' if k & 1 else 'buffered'}-{k}"]
+        (alloc,) = [r for r in sent if r.op == Op.MALLOC and r.size == 4000 + k
+                    and r.ptr == old]
+        (moved,) = [r for r in sent if r.op == Op.REALLOC and r.size == 8000 + k
+                    and r.ptr == new]
+        # the precondition: libreuse.so allocated the old address again
+        # (4000 + k bytes' chunk: 4008 usable), a record alone
+        reuse = [r for r in sent if r.op == Op.MALLOC and r.ptr == old and r.size == 4008]
+        assert len(reuse) == 1 and reuse[0].time_ns > alloc.time_ns, (k, reuse)
+        assert moved.prev_ptr == old
+        if k & 1:
+            assert (moved.flags, moved.alloc_tag) == (uapi.REC_F_TAGGED,
+                                                      alloc.time_ns & TAG_MASK), k
+        else:
+            assert moved.flags == uapi.REC_F_PREV_FREED and alloc.flags == uapi.REC_F_FREED, k
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
 def test_realloc_of_blocks_older_than_monitoring(tmp_path: Path, fastpath: str) -> None:
     """reallocs older: the fake module refuses the first batch (monitoring
     stops), 200 blocks are allocated unmonitored, and once the hook has

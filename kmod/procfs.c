@@ -18,7 +18,7 @@
  *   Dropped: <records>, Unmatched frees: <n>, Pending frees: <n>, Older frees: <n>
  * (older frees: of blocks allocated before monitoring began, not errors)
  * then its live blocks in hash-table order (not time order):
- *   {MALLOC @HH:MM:SS} Sz: 100B Pointer: 0x... Caller: 0x... main() 207 pmd.c
+ *   {MALLOC @HH:MM:SS} Sz: 100B Pointer: 0x... Caller: 0x... main() 207 demo_daemon.c
  *   {REALLOC @HH:MM:SS} Sz: 200B Prev Pointer: 0x... Pointer: 0x... Caller: 0x...
  * The time is the record's, in UTC; Caller is the site's first frame (0x0 when
  * the site is not described); " func() line file" only when the site has

@@ -35,12 +35,12 @@ pids+=($!)
 say "pmd (pid $!) writes to $db"
 
 step "3. Start two long-lived programs with the hook preloaded (not yet monitored)"
-say "examples/bin/pmd: a demo daemon: malloc 100, realloc 200, free, in a loop."
-LD_PRELOAD=$hook PMM_QUIET=1 examples/bin/pmd -s 20 </dev/null >"$work/stable.out" &
+say "examples/bin/demo_daemon: a demo daemon: malloc 100, realloc 200, free, in a loop."
+LD_PRELOAD=$hook PMM_QUIET=1 examples/bin/demo_daemon -s 20 </dev/null >"$work/stable.out" &
 stable=$!
 pids+=($stable)
 say "the same daemon with a leak: 16 KiB lost per iteration, in main()."
-LD_PRELOAD=$hook PMM_QUIET=1 examples/bin/pmd -s 20 -l 16384 </dev/null >"$work/leaky.out" &
+LD_PRELOAD=$hook PMM_QUIET=1 examples/bin/demo_daemon -s 20 -l 16384 </dev/null >"$work/leaky.out" &
 leaky=$!
 pids+=($leaky)
 say "stable pid $stable, leaky pid $leaky"

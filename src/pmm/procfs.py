@@ -4,9 +4,9 @@
     ["INTERVAL" (Scan Interval) :=10000]
     ["SCAN" (Scan on:1/off:0) := 1]
 /proc/pmm/pid, a header per monitored pid followed by its live blocks:
-    [1] PID: 21113, Comp: pmd, PPID: 1, State: 1, Log count: 2
+    [1] PID: 21113, Comp: demo_daemon, PPID: 1, State: 1, Log count: 2
     Dropped: 0, Unmatched frees: 0, Pending frees: 0, Older frees: 0
-    {MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 pmd.c
+    {MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 demo_daemon.c
     {REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 Pointer: 0x10012008 Caller: ...
 
 The parse functions are pure (they take text); `read_cfg` and `read_pid`

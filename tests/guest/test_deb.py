@@ -27,7 +27,7 @@ from pathlib import Path
 from helpers import FULL, KO, TOP, module_loaded, unload_module
 
 DEBS = TOP / "build" / "deb"
-LEAKER = TOP / "examples" / "bin" / "pmd"
+LEAKER = TOP / "examples" / "bin" / "demo_daemon"
 
 # Runs as root in the private mount namespace; "@@ key value" lines are results.
 IN_NAMESPACE = r"""
@@ -163,7 +163,7 @@ def results(out: str) -> dict[str, str]:
 
 
 def leak_line() -> int:
-    src = (TOP / "examples" / "pmd.c").read_text().splitlines()
+    src = (TOP / "examples" / "demo_daemon.c").read_text().splitlines()
     return next(i for i, text in enumerate(src, 1) if "leaked on purpose" in text)
 
 
@@ -214,7 +214,7 @@ def test_deb_install_and_demo_from_installed_paths(tmp_path: Path) -> None:
     # pmd's group for reading every process, given to the module by modprobe.d
     assert got["readers"].split(":")[2] == got["reader_gid"], got
     leaks = output.split("@@ leaks_begin", 1)[1].split("@@ leaks_end", 1)[0]
-    assert f"pmd.c:{leak_line()}" in leaks, leaks
+    assert f"demo_daemon.c:{leak_line()}" in leaks, leaks
     assert got["trend"] == "leak"
     if FULL:
         assert got["left"] == "", got

@@ -189,16 +189,16 @@ def test_hook_leak_plain_site_is_caller(dev: Device) -> None:
 
 def test_hook_proc_line_of_shim(dev: Device) -> None:
     """The article's demo daemon built with pmm_hooks.h: /proc/pmm/pid shows
-    its leaked blocks as `... Caller: 0x... main() <line> pmd.c`."""
-    prog = Prog([str(EX / "pmd"), "-n", "3", "-s", "0", "-l", "100"], PMM_START="1")
-    m = re.match(r"pmd: done leak-line (\d+)", prog.line("pmd: done"))
+    its leaked blocks as `... Caller: 0x... main() <line> demo_daemon.c`."""
+    prog = Prog([str(EX / "demo_daemon"), "-n", "3", "-s", "0", "-l", "100"], PMM_START="1")
+    m = re.match(r"demo_daemon: done leak-line (\d+)", prog.line("demo_daemon: done"))
     assert m
     line = int(m.group(1))
     text = Path("/proc/pmm/pid").read_text()
     head = [x for x in text.splitlines() if f"PID: {prog.pid}," in x]
-    assert len(head) == 1 and "Comp: pmd," in head[0]
+    assert len(head) == 1 and "Comp: demo_daemon," in head[0]
     pat = re.compile(r"\{MALLOC @\d\d:\d\d:\d\d\} Sz: 100B Pointer: 0x[0-9a-f]+ "
-                     rf"Caller: 0x[0-9a-f]+ main\(\) {line} pmd\.c$")
+                     rf"Caller: 0x[0-9a-f]+ main\(\) {line} demo_daemon\.c$")
     assert len([x for x in text.splitlines() if pat.match(x)]) == 3, text
     prog.finish()
 

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmd: the article's demo daemon (seeds/001): an endless loop of
+ * demo_daemon: the article's demo daemon (seeds/001, where it is pmd.c),
+ * an endless loop of
  * malloc(100), realloc(200), free, built with pmm_hooks.h so that each call
  * is recorded with its file, function and line. (The monitoring daemon of
- * this project is the Python `pmd`; this is only the article's example.)
+ * this project is the Python `pmd`: the demo has a name of its own so that
+ * "LEAK pid N (demo_daemon)" is not read as pmm's daemon leaking.)
  *
- *   pmd [-n iterations (0: forever)] [-s sleep ms] [-l leak bytes per iteration]
+ *   demo_daemon [-n iterations (0: forever)] [-s sleep ms] [-l leak bytes per iteration]
  *
  * With -l, each iteration also leaks that many bytes, in main(). It prints
- * "pmd: pid N" at start; after the loop it flushes its records, prints
- * "pmd: done leak-line L" (the line of the leaking malloc) and waits until
+ * "demo_daemon: pid N" at start; after the loop it flushes its records, prints
+ * "demo_daemon: done leak-line L" (the line of the leaking malloc) and waits until
  * stdin reaches end of file (so a test can read /proc/pmm/pid first).
  */
 #include <stdio.h>
@@ -42,11 +44,11 @@ int main(int argc, char **argv)
 		case 's': sleep = atol(optarg); break;
 		case 'l': leak_bytes = (size_t)atol(optarg); break;
 		default:
-			fprintf(stderr, "usage: pmd [-n iterations] [-s sleep ms] [-l leak bytes]\n");
+			fprintf(stderr, "usage: demo_daemon [-n iterations] [-s sleep ms] [-l leak bytes]\n");
 			return 2;
 		}
 	}
-	printf("pmd: pid %d\n", (int)getpid());
+	printf("demo_daemon: pid %d\n", (int)getpid());
 	fflush(stdout);
 	for (i = 0; iterations == 0 || i < iterations; i++) {
 		chr = (char *)malloc(sizeof(char) * 100);		/* malloc call */
@@ -63,7 +65,7 @@ int main(int argc, char **argv)
 		sleep_ms(sleep);
 	}
 	pmm_hooks_flush();
-	printf("pmd: done leak-line %d\n", leak_line);
+	printf("demo_daemon: done leak-line %d\n", leak_line);
 	fflush(stdout);
 	while (getchar() != EOF)
 		;

@@ -294,7 +294,7 @@ __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const 
 					    uint64_t size, uint32_t site, uint32_t weight, uint64_t now,
 					    const struct old_block *old)
 {
-	struct tag_slot *slot = ptr && !op_is_map(op) ? tag_slot_of((uintptr_t)ptr) : NULL;
+	struct tag_slot *slot = ptr && !pmm_op_is_map(op) ? tag_slot_of((uintptr_t)ptr) : NULL;
 	struct pmm_record r;
 	uint16_t flags = 0;
 	int64_t tag = -1;
@@ -306,7 +306,7 @@ __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const 
 	else if (op == PMM_OP_REALLOC && prev)
 		tag = slot_tag(tag_slot_of((uintptr_t)prev), (uintptr_t)prev);
 	if (!now)
-		now = slot ? stamp_slot(NULL, slot) : op_is_map(op) ? stamp_map(NULL) :
+		now = slot ? stamp_slot(NULL, slot) : pmm_op_is_map(op) ? stamp_map(NULL) :
 		      stamp_none(NULL);
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;

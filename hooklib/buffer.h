@@ -149,7 +149,7 @@ record_old(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	}
 	if (unlikely(!t->buf))
 		tbuf_get(t);	/* and the thread's id; without it, records go alone */
-	if (ptr && !op_is_map(op))
+	if (ptr && !pmm_op_is_map(op))
 		slot = tag_slot_of((uintptr_t)ptr);
 	if (op == PMM_OP_FREE && slot) {
 		tag = old ? old->tag : slot_tag(slot, (uintptr_t)ptr);
@@ -181,7 +181,7 @@ record_old(struct tstate *t, uint16_t op, const void *ptr, const void *prev,
 	    ++t->cross >= CROSS_MAX)
 		t->full = t->n + 1;	/* sent with this record */
 	if (!now)	/* a free's, after the cancel check: none if cancelled */
-		now = slot ? stamp_slot(t, slot) : op_is_map(op) ? stamp_map(t) : stamp_none(t);
+		now = slot ? stamp_slot(t, slot) : pmm_op_is_map(op) ? stamp_map(t) : stamp_none(t);
 	if (!ptr && op != PMM_OP_FREE && op != PMM_OP_MUNMAP)
 		flags = PMM_REC_F_FAILED;
 	if (tag >= 0)

@@ -102,11 +102,6 @@ static inline int64_t slot_tag(const struct tag_slot *slot, uint64_t ptr)
 	return (int64_t)(e & TAG_MASK);
 }
 
-/* Mappings have no slot: their records carry no tag. */
-static inline int op_is_map(uint16_t op)
-{
-	return op == PMM_OP_MMAP || op == PMM_OP_MUNMAP || op == PMM_OP_MREMAP;
-}
 
 /*
  * An event at an address of slot: stamped after the slot's last one. t

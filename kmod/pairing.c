@@ -303,11 +303,6 @@ void pmm_blocks_free(struct pmm_proc *p)
 	pmm_expire_pending(p, true);
 }
 
-static bool op_is_map(u16 op)
-{
-	return op == PMM_OP_MMAP || op == PMM_OP_MREMAP;
-}
-
 /* Buckets <= 16, 256, 1K, 4K, 16K, 64K bytes and larger, by bit length. */
 static unsigned int size_bucket(u64 size)
 {
@@ -398,7 +393,7 @@ static __always_inline u32 bt_count(struct pmm_bseg *t, u32 hs, u64 ptr,
 		if (!be_used(e) || be_dist(e) < k)
 			break;
 		if (be_dist(e) == k && be_ptr(e) == ptr &&
-		    op_is_map(be_op(e)) == map)
+		    pmm_op_is_map(be_op(e)) == map)
 			same++;
 	}
 	*pos = i;
@@ -507,7 +502,7 @@ static void seg_fill(struct pmm_proc *p, struct pmm_bseg *t,
 		h = block_hash(p, be_ptr(&ne));
 		to = t1 && (h << (t->depth - 1)) >> 31 ? t1 : t;
 		if (bt_find_spot(to, h << to->depth, be_ptr(&ne),
-				 op_is_map(be_op(&ne)), &sp, &same))
+				 pmm_op_is_map(be_op(&ne)), &sp, &same))
 			bt_put(to, &sp, &ne);
 		else
 			block_drop(p, &ne);
@@ -638,7 +633,7 @@ block_find(struct pmm_proc *p, u64 ptr, u64 time, bool map, u32 tag,
 		if (!be_used(e) || be_dist(e) < d)
 			break;
 		if (be_dist(e) != d || be_ptr(e) != ptr ||
-		    op_is_map(be_op(e)) != map)
+		    pmm_op_is_map(be_op(e)) != map)
 			continue;
 		et = be_time(e);
 		if (et > time || !tag_fits(et, tag))
@@ -847,7 +842,7 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 	u64 len = 0;
 
 	if (p->npending)
-		pe = pending_find(p, ptr, t, op_is_map(op));
+		pe = pending_find(p, ptr, t, pmm_op_is_map(op));
 	/*
 	 * A block remains unless a pending free cancels all of it; an unmap
 	 * that cancels its start leaves the rest at ptr + its length.
@@ -857,7 +852,7 @@ static __always_inline void do_alloc(struct pmm_proc *p, u16 op, u64 ptr,
 		len = pe->op == PMM_OP_MUNMAP ? min(pe->len, size) : size;
 	if (need_block &&
 	    (p->nblocks >= READ_ONCE(pmm_cfg.max_blocks) ||
-	     !block_spot(p, ptr + len, op_is_map(op), &seg, &sp)))
+	     !block_spot(p, ptr + len, pmm_op_is_map(op), &seg, &sp)))
 		goto drop;
 	s = site_get(p, site);
 	if (!s)
@@ -999,7 +994,7 @@ static int pmm_check_record_rules(const struct pmm_record *r)
 	if (frees && (r->flags & PMM_REC_F_FAILED))
 		return -EINVAL;
 	if ((r->flags & PMM_REC_F_FREED) &&
-	    (frees || op_is_map(r->op) || !r->ptr ||
+	    (frees || pmm_op_is_map(r->op) || !r->ptr ||
 	     (r->flags & PMM_REC_F_FAILED)))
 		return -EINVAL;
 	if (!moves && r->prev_ptr)

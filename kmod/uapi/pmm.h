@@ -46,6 +46,12 @@ enum pmm_op {
 	PMM_OP_NR = 13,
 };
 
+/* A record of an anonymous mapping: not a heap block, it carries no tag. */
+static inline int pmm_op_is_map(__u16 op)
+{
+	return op == PMM_OP_MMAP || op == PMM_OP_MUNMAP || op == PMM_OP_MREMAP;
+}
+
 /* pmm_record.flags */
 #define PMM_REC_F_FAILED	(1U << 0)	/* allocation returned NULL; ptr is 0 */
 /*

@@ -119,7 +119,7 @@ struct pmm_queued {
 #define PMM_SITE_MAX_BITS	21
 
 /*
- * One slot of a process's block table: 24 bytes in three words (pairing.c
+ * One slot of a process's block table: 24 bytes in three words (blocks.h
  * packs and reads them):
  *   w0: ptr (bits 0-47), the site's index bits 0-15 (48-63)
  *   w1: time_ns (0-57), the site's index bits 16-19 (58-61), EXT (62)

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * demo_daemon: the article's demo daemon (seeds/001, where it is pmd.c),
- * an endless loop of
- * malloc(100), realloc(200), free, built with pmm_hooks.h so that each call
+ * demo_daemon: a demo daemon, an endless loop of malloc(100), realloc(200),
+ * free, built with pmm_hooks.h so that each call
  * is recorded with its file, function and line. (The monitoring daemon of
  * this project is the Python `pmd`: the demo has a name of its own so that
  * "LEAK pid N (demo_daemon)" is not read as pmm's daemon leaking.)

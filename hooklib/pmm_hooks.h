@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * pmm_hooks.h: the article's compile-time shim, file/function/line sites.
+ * pmm_hooks.h: the compile-time shim, file/function/line sites.
  *
  *   #include <stdlib.h>      (system headers first)
  *   #include "pmm_hooks.h"   (then this: malloc, calloc, realloc and free in
  *                             this file go through malloc_() etc.)
  *
- * As in the article, `#define malloc(A) malloc_(A, __FILE__, __FUNCTION__,
+ * It does `#define malloc(A) malloc_(A, __FILE__, __FUNCTION__,
  * __LINE__)`. When libpmmhook.so is loaded (LD_PRELOAD, or linked with
  * -lpmmhook) the calls go to its pmm_src_* entry points, which record the
  * allocation under a site described by file (basename), function and line,
- * so /proc/pmm/pid shows `Caller: 0x... main() 207 pmd.c`. When it is not
+ * so /proc/pmm/pid shows `Caller: 0x... main() 207 demo_daemon.c`. When it is not
  * loaded they call libc directly. The library is looked up once per source
  * file with dlsym(RTLD_DEFAULT) (glibc >= 2.34 has dlsym in libc; older
  * ones need -ldl). Costs one site lookup per call in the library.

@@ -235,7 +235,7 @@ uint32_t pmm_site_source(void *caller, const char *file, const char *func, int l
 		d.depth = 1;
 		d.line = line > 0 ? (uint32_t)line : 0;
 		d.frames[0] = (uintptr_t)caller;
-		/* the article's "main() 207 pmd.c": the basename of __FILE__ */
+		/* /proc/pmm/pid's "main() 207 demo_daemon.c": the basename of __FILE__ */
 		base = file;
 		if (file)
 			for (const char *p = file; *p; p++)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * pmm: /proc/pmm/cfg and /proc/pmm/pid in the article's format.
+ * pmm: /proc/pmm/cfg and /proc/pmm/pid (their formats: the README's "Formats").
  *
  * /proc/pmm/cfg (0644) reads one line per setting; a write is one line
  * "KEY value" (KEY: INTERVAL SCAN START_PID STOP_PID MAX_PIDS MAX_BLOCKS

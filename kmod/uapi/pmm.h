@@ -330,7 +330,7 @@ struct pmm_sample {
 	__u64 rss_shmem;
 };
 
-/* Size buckets of struct pmm_stats, PMMM's table: <=16 ... >65536 */
+/* Size buckets of struct pmm_stats: <=16 ... >65536 */
 #define PMM_SIZE_BUCKETS	7
 /* upper bounds: 16, 256, 1024, 4096, 16384, 65536, unbounded */
 

@@ -285,10 +285,6 @@ class Device:
         """Stops monitoring pid; the module drops its blocks, sites and samples."""
         self.set_config(stop_pid=pid, what=f"stopping pid {pid}")
 
-    def query_self(self) -> bool:
-        """Whether the module monitors the calling process (PMM_QUERY_SELF)."""
-        return self.ioctl(uapi.QUERY_SELF, None, "querying the caller") == 1
-
     # -- read-back ---------------------------------------------------------
 
     def _read_pages(

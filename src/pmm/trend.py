@@ -1,6 +1,6 @@
 """Leak detection over memory samples: pure statistics, no I/O.
 
-The method (DESIGN.md decision 12: statistics, not thresholds):
+The method (statistics, not thresholds):
 
 1. Bucket minima. The window is cut into equal-time buckets and each bucket
    keeps its smallest value (and that sample's time). A leak raises the floor

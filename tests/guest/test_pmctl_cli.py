@@ -193,7 +193,7 @@ int main(void)
 }
 """
 
-# A second file of the same program, built with the article's shim: its site
+# A second file of the same program, built with pmm_hooks.h: its site
 # carries file, function and line itself.
 SHIM_C = r"""#include <stdlib.h>
 #include "pmm_hooks.h"

@@ -179,30 +179,6 @@ def test_disk_cache_per_object(prog: Path, tmp_path: Path,
     assert calls == [1, 1]
 
 
-def test_describe_sites(prog: Path) -> None:
-    """A site from the shim keeps its file:line; one of return addresses
-    only (a hook preloaded or attached without the shim) is described by its
-    first frame, symbolized: the form `pmctl trend` and pmd's alerts show."""
-    from pmm.model import Site
-
-    p = subprocess.Popen([str(prog)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None and p.stdin is not None
-    ra = int(p.stdout.readline().split()[0], 16)
-    maps = sy.maps_for(p.pid)
-    p.stdin.write("\n")
-    p.stdin.close()
-    assert p.wait() == 0
-    sites = [Site(site=1, frames=(ra,)), Site(site=2, func="f", file="a.c", line=3),
-             Site(site=3, frames=(0x10,)), Site(site=4)]
-    assert sy.describe_sites(sites, maps) == {
-        1: "leaky_function() where.c:11", 2: "f() a.c:3", 3: "caller 0x10"}
-    assert sy.describe_sites(sites[:1], None) == {1: f"caller 0x{ra:x}"}
-    # for pmd's database and log: never an absolute address (where the code is loaded)
-    assert sy.describe_sites(sites, maps, addresses=False) == {
-        1: "leaky_function() where.c:11", 2: "f() a.c:3"}
-    assert sy.describe_sites(sites[:1], None, addresses=False) == {}
-
-
 # -- pyelftools is optional (the elf extra) ----------------------------------
 
 NO_ELFTOOLS = "import sys; sys.modules['elftools'] = None  # as if not installed\n"

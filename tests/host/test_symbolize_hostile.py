@@ -1,5 +1,5 @@
-"""The symbolizers against what a monitored process's owner controls (DESIGN.md
-decision 20): a FIFO or a symlink to a device where a library was, an
+"""The symbolizers against what a monitored process's owner controls (root
+never acts on it, docs/symbolize.md): a FIFO or a symlink to a device where a library was, an
 absolute symlink inside a container's root, ELF files with wild indexes and
 offsets (and a few thousand mutated ones), debug links that lead out of
 where binutils should look, binutils made unprivileged and bounded in time,

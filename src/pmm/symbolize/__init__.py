@@ -52,7 +52,7 @@ offset to vaddr, build-id, debug links, symbols), `debuginfo` (where an
 object's debug info is), `backends` (addr2line, optional pyelftools),
 `sandbox` (running binutils unprivileged), `cache` (the cache directory:
 where, and how it is kept private) and `frames` (`Symbolizer`, `Frame`,
-`describe_sites`, `first_user_frame`). Every public name is importable from
+`first_user_frame`). Every public name is importable from
 `pmm.symbolize` itself.
 """
 
@@ -106,7 +106,6 @@ from pmm.symbolize.elf import (
 from pmm.symbolize.frames import (
     Frame,
     Symbolizer,
-    describe_sites,
     first_user_frame,
     is_allocator_frame,
     user_frames,
@@ -169,7 +168,6 @@ __all__ = [
     "debuginfod_find",
     "debuginfod_urls",
     "demangle",
-    "describe_sites",
     "elf_vaddr",
     "find_mapping",
     "first_user_frame",

@@ -1,5 +1,5 @@
-"""Symbolized frames: `Symbolizer` batches a process's addresses per object,
-caches the answers in memory and on disk, and `describe_sites` names sites."""
+"""Symbolized frames: `Symbolizer` batches a process's addresses per object
+and caches the answers in memory and on disk."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pmm.model import Site
 from pmm.symbolize.backends import (
     Backend,
     InliningBackend,
@@ -538,34 +536,3 @@ def _save_chains(path: Path, new: dict[int, tuple[SourceLoc, ...]]) -> None:
                         for v, chain in chains.items()}}
     with contextlib.suppress(OSError):
         write_text(path, json.dumps(data))
-
-
-def describe_sites(sites: Iterable[Site], maps: Sequence[Mapping] | None,
-                   addresses: bool = True) -> dict[int, str]:
-    """Each site's one-line description: where the shim said it is
-    ('leak() leak.c:30'), else its first frame symbolized with the process's
-    map (a hook preloaded or attached without the shim: the same form), else
-    'caller 0x...' — unless `addresses` is False: a description that goes
-    where readers of the process's memory layout are not checked (pmd's
-    database and log) never carries an absolute address, which would tell
-    them where the process's code is loaded; such a site is left out."""
-    out: dict[int, str] = {}
-    frames_only: list[Site] = []
-    for s in sites:
-        if s.file or s.func:
-            out[s.site] = f"{s.func or '?'}() {s.file}:{s.line}"
-        elif s.frames:
-            frames_only.append(s)
-    frames: dict[int, Frame] = {}
-    if frames_only and maps:
-        try:
-            frames = Symbolizer(maps).symbolize(s.frames[0] for s in frames_only)
-        except (OSError, ValueError, subprocess.SubprocessError):
-            frames = {}
-    for s in frames_only:
-        f = frames.get(s.frames[0])
-        if f and f.object:
-            out[s.site] = f.describe()
-        elif addresses:
-            out[s.site] = f"caller 0x{s.frames[0]:x}"
-    return out

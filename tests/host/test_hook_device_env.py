@@ -28,12 +28,6 @@ def cannot_open(path: str) -> str:
     return f"pmm: cannot open {path}: no such file (is pmm.ko loaded?) (errno 2){THEN}"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def no_device() -> None:
     if Path("/dev/pmm").exists():
         pytest.skip("/dev/pmm exists here")

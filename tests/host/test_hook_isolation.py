@@ -35,12 +35,6 @@ NO_DEVICE_LINE = ("pmm: cannot open /dev/pmm: no such file (is pmm.ko loaded?) (
                   "allocations pass through to libc\n")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def no_device() -> None:
     if Path("/dev/pmm").exists():
         pytest.skip("/dev/pmm exists here")

@@ -83,12 +83,6 @@ int main(void) {
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs", "examples"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 @pytest.fixture()
 def work(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path

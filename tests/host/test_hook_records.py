@@ -23,12 +23,6 @@ TAG_MASK = (1 << uapi.ALLOC_TAG_BITS) - 1
 NOT_HEAP = (Op.MMAP, Op.MUNMAP, Op.MREMAP)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs", "bench"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 @dataclass
 class Sent:
     tid: int

@@ -35,12 +35,6 @@ MODES: dict[str, dict[str, str]] = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def storm(log: Path, alloc: str, **env: str) -> tuple[int, int, list[uapi.Record], int]:
     """sigstorm for 300 ms, its main loop allocating with alloc (malloc or
     calloc): its main loop's blocks, its handler's, the records sent

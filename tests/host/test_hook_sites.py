@@ -28,12 +28,6 @@ INHOOK = PROGS / "inhook"
 SIZES = (40, 72, 136)  # sites's three call sites, first used in this order
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def run_sites(log: Path, ms: int, **env: str) -> tuple[int, list[FakeCall]]:
     """sites's load base and the calls its hook made."""
     e = clean_env(LD_PRELOAD=str(FAKE), PMM_QUIET="1", PMM_FAKE_LOG=str(log), **env)

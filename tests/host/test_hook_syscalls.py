@@ -23,12 +23,6 @@ BENCH = TOP / "bench" / "bin" / "malloc_bench"
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="no strace")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "bench"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def pmm_ioctls(tmp: Path, iterations: int, **env: str) -> int:
     """The pmm ioctls (magic 0xb7) malloc_bench's hook makes."""
     e = clean_env(PMM_QUIET="1", **env)

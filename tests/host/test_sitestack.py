@@ -8,12 +8,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-# the programs built once, and no symbol source but the files themselves
-from test_symbolize_objects import (  # noqa: F401 - built, own_env: autouse fixtures
+# no symbol source but the files themselves
+from test_symbolize_objects import (  # noqa: F401 - own_env: an autouse fixture
     BIN,
     PM,
     build_id,
-    built,
     marked_line,
     own_env,
     return_offsets,

@@ -35,11 +35,6 @@ DEBUG = PM / "debug"
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    subprocess.run(["make", "-s", "-C", str(PM)], check=True, timeout=300)
-
-
 @pytest.fixture(autouse=True)
 def own_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never the user's cache, /usr/lib/debug or debuginfod servers unless a test says so."""

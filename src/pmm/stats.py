@@ -30,14 +30,6 @@ BUCKET_LABELS: tuple[str, ...] = (
 )
 
 
-def bucket_of(size: int) -> int:
-    """Index of the bucket a block of `size` bytes falls in."""
-    for i, bound in enumerate(BUCKET_BOUNDS):
-        if bound is not None and size <= bound:
-            return i
-    return len(BUCKET_BOUNDS) - 1
-
-
 @dataclass(frozen=True)
 class StatsRow:
     """One row of the statistics table: a size range (or the totals), its calls

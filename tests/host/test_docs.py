@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import typer
 
 from pmctl.cli import app as pmctl_app
@@ -49,10 +48,7 @@ def pmctl_commands() -> list[tuple[str, Command]]:
 def pmd_command() -> Command:
     from pmd import main as pmd_main
 
-    app = getattr(pmd_main, "app", None)
-    if app is None:
-        pytest.skip("pmd has no typer app")
-    return typer.main.get_command(app)
+    return typer.main.get_command(pmd_main.app)
 
 
 def hook_variables() -> set[str]:

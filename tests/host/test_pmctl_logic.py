@@ -87,12 +87,6 @@ def test_site_dict_sources() -> None:
 
 # -- stats -----------------------------------------------------------------
 
-def test_bucket_of_matches_pmmm_bounds() -> None:
-    cases = {1: 0, 16: 0, 17: 1, 256: 1, 257: 2, 1024: 2, 4096: 3, 4097: 4, 16384: 4,
-             65536: 5, 65537: 6, 1 << 30: 6}
-    assert {s: stats.bucket_of(s) for s in cases} == cases
-
-
 def test_stats_table_and_totals() -> None:
     bs = [Bucket() for _ in range(7)]
     bs[0] = Bucket(malloc_count=5, calloc_count=1, realloc_count=0, free_count=4,

@@ -4,8 +4,9 @@
  * stdio (the first hook may come before libc is initialised), and ignored
  * in secure-execution mode.
  *
- * Owns: the settings (g_quiet, g_follow_fork, g_depth, g_unwind,
- * g_fastpath, g_sample, g_tbuf_records, g_clock_mono).
+ * Owns: the settings (g_follow_fork, g_depth, g_unwind, g_fastpath,
+ * g_sample, g_tbuf_records, g_clock_mono); PMM_QUIET sets notice.c's
+ * g_quiet.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,7 +17,6 @@
 #include "env.h"
 #include "notice.h"
 
-int g_quiet;
 int g_follow_fork;
 int g_depth = 1;
 int g_unwind = UNWIND_AUTO;

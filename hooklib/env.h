@@ -24,7 +24,6 @@ enum { UNWIND_AUTO = 0, UNWIND_FP = 1, UNWIND_EH = 2 };
 
 PMM_HIDDEN_BEGIN
 
-extern int g_quiet;		/* PMM_QUIET: never a line on stderr */
 extern int g_follow_fork;	/* PMM_FOLLOW_FORK: a forked child asks START_PID 0 */
 extern int g_depth;		/* PMM_DEPTH: frames per site, 1..PMM_MAX_FRAMES */
 extern int g_unwind;		/* PMM_UNWIND: UNWIND_*, the walker for depth > 1 */

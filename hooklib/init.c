@@ -150,6 +150,7 @@ void pmm_init(void)
 	if (!__atomic_compare_exchange_n(&g_init, &expected, 1, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return;
+	notice_starting(1);
 	guard_take(t);
 	mask = pmm_internal_begin();
 	g_interposed = interposing();
@@ -182,6 +183,7 @@ void pmm_init(void)
 		set_mode(MODE_PASS);
 		notice_open(dev_path(env), r ? r : -fd);
 	}
+	notice_starting(0);
 	__atomic_store_n(&g_init, 2, __ATOMIC_RELEASE);
 	pmm_internal_end(mask);
 	guard_drop(t);

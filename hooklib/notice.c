@@ -5,17 +5,17 @@
  * write(2) of a line built on the stack, no stdio, no malloc. A line said
  * while the hook starts is said once per process tree (told_above).
  *
- * Owns: g_noticed.
+ * Owns: g_quiet, g_noticed, g_starting.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 
-#include "env.h"
-#include "init.h"
 #include "notice.h"
 
+int g_quiet;
 static int g_noticed;		/* the one stderr line was written */
+static int g_starting;		/* pmm_init runs (notice_starting) */
 
 static const char *err_name(int err)
 {
@@ -208,7 +208,7 @@ static void notice_line(const char *what, const char *what2, int err, const char
 	if (g_quiet || __atomic_exchange_n(&g_noticed, 1, __ATOMIC_RELAXED))
 		return;
 	/* pmm_init's: the preloaded hook starting, as its whole tree does */
-	if (__atomic_load_n(&g_init, __ATOMIC_ACQUIRE) == 1 && told_above()) {
+	if (__atomic_load_n(&g_starting, __ATOMIC_ACQUIRE) && told_above()) {
 		errno = saved;
 		return;
 	}
@@ -217,6 +217,11 @@ static void notice_line(const char *what, const char *what2, int err, const char
 		say(with_err, sizeof(with_err) / sizeof(with_err[0]));
 	else
 		say(without, sizeof(without) / sizeof(without[0]));
+}
+
+void notice_starting(int starting)
+{
+	__atomic_store_n(&g_starting, starting, __ATOMIC_RELEASE);
 }
 
 void notice(const char *what, int err, const char *then)

@@ -15,6 +15,7 @@
 
 #include <linux/version.h>
 #include <linux/fs.h>
+#include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/mount.h>
 #include <linux/overflow.h>
@@ -64,6 +65,26 @@ static inline struct mem_cgroup *pmm_set_active_memcg(struct mem_cgroup *memcg)
 
 	current->active_memcg = memcg;
 	return old;
+#endif
+}
+
+/*
+ * The usage in bytes of mm's memory cgroup (memory.current in v2,
+ * memory.usage_in_bytes in v1); false when it is in none but the root
+ * (whose counter v2 does not keep) or memcg is off.
+ */
+static inline bool pmm_memcg_usage(struct mm_struct *mm, u64 *bytes)
+{
+#ifdef CONFIG_MEMCG
+	struct mem_cgroup *memcg = get_mem_cgroup_from_mm(mm);
+	bool ok = memcg && memcg->memory.parent;
+
+	if (ok)
+		*bytes = (u64)page_counter_read(&memcg->memory) << PAGE_SHIFT;
+	mem_cgroup_put(memcg);
+	return ok;
+#else
+	return false;
 #endif
 }
 

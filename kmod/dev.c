@@ -13,6 +13,8 @@
  *    such a process exists, -ESRCH when none does (access.c: pmm_get_entry).
  *  - pid 0 means the caller in START/STOP, the read-back ioctls and
  *    PMM_GET_STATS; pid numbers are in the caller's pid namespace.
+ *  - PMM_HEAP_REPORT keeps the caller's last report whole or not at all: a
+ *    report of bad form changes nothing (-EINVAL).
  *  - batch.accepted counts the valid records taken, including those dropped
  *    for a limit (counted in dropped_records); on -EINVAL it is the index of
  *    the first bad record.
@@ -34,6 +36,7 @@
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/pid_namespace.h>
+#include <linux/timekeeping.h>
 #include "pmm_int.h"
 
 /* Bytes of read-back entries staged per lock hold. */
@@ -170,6 +173,53 @@ static long pmm_ioc_register_site(struct pmm_site __user *us)
 	pmm_proc_put(p);
 out_free:
 	kfree(s);
+	return ret;
+}
+
+/* A heap report's form (uapi/pmm.h: struct pmm_heap); not its truth. */
+static bool pmm_heap_valid(const struct pmm_heap *h)
+{
+	if (h->size != sizeof(*h) || h->time_ns || h->reserved)
+		return false;
+	if (h->mapped > PMM_HEAP_MAX_BYTES || h->in_use > PMM_HEAP_MAX_BYTES ||
+	    h->free > PMM_HEAP_MAX_BYTES || h->top > PMM_HEAP_MAX_BYTES ||
+	    h->retained > PMM_HEAP_MAX_BYTES)
+		return false;
+	switch (h->allocator) {
+	case PMM_ALLOC_GLIBC:
+		return h->in_use + h->free == h->mapped && h->top <= h->free &&
+		       !h->retained;
+	case PMM_ALLOC_JEMALLOC:
+		return h->in_use <= h->mapped && !h->top;
+	default:
+		return false;
+	}
+}
+
+/* The caller's allocator's report; returns the sampling interval in ms. */
+static long pmm_ioc_heap_report(struct pmm_heap __user *uh)
+{
+	struct pmm_proc *p;
+	struct pmm_heap h;
+	long ret;
+
+	if (copy_from_user(&h, uh, sizeof(h)))
+		return -EFAULT;
+	if (!pmm_heap_valid(&h))
+		return -EINVAL;
+	p = pmm_proc_get_current();
+	if (!p)
+		return -PMM_ENOTMONITORED_ERRNO;
+	h.time_ns = ktime_get_boottime_ns();
+	pmm_proc_lock(p);
+	if (p->stopped) {
+		ret = -PMM_ENOTMONITORED_ERRNO;
+	} else {
+		p->heap = h;
+		ret = READ_ONCE(pmm_cfg.interval_ms);
+	}
+	pmm_proc_unlock(p);
+	pmm_proc_put(p);
 	return ret;
 }
 
@@ -565,6 +615,8 @@ static long pmm_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return pmm_current_monitored();
 	case PMM_READ_OBJECTS:
 		return pmm_ioc_read(file, argp, &pmm_readers[4], true);
+	case PMM_HEAP_REPORT:
+		return pmm_ioc_heap_report(argp);
 	default:
 		return -ENOTTY;
 	}

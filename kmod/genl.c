@@ -13,7 +13,9 @@
  *
  * Attributes of each event (types as in uapi/pmm.h):
  *   SAMPLE   PID START_TIME TIME VM RSS RSS_ANON RSS_FILE RSS_SHMEM
- *            LIVE_BYTES LIVE_BLOCKS
+ *            LIVE_BYTES LIVE_BLOCKS, CGROUP_USAGE when it has a memory
+ *            cgroup, and after its first heap report ALLOCATOR HEAP_TIME
+ *            HEAP_MAPPED HEAP_IN_USE HEAP_FREE HEAP_TOP HEAP_RETAINED
  *   EXITED   PID START_TIME TIME(exit) COMM STATE
  *   STARTED, STOPPED  PID START_TIME TIME COMM PPID
  *   DROPPED  PID START_TIME DROPPED (total; at most once per sample tick)
@@ -47,6 +49,14 @@ static const struct nla_policy pmm_genl_policy[PMM_A_MAX + 1] = {
 	[PMM_A_PPID] = { .type = NLA_U32 },
 	[PMM_A_SITE] = { .type = NLA_NESTED },
 	[PMM_A_SITE_ID] = { .type = NLA_U32 },
+	[PMM_A_CGROUP_USAGE] = { .type = NLA_U64 },
+	[PMM_A_ALLOCATOR] = { .type = NLA_U32 },
+	[PMM_A_HEAP_TIME] = { .type = NLA_U64 },
+	[PMM_A_HEAP_MAPPED] = { .type = NLA_U64 },
+	[PMM_A_HEAP_IN_USE] = { .type = NLA_U64 },
+	[PMM_A_HEAP_FREE] = { .type = NLA_U64 },
+	[PMM_A_HEAP_TOP] = { .type = NLA_U64 },
+	[PMM_A_HEAP_RETAINED] = { .type = NLA_U64 },
 };
 
 static int pmm_genl_dump_pids(struct sk_buff *skb, struct netlink_callback *cb);
@@ -158,8 +168,23 @@ out_free:
 	nlmsg_free(skb);
 }
 
-void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s,
-		     u64 live_bytes, u64 live_blocks)
+/* A sample's heap report, if it has one. */
+static int put_heap(struct sk_buff *skb, const struct pmm_heap *h)
+{
+	if (h->allocator == PMM_ALLOC_NONE)
+		return 0;
+	if (nla_put_u32(skb, PMM_A_ALLOCATOR, h->allocator) ||
+	    put_u64(skb, PMM_A_HEAP_TIME, h->time_ns) ||
+	    put_u64(skb, PMM_A_HEAP_MAPPED, h->mapped) ||
+	    put_u64(skb, PMM_A_HEAP_IN_USE, h->in_use) ||
+	    put_u64(skb, PMM_A_HEAP_FREE, h->free) ||
+	    put_u64(skb, PMM_A_HEAP_TOP, h->top) ||
+	    put_u64(skb, PMM_A_HEAP_RETAINED, h->retained))
+		return -EMSGSIZE;
+	return 0;
+}
+
+void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s)
 {
 	struct sk_buff *skb;
 	void *hdr;
@@ -174,8 +199,11 @@ void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s,
 	    put_u64(skb, PMM_A_RSS_ANON, s->rss_anon) ||
 	    put_u64(skb, PMM_A_RSS_FILE, s->rss_file) ||
 	    put_u64(skb, PMM_A_RSS_SHMEM, s->rss_shmem) ||
-	    put_u64(skb, PMM_A_LIVE_BYTES, live_bytes) ||
-	    put_u64(skb, PMM_A_LIVE_BLOCKS, live_blocks)) {
+	    put_u64(skb, PMM_A_LIVE_BYTES, s->live_bytes) ||
+	    put_u64(skb, PMM_A_LIVE_BLOCKS, s->live_blocks) ||
+	    ((s->flags & PMM_SAMPLE_F_MEMCG) &&
+	     put_u64(skb, PMM_A_CGROUP_USAGE, s->cgroup_usage)) ||
+	    put_heap(skb, &s->heap)) {
 		nlmsg_free(skb);
 		return;
 	}

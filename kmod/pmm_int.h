@@ -236,6 +236,7 @@ struct pmm_proc {
 	u64 nsamples;			/* samples taken; ring holds the last ones */
 	struct pmm_stats stats;		/* buckets, failed_allocs, unmatched */
 	u64 live_bytes;			/* weighted */
+	struct pmm_heap heap;		/* last PMM_HEAP_REPORT, size 0: none */
 	u64 records;
 	u64 dropped;
 	u64 dropped_reported;		/* last DROPPED event */
@@ -394,8 +395,7 @@ void pmm_procfs_exit(void);
 int pmm_genl_init(void);
 void pmm_genl_exit(void);
 void pmm_genl_proc_event(u8 cmd, struct pmm_proc *p);
-void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s,
-		     u64 live_bytes, u64 live_blocks);
+void pmm_genl_sample(struct pmm_proc *p, const struct pmm_sample *s);
 void pmm_genl_dropped(struct pmm_proc *p, u64 dropped);
 void pmm_genl_sites(struct pmm_proc *p);
 

@@ -6,7 +6,9 @@
  * vm and rss (total, anon, file, shmem) into the process's ring, and the
  * genl events. Exited entries are removed exited_ttl_s after their exit or
  * their last read. A configuration change wakes it; the new interval counts
- * from that moment. It takes pmm_lock only to find the next process, and
+ * from that moment. Each sample also carries the live heap (the tables'
+ * figures), the memory cgroup's usage and the process's last heap report
+ * (PMM_HEAP_REPORT), taken at the same instant. It takes pmm_lock only to find the next process, and
  * each process's lock as a reader (pmm_proc_lock_read): it never applies a
  * process's queued records, so no process can make it wait for long.
  */
@@ -138,7 +140,7 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 	struct task_struct *task;
 	struct mm_struct *mm = NULL;
 	struct pmm_sample s = {};
-	u64 live_bytes, live_blocks, dropped = 0;
+	u64 dropped = 0;
 	bool exited = false, sites = false;
 
 	pmm_proc_lock_read(p);
@@ -174,6 +176,8 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 		s.rss_file = (u64)get_mm_counter(mm, MM_FILEPAGES) << PAGE_SHIFT;
 		s.rss_shmem = (u64)get_mm_counter(mm, MM_SHMEMPAGES) << PAGE_SHIFT;
 		s.rss = s.rss_anon + s.rss_file + s.rss_shmem;
+		if (pmm_memcg_usage(mm, &s.cgroup_usage))
+			s.flags |= PMM_SAMPLE_F_MEMCG;
 		mmput(mm);
 	}
 	s.time_ns = ktime_get_boottime_ns();
@@ -192,11 +196,13 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 					(unsigned long)HZ) ?: 1);
 	} else {
 		pmm_proc_refresh(p);
+		s.live_bytes = p->live_bytes;
+		s.live_blocks = p->nblocks;
+		if (p->heap.size)
+			s.heap = p->heap;
 		pmm_add_sample(p, &s);
 		sites = p->nsamples % PMM_SITES_EVERY == 0;
 	}
-	live_bytes = p->live_bytes;
-	live_blocks = p->nblocks;
 	if (p->dropped != p->dropped_reported) {
 		dropped = p->dropped;
 		p->dropped_reported = dropped;
@@ -207,7 +213,7 @@ static void pmm_sample_one(struct pmm_proc *p, bool scan)
 		pmm_genl_proc_event(PMM_CMD_EXITED, p);
 		return;
 	}
-	pmm_genl_sample(p, &s, live_bytes, live_blocks);
+	pmm_genl_sample(p, &s);
 	if (dropped)
 		pmm_genl_dropped(p, dropped);
 	if (sites)

@@ -16,7 +16,7 @@
 #include <linux/ioctl.h>
 
 #define PMM_DEVICE_NAME		"pmm"		/* /dev/pmm */
-#define PMM_ABI_VERSION		3
+#define PMM_ABI_VERSION		4
 
 #define PMM_COMM_LEN		16
 #define PMM_MAX_FRAMES		32
@@ -320,7 +320,58 @@ struct pmm_object {
 	char path[PMM_OBJ_PATH_LEN];	/* NUL-terminated */
 };
 
-/* One sample taken by the sampler thread, bytes. */
+/* pmm_heap.allocator: who made a heap report. */
+#define PMM_ALLOC_NONE		0	/* no report yet */
+#define PMM_ALLOC_GLIBC		1	/* mallinfo2() */
+#define PMM_ALLOC_JEMALLOC	2	/* mallctl("stats.*") */
+#define PMM_ALLOC_NR		3
+
+/* Upper bound on each figure of a heap report (a 57-bit address space). */
+#define PMM_HEAP_MAX_BYTES	(1ULL << 57)
+
+/*
+ * PMM_HEAP_REPORT: what the calling process's allocator says of its heap,
+ * read by the hook off the hot path about once per sampling interval. The
+ * figures are the process's own claims, kept for display only: the kernel
+ * checks their form and copies the last report into each sample.
+ *   glibc (mallinfo2):  mapped = arena + hblkhd, in_use = uordblks +
+ *       hblkhd, free = fordblks (free chunks and the top, in every arena:
+ *       in_use + free == mapped), top = keepcost (the main arena's top
+ *       chunk, which malloc_trim(0) gives back; the free chunks below it
+ *       give back only their whole pages, which mallinfo2 cannot tell).
+ *   jemalloc (epoch, then stats.*): mapped = mapped, in_use = allocated
+ *       (<= active <= mapped), free = resident - allocated when resident
+ *       is larger, else 0 (dirty pages, page slack, metadata),
+ *       retained = retained (virtual only), top = 0.
+ * Fields another allocator does not fill must be 0; size must be
+ * sizeof(struct pmm_heap); time_ns must be 0 (in samples: the
+ * CLOCK_BOOTTIME at which the kernel took the report). Every figure at
+ * most PMM_HEAP_MAX_BYTES. Returns the sampling interval in ms (the hook
+ * reports again after it). Not monitored: ENOLINK; bad form: EINVAL.
+ */
+struct pmm_heap {
+	__u32 size;
+	__u32 allocator;	/* PMM_ALLOC_* */
+	__u64 time_ns;
+	__u64 mapped;
+	__u64 in_use;
+	__u64 free;
+	__u64 top;
+	__u64 retained;
+	__u64 reserved;		/* must be 0 */
+};
+
+/* pmm_sample.flags */
+#define PMM_SAMPLE_F_MEMCG	(1U << 0)	/* cgroup_usage is set */
+#define PMM_SAMPLE_F_ALL	(PMM_SAMPLE_F_MEMCG)
+
+/*
+ * One sample taken by the sampler thread, bytes. live_bytes and
+ * live_blocks are the process's as pmm_pid_info has them at that instant;
+ * cgroup_usage is its memory cgroup's usage (cgroup v2 memory.current, v1
+ * memory.usage_in_bytes) when it is in one other than the root;
+ * heap is its last PMM_HEAP_REPORT (allocator 0: none yet).
+ */
 struct pmm_sample {
 	__u64 time_ns;		/* CLOCK_BOOTTIME */
 	__u64 vm;
@@ -328,6 +379,12 @@ struct pmm_sample {
 	__u64 rss_anon;
 	__u64 rss_file;
 	__u64 rss_shmem;
+	__u64 live_bytes;	/* weighted */
+	__u64 live_blocks;	/* table entries */
+	__u64 cgroup_usage;	/* PMM_SAMPLE_F_MEMCG */
+	__u32 flags;		/* PMM_SAMPLE_F_* */
+	__u32 reserved;
+	struct pmm_heap heap;
 };
 
 /* Size buckets of struct pmm_stats: <=16 ... >65536 */
@@ -389,14 +446,16 @@ struct pmm_read {
 #define PMM_READ_BLOCKS		_IOWR(PMM_IOC_MAGIC, 6, struct pmm_read)
 /* 7 was READ_SITES of ABI 2 (a smaller pmm_site_stats): now ENOTTY */
 #define PMM_READ_SITES		_IOWR(PMM_IOC_MAGIC, 12, struct pmm_read)
-#define PMM_READ_SAMPLES	_IOWR(PMM_IOC_MAGIC, 8, struct pmm_read)
+/* 8 was READ_SAMPLES of ABI 3 (a 48-byte pmm_sample): now ENOTTY */
+#define PMM_READ_SAMPLES	_IOWR(PMM_IOC_MAGIC, 13, struct pmm_read)
 #define PMM_GET_STATS		_IOWR(PMM_IOC_MAGIC, 9, struct pmm_stats)
 /* Returns 1 if the caller is monitored, 0 if not (cheap; for the hook). */
 #define PMM_QUERY_SELF		_IO(PMM_IOC_MAGIC, 10)
 #define PMM_READ_OBJECTS	_IOWR(PMM_IOC_MAGIC, 11, struct pmm_read)
+#define PMM_HEAP_REPORT		_IOW(PMM_IOC_MAGIC, 14, struct pmm_heap)
 
 /*
- * PMM_RECORD_LOG and PMM_REGISTER_SITE from a process that is not monitored
+ * PMM_RECORD_LOG, PMM_REGISTER_SITE and PMM_HEAP_REPORT from a process that is not monitored
  * fail with ENOLINK: the hook stops sending until PMM_QUERY_SELF says 1.
  */
 #define PMM_ENOTMONITORED_ERRNO	ENOLINK
@@ -459,6 +518,14 @@ enum pmm_genl_attr {
 	PMM_A_SITE,		/* nested: one site of PMM_CMD_SITES */
 	PMM_A_SITE_ID,		/* u32, inside PMM_A_SITE */
 	PMM_A_PAD,
+	PMM_A_CGROUP_USAGE,	/* u64 bytes; SAMPLE, when in a memory cgroup */
+	PMM_A_ALLOCATOR,	/* u32 PMM_ALLOC_*; SAMPLE, after a heap report, */
+	PMM_A_HEAP_TIME,	/* u64 ns; with the pmm_heap fields below */
+	PMM_A_HEAP_MAPPED,	/* u64 bytes */
+	PMM_A_HEAP_IN_USE,	/* u64 bytes */
+	PMM_A_HEAP_FREE,	/* u64 bytes */
+	PMM_A_HEAP_TOP,		/* u64 bytes */
+	PMM_A_HEAP_RETAINED,	/* u64 bytes */
 	__PMM_A_MAX,
 };
 #define PMM_A_MAX (__PMM_A_MAX - 1)

@@ -14,7 +14,7 @@ from ioctl_opt import IO, IOW, IOWR
 
 DEVICE_NAME = "pmm"
 DEVICE_PATH = "/dev/pmm"
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 COMM_LEN = 16
 MAX_FRAMES = 32
@@ -258,6 +258,33 @@ class Object(ctypes.Structure):
     ]
 
 
+ALLOC_NONE = 0
+ALLOC_GLIBC = 1
+ALLOC_JEMALLOC = 2
+ALLOC_NR = 3
+HEAP_MAX_BYTES = 1 << 57
+SAMPLE_F_MEMCG = 1 << 0
+SAMPLE_F_ALL = SAMPLE_F_MEMCG
+
+
+class Heap(ctypes.Structure):
+    """struct pmm_heap: the allocator's own report of its heap (PMM_HEAP_REPORT),
+    and the last one in each sample; the header says what each field holds for
+    each allocator."""
+
+    _fields_ = [
+        ("size", u32),
+        ("allocator", u32),
+        ("time_ns", u64),
+        ("mapped", u64),
+        ("in_use", u64),
+        ("free", u64),
+        ("top", u64),
+        ("retained", u64),
+        ("reserved", u64),
+    ]
+
+
 class Sample(ctypes.Structure):
     """struct pmm_sample: one memory sample the module took, sizes in bytes
     (PMM_READ_SAMPLES)."""
@@ -269,6 +296,12 @@ class Sample(ctypes.Structure):
         ("rss_anon", u64),
         ("rss_file", u64),
         ("rss_shmem", u64),
+        ("live_bytes", u64),
+        ("live_blocks", u64),
+        ("cgroup_usage", u64),
+        ("flags", u32),
+        ("reserved", u32),
+        ("heap", Heap),
     ]
 
 
@@ -326,10 +359,11 @@ MONITORED_PIDS = IOWR(IOC_MAGIC, 4, Read)
 REGISTER_SITE = IOW(IOC_MAGIC, 5, Site)
 READ_BLOCKS = IOWR(IOC_MAGIC, 6, Read)
 READ_SITES = IOWR(IOC_MAGIC, 12, Read)  # 7: ABI 2's, with a smaller SiteStats
-READ_SAMPLES = IOWR(IOC_MAGIC, 8, Read)
+READ_SAMPLES = IOWR(IOC_MAGIC, 13, Read)  # 8: ABI 3's, with a smaller Sample
 GET_STATS = IOWR(IOC_MAGIC, 9, Stats)
 QUERY_SELF = IO(IOC_MAGIC, 10)
 READ_OBJECTS = IOWR(IOC_MAGIC, 11, Read)
+HEAP_REPORT = IOW(IOC_MAGIC, 14, Heap)
 
 # The clock page: mmap(CLOCK_SIZE, PROT_READ, MAP_SHARED, fd, CLOCK_OFFSET).
 CLOCK_OFFSET = 0
@@ -385,6 +419,14 @@ class Attr(IntEnum):
     SITE = 15
     SITE_ID = 16
     PAD = 17
+    CGROUP_USAGE = 18
+    ALLOCATOR = 19
+    HEAP_TIME = 20
+    HEAP_MAPPED = 21
+    HEAP_IN_USE = 22
+    HEAP_FREE = 23
+    HEAP_TOP = 24
+    HEAP_RETAINED = 25
 
 
 STRUCTS: dict[str, type[ctypes.Structure]] = {
@@ -395,6 +437,7 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
     "pmm_pid_info": PidInfo,
     "pmm_block": Block,
     "pmm_site_stats": SiteStats,
+    "pmm_heap": Heap,
     "pmm_sample": Sample,
     "pmm_bucket_stats": BucketStats,
     "pmm_stats": Stats,
@@ -415,4 +458,5 @@ IOCTLS: dict[str, int] = {
     "PMM_GET_STATS": GET_STATS,
     "PMM_QUERY_SELF": QUERY_SELF,
     "PMM_READ_OBJECTS": READ_OBJECTS,
+    "PMM_HEAP_REPORT": HEAP_REPORT,
 }

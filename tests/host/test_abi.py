@@ -29,7 +29,8 @@ CONSTANTS = [
     "EXITED_TTL_MAX_S", "STATE_RUNNING", "STATE_EXITED", "SIZE_BUCKETS", "IOC_MAGIC",
     "GENL_VERSION", "CLOCK_OFFSET", "CLOCK_SIZE", "LOC_OBJ_SHIFT", "MAX_OBJECTS",
     "BUILD_ID_MAX", "OBJ_PATH_LEN", "OBJ_F_BUILD_ID", "OBJ_F_PATH_CUT", "OBJ_F_DELETED",
-    "OBJ_F_ALL",
+    "OBJ_F_ALL", "ALLOC_NONE", "ALLOC_GLIBC", "ALLOC_JEMALLOC", "ALLOC_NR", "HEAP_MAX_BYTES",
+    "SAMPLE_F_MEMCG", "SAMPLE_F_ALL",
 ]
 LOC = 4095 << 48 | 0x7F123456789A  # a pmm_site_stats.loc: object 4095, file offset
 ENUMS: dict[type[IntEnum], str] = {uapi.Op: "PMM_OP_", uapi.Cmd: "PMM_CMD_", uapi.Attr: "PMM_A_"}

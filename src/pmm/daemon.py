@@ -708,9 +708,10 @@ class Daemon:
         key = (ev.pid, start_key(ev.start_time))
         if ev.cmd == uapi.Cmd.SAMPLE:
             assert ev.time is not None and ev.vm is not None and ev.rss is not None
+            heap_free, trimmable, allocator = ev.heap_figures()
             self.add_sample(SampleRow(ev.pid, key[1], ev.time, ev.vm, ev.rss, ev.rss_anon,
                                       ev.rss_file, ev.rss_shmem, ev.live_bytes, ev.live_blocks,
-                                      "kmod"))
+                                      "kmod", heap_free, trimmable, allocator, ev.cgroup_usage))
         elif ev.cmd == uapi.Cmd.GET_PIDS and ev.state == uapi.STATE_EXITED:
             # exited while pmd was down: the harvest stores its exit time
             st = self._proc(key, "kmod", ev.comm)

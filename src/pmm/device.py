@@ -47,6 +47,7 @@ from pmm.model import (
     Sample,
     Site,
     StatsInfo,
+    heap_figures,
 )
 
 DEFAULT_DEVICE = uapi.DEVICE_PATH
@@ -140,7 +141,11 @@ def object_from_c(o: uapi.Object) -> ObjectFile:
 
 def sample_from_c(s: uapi.Sample) -> Sample:
     """The model of a struct pmm_sample."""
-    return Sample(s.time_ns, s.vm, s.rss, s.rss_anon, s.rss_file, s.rss_shmem)
+    heap_free, trimmable, allocator = heap_figures(s.heap.allocator, s.heap.free, s.heap.top)
+    return Sample(s.time_ns, s.vm, s.rss, s.rss_anon, s.rss_file, s.rss_shmem,
+                  live_bytes=s.live_bytes, live_blocks=s.live_blocks, heap_free=heap_free,
+                  heap_trimmable=trimmable, allocator=allocator,
+                  cgroup_usage=s.cgroup_usage if s.flags & uapi.SAMPLE_F_MEMCG else None)
 
 
 def stats_from_c(s: uapi.Stats) -> StatsInfo:

@@ -54,6 +54,7 @@ from pyroute2.netlink import (
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from pmm import uapi
+from pmm.model import heap_figures
 from pmm.units import format_duration
 
 log = logging.getLogger("pmd")
@@ -65,6 +66,10 @@ _NLA_TYPES = {
     uapi.Attr.LIVE_BYTES: "uint64", uapi.Attr.LIVE_BLOCKS: "uint64",
     uapi.Attr.DROPPED: "uint64", uapi.Attr.STATE: "uint32", uapi.Attr.PPID: "uint32",
     uapi.Attr.SITE: "site", uapi.Attr.SITE_ID: "uint32", uapi.Attr.PAD: "none",
+    uapi.Attr.CGROUP_USAGE: "uint64", uapi.Attr.ALLOCATOR: "uint32",
+    uapi.Attr.HEAP_TIME: "uint64", uapi.Attr.HEAP_MAPPED: "uint64",
+    uapi.Attr.HEAP_IN_USE: "uint64", uapi.Attr.HEAP_FREE: "uint64",
+    uapi.Attr.HEAP_TOP: "uint64", uapi.Attr.HEAP_RETAINED: "uint64",
 }
 
 
@@ -121,7 +126,23 @@ class Event:
     dropped: int | None = None
     state: int | None = None
     ppid: int | None = None
+    # SAMPLE: the memory cgroup's usage, and the allocator's last report
+    # (struct pmm_heap; allocator PMM_ALLOC_*), when the process has them
+    cgroup_usage: int | None = None
+    allocator: int | None = None
+    heap_time: int | None = None
+    heap_mapped: int | None = None
+    heap_in_use: int | None = None
+    heap_free: int | None = None
+    heap_top: int | None = None
+    heap_retained: int | None = None
     sites: tuple[SiteLive, ...] = field(default=())
+
+    def heap_figures(self) -> tuple[int | None, int | None, str | None]:
+        """(heap_free, heap_trimmable, allocator) as model.Sample has them."""
+        if self.allocator is None or self.heap_free is None or self.heap_top is None:
+            return None, None, None
+        return heap_figures(self.allocator, self.heap_free, self.heap_top)
 
 
 _FIELDS: dict[str, tuple[str, type]] = {

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pmm import uapi
+
 # enum pmm_op, names as /proc/pmm/pid prints them ("{MALLOC @...}")
 OP_NAMES: dict[int, str] = {
     0: "NONE",
@@ -301,7 +303,30 @@ class Sample:
     rss_anon: int
     rss_file: int
     rss_shmem: int
+    # the live heap and the allocator's figures (None: unknown, e.g. no hook)
+    live_bytes: int | None = None
+    live_blocks: int | None = None
+    heap_free: int | None = None
+    heap_trimmable: int | None = None
+    allocator: str | None = None
+    cgroup_usage: int | None = None
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str | None]:
         """The JSON form: the fields by name."""
         return _fields_dict(self)
+
+
+ALLOCATORS = {uapi.ALLOC_GLIBC: "glibc", uapi.ALLOC_JEMALLOC: "jemalloc"}
+
+
+def heap_figures(allocator: int, free: int, top: int) -> tuple[int | None, int | None, str | None]:
+    """(heap_free, heap_trimmable, allocator) of a struct pmm_heap, the
+    allocator's own report (kmod/uapi/pmm.h): what it holds free (glibc:
+    mallinfo2's fordblks; jemalloc: resident beyond allocated) and, for glibc,
+    what malloc_trim(0) is sure to give back (the top chunk, keepcost: free
+    chunks below it give back only their whole pages, which mallinfo2 does
+    not tell). None where the allocator made no report or cannot say."""
+    name = ALLOCATORS.get(allocator)
+    if name is None:
+        return None, None, None
+    return free, top if allocator == uapi.ALLOC_GLIBC else None, name

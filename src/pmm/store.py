@@ -8,7 +8,9 @@ processes       pid, start_time, comm, exe, cmdline, started, exited, source
                 monitored; exited: exit time or NULL; source: "kmod" | "proc".
 samples         pid, start_time, time, vm, rss, rss_anon, rss_file, rss_shmem,
                 live_bytes, live_blocks, source ("kmod": the module's sampler, with the
-                hook's live heap bytes and blocks; "proc": pmd read /proc, live_* NULL)
+                hook's live heap bytes and blocks; "proc": pmd read /proc, live_* NULL),
+                heap_free, heap_trimmable, allocator ("glibc", "jemalloc"), cgroup_usage
+                (pmm.model.Sample; NULL when unknown, and in rows of an older pmd)
                 PRIMARY KEY (pid, start_time, time)
 site_snapshots  pid, start_time, time, site, live_bytes, live_blocks
                 PRIMARY KEY (pid, start_time, time, site)
@@ -352,6 +354,11 @@ def default_db_path(writer: bool = False) -> Path:
     return user_db_path()
 
 
+# samples' columns added after the first release (Store._create adds them)
+SAMPLE_HEAP_COLUMNS: dict[str, type] = {"heap_free": int, "heap_trimmable": int,
+                                         "allocator": str, "cgroup_usage": int}
+
+
 def start_key(start_time_ns: int) -> int:
     """A process start time as stored: nanoseconds rounded down to the clock tick."""
     return start_time_ns - start_time_ns % TICK_NS
@@ -373,6 +380,12 @@ class SampleRow:
     live_bytes: int | None = None
     live_blocks: int | None = None
     source: str = "kmod"
+    # the allocator's figures and the memory cgroup's usage (pmm.model.Sample;
+    # None: unknown)
+    heap_free: int | None = None
+    heap_trimmable: int | None = None
+    allocator: str | None = None
+    cgroup_usage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -772,6 +785,8 @@ class Store:
                     pk=("pid", "start_time", "time"),
                     not_null={"pid", "start_time", "time", "vm", "rss"},
                 )
+            # added with the allocator's figures: an older database gets the columns
+            self._add_columns("samples", SAMPLE_HEAP_COLUMNS)
             if not db.table("site_snapshots").exists():
                 db.table("site_snapshots").create(
                     {"pid": int, "start_time": int, "time": int, "site": int,
@@ -832,6 +847,18 @@ class Store:
                     not_null={"pid", "start_time", "time", "site"},
                 )
 
+    def _add_columns(self, table: str, columns: dict[str, type]) -> None:
+        """Adds the columns the table lacks (a database of an older pmd)."""
+        have = set(self.db.table(table).columns_dict)
+        for name, kind in columns.items():
+            if name not in have:
+                self.db.table(table).add_column(name, kind)
+
+    def _columns(self, table: str) -> set[str]:
+        """The table's column names (reading: a database of an older or newer
+        pmd may lack or have more of them)."""
+        return {str(r[1]) for r in self._query(f"PRAGMA table_info({table})")}
+
     def close(self) -> None:
         """Closes the database."""
         self.db.close()
@@ -877,10 +904,12 @@ class Store:
                 if samples:
                     c.executemany(
                         "INSERT OR IGNORE INTO samples (pid, start_time, time, vm, rss, "
-                        "rss_anon, rss_file, rss_shmem, live_bytes, live_blocks, source) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        "rss_anon, rss_file, rss_shmem, live_bytes, live_blocks, source, "
+                        "heap_free, heap_trimmable, allocator, cgroup_usage) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         [(s.pid, s.start_time, s.time, s.vm, s.rss, s.rss_anon, s.rss_file,
-                          s.rss_shmem, s.live_bytes, s.live_blocks, s.source) for s in samples],
+                          s.rss_shmem, s.live_bytes, s.live_blocks, s.source, s.heap_free,
+                          s.heap_trimmable, s.allocator, s.cgroup_usage) for s in samples],
                     )
                 if snapshots:
                     c.executemany(
@@ -1071,6 +1100,22 @@ class Store:
             raise _describe(e, self.path, "cannot read the database") from None
         return Series(array("q", [r[0] for r in rows]), array("q", [r[1] for r in rows]),
                       array("q", [r[2] for r in rows]))
+
+    def sample_rows(self, pid: int, start_time: int,
+                    since_ns: int | None = None) -> list[SampleRow]:
+        """The process's samples with every figure, oldest first (those from
+        since_ns on, if given); a database of an older pmd has no heap or
+        cgroup figures: None."""
+        have = self._columns("samples")
+        cols = ["pid", "start_time", "time", "vm", "rss", "rss_anon", "rss_file", "rss_shmem",
+                "live_bytes", "live_blocks", "source"]
+        cols += [c if c in have else f"NULL AS {c}" for c in SAMPLE_HEAP_COLUMNS]
+        sql = f"SELECT {', '.join(cols)} FROM samples WHERE pid = ? AND start_time = ?"
+        args: list[int] = [pid, start_time]
+        if since_ns is not None:
+            sql += " AND time >= ?"
+            args.append(since_ns)
+        return [SampleRow(*r) for r in self._query(sql + " ORDER BY time", args)]
 
     def site_snapshots(self, pid: int, start_time: int,
                        since_ns: int | None = None) -> list[tuple[int, int, int, int]]:

@@ -265,7 +265,9 @@ def test_models_to_dict() -> None:
         "malloc_count": 1, "calloc_count": 2, "realloc_count": 3, "free_count": 4,
         "alloc_bytes": 5, "free_bytes": 6}
     assert Sample(1, 2, 3, 4, 5, 6).to_dict() == {
-        "time_ns": 1, "vm": 2, "rss": 3, "rss_anon": 4, "rss_file": 5, "rss_shmem": 6}
+        "time_ns": 1, "vm": 2, "rss": 3, "rss_anon": 4, "rss_file": 5, "rss_shmem": 6,
+        "live_bytes": None, "live_blocks": None, "heap_free": None, "heap_trimmable": None,
+        "allocator": None, "cgroup_usage": None}
     st = StatsInfo(pid=9, buckets=(Bucket(malloc_count=2, alloc_bytes=20),) + (Bucket(),) * 6,
                    failed_allocs=1, unmatched_frees=2, older_frees=3)
     assert st.to_dict() == stats.build_table(st).to_dict()

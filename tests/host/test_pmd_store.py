@@ -42,7 +42,8 @@ def test_schema_wal_and_keys(tmp_path: Path) -> None:
     }
     cols = [r[1] for r in c.execute("PRAGMA table_info(samples)")]
     assert cols == ["pid", "start_time", "time", "vm", "rss", "rss_anon", "rss_file",
-                    "rss_shmem", "live_bytes", "live_blocks", "source"]
+                    "rss_shmem", "live_bytes", "live_blocks", "source", "heap_free",
+                    "heap_trimmable", "allocator", "cgroup_usage"]
     st.close()
     Store.open(db).close()  # reopening an existing database is fine
 
@@ -65,6 +66,49 @@ def test_reused_pid_never_mixes(tmp_path: Path) -> None:
     p = st.processes(42)[1]
     assert (p.comm, p.exe, p.exited) == ("first", "/bin/x", 77)
     st.close()
+
+
+def _old_database(path: Path) -> None:
+    """A database as pmd wrote it before samples had the allocator's figures
+    (its samples table as that pmd made it), with one sample."""
+    c = sqlite3.connect(path)
+    c.execute("CREATE TABLE processes (pid INTEGER NOT NULL, start_time INTEGER NOT NULL, "
+              "comm TEXT, exe TEXT, cmdline TEXT, started INTEGER, exited INTEGER, "
+              "source TEXT, PRIMARY KEY (pid, start_time))")
+    c.execute("CREATE TABLE samples (pid INTEGER NOT NULL, start_time INTEGER NOT NULL, "
+              "time INTEGER NOT NULL, vm INTEGER NOT NULL, rss INTEGER NOT NULL, "
+              "rss_anon INTEGER, rss_file INTEGER, rss_shmem INTEGER, live_bytes INTEGER, "
+              "live_blocks INTEGER, source TEXT, PRIMARY KEY (pid, start_time, time))")
+    c.execute("INSERT INTO samples VALUES (7, 100, 1, 4096, 2048, 1024, 1024, 0, 500, 5, "
+              "'kmod')")
+    c.commit()
+    c.close()
+
+
+def test_old_database_gets_the_heap_columns(tmp_path: Path) -> None:
+    """A reader of an older database sees no heap figures (None); pmd opening
+    it adds the columns, keeps its rows (None there) and stores the figures of
+    new samples, which read back as written."""
+    db = tmp_path / "pmm.db"
+    _old_database(db)
+    ro = Store.open(db, readonly=True)
+    (old,) = ro.sample_rows(7, 100)
+    assert old == SampleRow(7, 100, 1, 4096, 2048, 1024, 1024, 0, 500, 5, "kmod")
+    ro.close()
+    st = Store.open(db)
+    new = SampleRow(7, 100, 2, 4096, 4096, 3072, 1024, 0, 600, 6, "kmod", heap_free=2048,
+                    heap_trimmable=512, allocator="glibc", cgroup_usage=1 << 20)
+    jem = SampleRow(7, 100, 3, 4096, 4096, 3072, 1024, 0, 600, 6, "kmod", heap_free=1024,
+                    allocator="jemalloc")
+    proc = SampleRow(8, 200, 3, 4096, 4096, 3072, 1024, 0, source="proc")
+    st.write([new, jem, proc])
+    assert st.sample_rows(7, 100) == [old, new, jem]
+    assert st.sample_rows(7, 100, since_ns=2) == [new, jem]
+    assert st.sample_rows(8, 200) == [proc]
+    st.close()
+    ro = Store.open(db, readonly=True)
+    assert ro.sample_rows(7, 100) == [old, new, jem]
+    ro.close()
 
 
 def test_alert_once(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@
 #include "control.h"
 #include "device.h"
 #include "env.h"
+#include "heap.h"
 #include "real.h"
 #include "sampler.h"
 #include "scanreg.h"
@@ -244,6 +245,8 @@ void flush(struct tstate *t)
 		b.records += b.count * sizeof(struct pmm_record);
 	}
 	__atomic_store_n(&g_errors, 0, __ATOMIC_RELAXED);
+	if (!t->in_map)
+		heap_report_maybe();
 }
 
 /* After the buffer is gone (thread or process exit): send one by one. */

@@ -11,6 +11,8 @@
  * RECORD_LOG and REGISTER_SITE fail with ENOLINK and QUERY_SELF answers 0.
  * PMM_FAKE_STOP_AT=N: the Nth RECORD_LOG fails with ENOLINK, as if pmctl
  * had stopped the process and started it again.
+ * PMM_FAKE_INTERVAL=MS: the sampling interval HEAP_REPORT returns (the
+ * module's default, 10000, if unset).
  * PMM_FAKE_RAISE=batch:N|claim:N: SIGUSR1 is raised in the calling thread,
  * inside the hook, once: after the Nth RECORD_LOG (logged), or in the Nth
  * claim of a site's slot, between the claim and its id (pmm_fake_point).
@@ -18,8 +20,9 @@
  * PMM_FAKE_LOG=FILE: every call is appended to FILE as one writev (appends
  * do not interleave): six u32 (the caller's pid and thread id, the ioctl's
  * number, the result, a count and the bytes that follow), then the
- * records of a RECORD_LOG, the struct pmm_site of a REGISTER_SITE or the
- * struct pmm_config of a SET_CONFIG. Its fd is kept at 3 or above and, as
+ * records of a RECORD_LOG, the struct pmm_site of a REGISTER_SITE, the
+ * struct pmm_config of a SET_CONFIG or the struct pmm_heap of a
+ * HEAP_REPORT. Its fd is kept at 3 or above and, as
  * the device's, checked before each write: if the program closed it, the
  * file is opened again (never the program's file at that number written).
  *
@@ -44,6 +47,7 @@
 static int g_fake_unmonitored;
 static pid_t g_fake_monitored;
 static long g_fake_stop_at;
+static int g_fake_interval;	/* ms, HEAP_REPORT's answer */
 static long g_fake_logs;	/* RECORD_LOGs so far */
 static char g_fake_log[4096];
 static int g_fake_raise_at;	/* FAKE_AT_* of PMM_FAKE_RAISE */
@@ -103,6 +107,11 @@ static void fake_log(pid_t pid, unsigned long cmd, int result, const void *arg)
 		iov[1].iov_base = (void *)arg;
 		iov[1].iov_len = sizeof(struct pmm_config);
 		break;
+	case PMM_HEAP_REPORT:
+		head[4] = 1;
+		iov[1].iov_base = (void *)arg;
+		iov[1].iov_len = sizeof(struct pmm_heap);
+		break;
 	}
 	head[5] = (uint32_t)iov[1].iov_len;
 	fd = fake_log_fd();
@@ -140,6 +149,8 @@ int fake_ioctl(int fd, unsigned long cmd, void *arg)
 		if (!r && cmd == PMM_RECORD_LOG &&
 		    __atomic_add_fetch(&g_fake_logs, 1, __ATOMIC_RELAXED) == g_fake_stop_at)
 			r = -ENOLINK;
+		if (!r && cmd == PMM_HEAP_REPORT)
+			r = g_fake_interval;
 		break;
 	}
 	fake_log(me, cmd, r, arg);
@@ -161,6 +172,7 @@ void fake_dev_setup(char **env, pid_t pid)
 		strcpy(g_fake_log, u);
 	g_fake_unmonitored = env_num(env, "PMM_FAKE_UNMONITORED", 0) != 0;
 	g_fake_stop_at = env_num(env, "PMM_FAKE_STOP_AT", 0);
+	g_fake_interval = (int)env_num(env, "PMM_FAKE_INTERVAL", 10000);
 	u = env_get(env, "PMM_FAKE_RAISE");
 	if (u && !strncmp(u, "batch:", 6))
 		g_fake_raise_at = FAKE_AT_BATCH;

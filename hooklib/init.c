@@ -28,6 +28,7 @@
 #include "device.h"
 #include "env.h"
 #include "fakedev.h"
+#include "heap.h"
 #include "init.h"
 #include "notice.h"
 #include "real.h"
@@ -155,6 +156,7 @@ void pmm_init(void)
 	mask = pmm_internal_begin();
 	g_interposed = interposing();
 	resolved = real_resolve(g_interposed);
+	heap_init();
 	find_vdso_clock();
 	g_pid = (pid_t)syscall(SYS_getpid);
 	alone_reseed(g_pid);

@@ -80,6 +80,7 @@
 #include "aset.h"
 #include "buffer.h"
 #include "general.h"
+#include "heap.h"
 #include "init.h"
 #include "interpose.h"
 #include "mode.h"
@@ -301,7 +302,8 @@ PMM_EXPORT void *pmm_fake_arena_alloc(size_t n)
 
 #endif
 
-/* For tests and tools: flushes the calling thread's buffer now. */
+/* For tests and tools: flushes the calling thread's buffer now, and sends
+ * the allocator's report if one is due (heap.h). */
 PMM_EXPORT void pmm_flush(void)
 {
 	struct tstate *t = &t_st;
@@ -309,6 +311,7 @@ PMM_EXPORT void pmm_flush(void)
 	if (g_fast.mode < MODE_MONITORED || enter(t) != ENTER_TAKEN)
 		return;
 	flush(t);
+	heap_report_maybe();
 	guard_drop(t);
 }
 

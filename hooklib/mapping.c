@@ -43,7 +43,9 @@ void *hook_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
 	p = fn(addr, len, prot, flags, fd, off);
 	if (p != MAP_FAILED) {
 		saved = errno;
+		t->in_map++;
 		note_alloc(t, PMM_OP_MMAP, p, len, s, &g_mapped);
+		t->in_map--;
 		errno = saved;
 	}
 	guard_drop(t);
@@ -60,7 +62,9 @@ int hook_munmap(void *addr, size_t len)
 	if (g_fast.mode < MODE_MONITORED || (how = enter(t)) == ENTER_PASS)
 		return real.munmap(addr, len);
 	saved = errno;
+	t->in_map++;
 	note_free(how == ENTER_ALONE ? NULL : t, PMM_OP_MUNMAP, addr, len, &g_mapped);
+	t->in_map--;
 	errno = saved;
 	r = real.munmap(addr, len);
 	if (how == ENTER_TAKEN)
@@ -83,6 +87,7 @@ void *hook_mremap(void *old, size_t old_len, size_t len, int flags, void *want,
 	was = set_del(&g_mapped, old);
 	p = real.mremap(old, old_len, len, flags, want);
 	saved = errno;
+	t->in_map++;
 	if (was) {
 		if (p == MAP_FAILED)
 			set_add(&g_mapped, old);
@@ -91,6 +96,7 @@ void *hook_mremap(void *old, size_t old_len, size_t len, int flags, void *want,
 		else
 			record(by, PMM_OP_MUNMAP, old, NULL, old_len, 0, 1, 0);
 	}
+	t->in_map--;
 	errno = saved;
 	if (by)
 		guard_drop(t);

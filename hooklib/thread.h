@@ -46,6 +46,7 @@ struct tstate {
 	unsigned int gen;	/* epoch the buffered records belong to */
 	unsigned int n;		/* records in buf */
 	int exiting;		/* key destructor ran: no buffer any more */
+	int in_map;		/* in a mapping hook: no heap report (heap.h) */
 	int keyed;		/* pthread_setspecific done */
 	uint64_t first_ns;	/* time of buf[0] */
 	uint64_t rng;		/* xorshift64* state, 0: unseeded */

@@ -16,6 +16,7 @@ NR_RECORD_LOG = 1
 NR_SET_CONFIG = 2
 NR_REGISTER_SITE = 5
 NR_QUERY_SELF = 10
+NR_HEAP_REPORT = 14
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -37,6 +38,7 @@ class FakeCall:
     records: list[uapi.Record] = field(default_factory=list)
     site: uapi.Site | None = None
     config: uapi.Config | None = None
+    heap: uapi.Heap | None = None
 
 
 def fake_log_calls(log: Path) -> list[FakeCall]:
@@ -57,6 +59,9 @@ def fake_log_calls(log: Path) -> list[FakeCall]:
         elif nr == NR_SET_CONFIG:
             assert nbytes == ctypes.sizeof(uapi.Config)
             call.config = uapi.Config.from_buffer_copy(data, off)
+        elif nr == NR_HEAP_REPORT:
+            assert nbytes == ctypes.sizeof(uapi.Heap)
+            call.heap = uapi.Heap.from_buffer_copy(data, off)
         else:
             assert nbytes == 0
         off += nbytes

@@ -13,8 +13,10 @@
  * a million free chunks, hundreds of milliseconds, while the other threads'
  * mallocs in that arena wait); mallctl("epoch") merges every arena's
  * statistics. So a report is made at most once per sampling interval (the
- * module's, which PMM_HEAP_REPORT returns) and at most 1% of the time (a
- * report that took d waits 100 d before the next), by one thread, inside
+ * module's, which PMM_HEAP_REPORT returns) and at most 1% of the time (the
+ * next report waits 100 d, d the shorter of the last two reports' times: a
+ * report slow by chance, or the first, which may set the allocator's
+ * statistics up, does not stretch the wait), by one thread, inside
  * pmm_internal: every signal blocked, and whatever the allocator allocates
  * meanwhile goes straight to libc.
  *
@@ -41,6 +43,7 @@
 #define HEAP_DUTY	100
 
 static uint64_t g_heap_next;	/* coarse ns before which no report is made */
+static uint64_t g_heap_took;	/* ns the last report took, 0: none yet */
 static int g_heap_kind;		/* PMM_ALLOC_* (heap_init) */
 static struct mallinfo2 (*g_mallinfo2)(void);
 static int (*g_mallctl)(const char *, void *, size_t *, void *, size_t);
@@ -125,7 +128,7 @@ int heap_read(struct pmm_heap *h)
 void heap_report_maybe(void)
 {
 	uint64_t now = coarse_ns(), next = __atomic_load_n(&g_heap_next, __ATOMIC_RELAXED);
-	uint64_t wait = HEAP_DEFAULT_MS * NSEC_PER_MSEC, took;
+	uint64_t wait = HEAP_DEFAULT_MS * NSEC_PER_MSEC, took, prev;
 	struct pmm_heap h;
 	int r;
 
@@ -139,6 +142,11 @@ void heap_report_maybe(void)
 	if (heap_read(&h))
 		return;
 	took = clock_ns(CLOCK_MONOTONIC) - took;
+	prev = __atomic_exchange_n(&g_heap_took, took, __ATOMIC_RELAXED);
+	if (prev && prev < took)
+		took = prev;
+	else if (!prev)
+		took = 0;
 	r = pmm_dev_ioctl(PMM_HEAP_REPORT, &h);
 	if (r >= PMM_INTERVAL_MIN_MS)
 		wait = (uint64_t)r * NSEC_PER_MSEC;

@@ -8,9 +8,10 @@
  * their last read. A configuration change wakes it; the new interval counts
  * from that moment. Each sample also carries the live heap (the tables'
  * figures), the memory cgroup's usage and the process's last heap report
- * (PMM_HEAP_REPORT), taken at the same instant. It takes pmm_lock only to find the next process, and
- * each process's lock as a reader (pmm_proc_lock_read): it never applies a
- * process's queued records, so no process can make it wait for long.
+ * (PMM_HEAP_REPORT), taken at the same instant. It takes pmm_lock only to
+ * find the next process, and each process's lock as a reader
+ * (pmm_proc_lock_read): it never applies a process's queued records, so no
+ * process can make it wait for long.
  */
 #include <linux/kthread.h>
 #include <linux/wait.h>

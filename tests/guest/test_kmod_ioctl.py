@@ -514,9 +514,10 @@ def test_get_stats_buckets(dev: Dev) -> None:
 
 
 def test_unknown_commands(dev: Dev) -> None:
-    # IOWR 7: ABI 2's READ_SITES (a smaller entry): an old reader is refused, not overrun
+    # IOWR 7: ABI 2's READ_SITES, IOWR 8: ABI 3's READ_SAMPLES (smaller entries):
+    # an old reader is refused, not overrun
     for req in (IO(0xB7, 0), IO(0xB7, 11), IO(0xB7, 200), IOWR(0xB7, 1, ctypes.c_uint64),
-                IOWR(0xB7, 7, uapi.Read),
+                IOWR(0xB7, 7, uapi.Read), IOWR(0xB7, 8, uapi.Read),
                 IOWR(0xB7, 2, uapi.Config), IO(0x42, 1), 0):
         assert dev.err(req, 0) == errno.ENOTTY, hex(req)
 

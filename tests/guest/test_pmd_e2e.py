@@ -143,6 +143,14 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         assert site is not None
         assert c.execute("SELECT count(*) FROM site_snapshots WHERE pid = ? AND site = ?",
                          (leak.pid, site)).fetchone()[0] > 0
+        # the hooked leak's samples carry its live heap and glibc's report; the
+        # sawtooth (no hook) has neither
+        heap = c.execute("SELECT allocator, heap_free, heap_trimmable, live_bytes FROM samples "
+                         "WHERE pid = ? AND allocator IS NOT NULL", (leak.pid,)).fetchall()
+        assert heap and all(a == "glibc" and f is not None and t is not None and lb > 0
+                            for a, f, t, lb in heap), heap[:3]
+        assert c.execute("SELECT count(*) FROM samples WHERE pid = ? AND (allocator IS NOT "
+                         "NULL OR live_bytes > 0)", (saw.pid,)).fetchone()[0] == 0
         # the sawtooth: STABLE at every detection, never an alert
         assert pmd.wait_log(f"pid {saw.pid} (sawtooth): STABLE", 600), pmd.text()
         saw_verdicts = re.findall(rf"pid {saw.pid} \(sawtooth\): ([A-Z]+) after", pmd.text())

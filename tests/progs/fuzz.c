@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 {
 	static const unsigned int cmds[] = { PMM_RECORD_LOG, PMM_SET_CONFIG, PMM_GET_CONFIG,
 		PMM_MONITORED_PIDS, PMM_REGISTER_SITE, PMM_READ_BLOCKS, PMM_READ_SITES,
-		PMM_READ_SAMPLES, PMM_GET_STATS, PMM_QUERY_SELF };
+		PMM_READ_SAMPLES, PMM_GET_STATS, PMM_QUERY_SELF, PMM_HEAP_REPORT };
 	unsigned long n = argc > 1 ? strtoul(argv[1], NULL, 0) : 100000, i;
 	int nobody = argc > 3 && !strcmp(argv[3], "--nobody");
 	size_t big = (size_t)PMM_MAX_READ * sizeof(struct pmm_site_stats) + 4096;
@@ -196,6 +196,7 @@ int main(int argc, char **argv)
 			struct pmm_read r;
 			struct pmm_site s;
 			struct pmm_stats st;
+			struct pmm_heap h;
 			char raw[2048];
 		} u;
 		size_t size = 0;
@@ -279,6 +280,25 @@ int main(int argc, char **argv)
 				u.s.file[rnd() % PMM_SITE_FILE_LEN] = 0;
 			if (rnd() % 4)
 				u.s.func[rnd() % PMM_SITE_FUNC_LEN] = 0;
+			break;
+		case PMM_HEAP_REPORT:
+			/* mostly well formed (glibc's sum holds), a field off at times */
+			size = sizeof(u.h);
+			memset(&u.h, 0, size);
+			u.h.size = rnd() % 8 ? sizeof(u.h) : interesting32();
+			u.h.allocator = rnd() % 4 ? 1 + rnd() % 2 : interesting32();
+			u.h.in_use = rnd() % (1ULL << (rnd() % 60));
+			u.h.free = rnd() % (1ULL << (rnd() % 60));
+			u.h.mapped = u.h.allocator == PMM_ALLOC_GLIBC && rnd() % 4 ?
+				     u.h.in_use + u.h.free : rnd();
+			u.h.top = u.h.allocator == PMM_ALLOC_GLIBC && u.h.free ?
+				  rnd() % u.h.free : 0;
+			if (rnd() % 16 == 0)
+				u.h.retained = rnd();
+			if (rnd() % 16 == 0)
+				u.h.time_ns = rnd();
+			if (rnd() % 16 == 0)
+				u.h.reserved = rnd();
 			break;
 		case PMM_GET_STATS:
 			size = sizeof(u.st);

@@ -20,12 +20,6 @@ HEAPREPORT = TOP / "tests" / "progs" / "bin" / "heapreport"
 JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    for d in ("hooklib", "tests/progs"):
-        subprocess.run(["make", "-s", "-C", str(TOP / d)], check=True, timeout=300)
-
-
 def run(tmp_path: Path, preload: str, interval_ms: int, wait_ms: int,
         **env: str) -> tuple[dict[str, list[int]], list[uapi.Heap]]:
     """heapreport 20000 blocks of 1000 bytes under the fake hook: what it

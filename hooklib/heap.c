@@ -43,7 +43,7 @@
 #define HEAP_DUTY	100
 
 static uint64_t g_heap_next;	/* coarse ns before which no report is made */
-static uint64_t g_heap_took;	/* ns the last report took, 0: none yet */
+static uint64_t g_heap_took;	/* ns the last report took (coarse), 0 before one */
 static int g_heap_kind;		/* PMM_ALLOC_* (heap_init) */
 static struct mallinfo2 (*g_mallinfo2)(void);
 static int (*g_mallctl)(const char *, void *, size_t *, void *, size_t);
@@ -138,15 +138,14 @@ void heap_report_maybe(void)
 	if (!__atomic_compare_exchange_n(&g_heap_next, &next, now + HEAP_DEFAULT_MS * NSEC_PER_MSEC,
 					 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
-	took = clock_ns(CLOCK_MONOTONIC);
+	/* the coarse clock (a jiffy, one load of the clock page): a report
+	 * shorter than that stretches nothing, and no clock is a system call */
 	if (heap_read(&h))
 		return;
-	took = clock_ns(CLOCK_MONOTONIC) - took;
+	took = coarse_ns() - now;
 	prev = __atomic_exchange_n(&g_heap_took, took, __ATOMIC_RELAXED);
-	if (prev && prev < took)
-		took = prev;
-	else if (!prev)
-		took = 0;
+	if (prev < took)
+		took = prev;	/* the first report: 0 */
 	r = pmm_dev_ioctl(PMM_HEAP_REPORT, &h);
 	if (r >= PMM_INTERVAL_MIN_MS)
 		wait = (uint64_t)r * NSEC_PER_MSEC;

@@ -17,8 +17,9 @@
 # PMM_ICOUNT_CFGS the configurations named (default "bare unmonitored exact
 # sampled"). Then bench/guest_redis.sh --icount: redis-server under
 # redis-benchmark, in its five configurations (name "redis-benchmark" for
-# PMM_ICOUNT_ONLY; PMM_REDIS_* as there). PMM_ICOUNT_PROF=1
-# (scripts/bench-icount.sh's kernel profile) also copies the guest's
+# PMM_ICOUNT_ONLY; PMM_REDIS_* as there); and bench/guest_pgbench.sh
+# --icount: PostgreSQL under pgbench, per transaction (name "pgbench").
+# PMM_ICOUNT_PROF=1 (scripts/bench-icount.sh's kernel profile) also copies the guest's
 # /proc/kallsyms to the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,6 +100,12 @@ echo "guest_icount: $(($(wc -l <"$labels") - 1)) runs in $(($(date +%s) - start)
 # shellcheck disable=SC2053 # a glob, on purpose
 if [[ redis-benchmark == ${PMM_ICOUNT_ONLY:-*} ]]; then
 	bench/guest_redis.sh --icount || true
+fi
+# another: PostgreSQL's backends under pgbench, per transaction
+# (bench/guest_pgbench.sh's configurations)
+# shellcheck disable=SC2053 # a glob, on purpose
+if [[ pgbench == ${PMM_ICOUNT_ONLY:-*} ]]; then
+	bench/guest_pgbench.sh --icount || true
 fi
 if [ $loaded = 1 ]; then
 	rmmod pmm

@@ -58,13 +58,18 @@ def inject_error(returncode: int, msg: str) -> PmmError:
 def find_helper(hooklib: Path, name: str) -> Path:
     """A program of the hook's (pmm-inject, pmm-scan) beside the hook library
     (the source tree's hooklib/), or in libexec/pmm/ beside its lib/ (make
-    install)."""
-    cands = (hooklib.parent / name, hooklib.parent.parent / "libexec" / "pmm" / name)
+    install), or beside lib/pmm/ (the libpmmhook package's /usr/lib/pmm)."""
+    lib = hooklib.parent
+    cands = [lib / name, lib.parent / "libexec" / "pmm" / name]
+    if lib.name == "pmm":
+        cands.append(lib.parent.parent / "libexec" / "pmm" / name)
     for p in cands:
         if p.is_file():
             return p
-    raise PmmError(f"{name} is not found (tried {', '.join(map(str, cands))}): build it "
-                   "with `make`, or install it with `make install` (beside the hook library)")
+    from pmm.installed import hook_hint
+
+    raise PmmError(f"{name} is not found (tried {', '.join(map(str, cands))}): "
+                   f"{hook_hint()}")
 
 
 def find_inject(hooklib: Path) -> Path:

@@ -36,18 +36,23 @@ from pathlib import Path
 from types import FrameType
 
 from pmm.errors import PmmError
+from pmm.installed import hook_hint
 from pmm.symbolize import read_live_maps, save_maps
 
 HOOKLIB_NAME = "libpmmhook.so"
+# the libpmmhook package's: a preloaded library needs no soname in a
+# directory of its own (pmm-inject and pmm-scan are in /usr/libexec/pmm)
+PACKAGED_HOOK_DIR = Path("/usr/lib/pmm")
 
 
 def hooklib_candidates() -> list[Path]:
     """Where the hook library is looked for, in order: $PMM_HOOKLIB; the
     source tree's hooklib/ (this package is its src/pmm); PREFIX/lib of the
     `make install` this package came with (it puts the package in
-    PREFIX/lib/pmm/python, DESTDIR's staging included); /usr/local/lib and
-    /usr/lib, `make install`'s default PREFIX and PREFIX=/usr, for a pmctl
-    installed with pip or pipx."""
+    PREFIX/lib/pmm/python, DESTDIR's staging included); /usr/local/lib, the
+    libpmmhook package's private directory /usr/lib/pmm, and /usr/lib
+    (`make install`'s default PREFIX, the Debian package, PREFIX=/usr), for
+    a pmctl installed with pip or pipx too."""
     out: list[Path] = []
     env = os.environ.get("PMM_HOOKLIB")
     if env:
@@ -57,7 +62,7 @@ def hooklib_candidates() -> list[Path]:
     python_dir = package.parent
     if python_dir.name == "python" and python_dir.parent.name == "pmm":
         out.append(python_dir.parent.parent / HOOKLIB_NAME)
-    for lib in (Path("/usr/local/lib"), Path("/usr/lib")):
+    for lib in (Path("/usr/local/lib"), PACKAGED_HOOK_DIR, Path("/usr/lib")):
         if lib / HOOKLIB_NAME not in out:
             out.append(lib / HOOKLIB_NAME)
     return out
@@ -71,9 +76,7 @@ def find_hooklib() -> Path:
             return p.resolve()
     tried = ", ".join(str(p) for p in cands)
     raise PmmError(
-        f"the hook library {HOOKLIB_NAME} is not found (tried {tried}): "
-        "build it with `make`, install it with `make install`, or set PMM_HOOKLIB to its path"
-    )
+        f"the hook library {HOOKLIB_NAME} is not found (tried {tried}): {hook_hint()}")
 
 
 def hook_settings(

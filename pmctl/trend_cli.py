@@ -51,15 +51,17 @@ import typer
 from pmctl.exitcodes import handle_errors
 from pmctl.paths import check_output
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
+from pmm.installed import python_hint
 from pmm.output import dump_json, human_age
 from pmm.text import printable
 from pmm.trend import Params, Verdict
 from pmm.trendreport import (
+    PlotFormatUnknown,
     Report,
     analyse,
     plot_png,
+    plot_target,
     render,
-    require_matplotlib,
     watch_header,
     watch_line,
 )
@@ -151,6 +153,11 @@ class _StopRequest:
 
 
 # -- the command -------------------------------------------------------------------
+
+
+def _escaped(text: str) -> str:
+    """text in a help string: typer's rich markup would take '[plot]' for a tag."""
+    return text.replace("[", "\\[")
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -336,8 +343,9 @@ def trend_command(
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE.png", show_default=False,
         help="Also draw rss, vm and the fitted floor of rss over time into FILE.png "
-        "(needs matplotlib: pip install matplotlib; from pmm's source tree: "
-        "pip install '.\\[plot]').")] = None,
+        "(or .svg, .pdf, .jpg, ...: a format matplotlib writes, checked before the watch; "
+        "without an extension, .png is added; needs matplotlib: "
+        f"{_escaped(python_hint('matplotlib', 'python3-matplotlib', 'plot'))}).")] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="Print one JSON document with stable keys instead of a table.")
     ] = False,
@@ -351,8 +359,12 @@ def trend_command(
     if watch is not None:
         _check_watch(watch, interval, quiet=json_)
     if plot is not None:  # before a watch, not after it
-        check_output(plot, "'--plot'", "trend.png", renamed_over=False)
-        require_matplotlib()
+        try:
+            target, _ = plot_target(plot)  # says first when matplotlib is missing
+        except PlotFormatUnknown as e:
+            raise _refuse("--plot", str(e)) from None
+        check_output(plot if plot.is_dir() else target, "'--plot'", "trend.png",
+                     renamed_over=False)
     if watch is not None:
         d = _watched(pid, watch, interval, report_every, quiet=json_)
     else:
@@ -361,7 +373,7 @@ def trend_command(
     code = EXIT_CODES[rep.trend.verdict]
     if plot is not None:
         try:
-            plot_png(rep, plot)
+            plot = plot_png(rep, plot)
         except (OSError, ValueError) as e:
             raise PmmError(f"cannot write the plot {plot}: {e}") from None
     if json_:

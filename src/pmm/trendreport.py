@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pmm.errors import PmmError
+from pmm.installed import python_hint
 from pmm.output import format_table, human_age
 from pmm.text import printable
 from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
@@ -28,9 +29,14 @@ from pmm.trendsource import Data, device_sites, mem_available
 from pmm.units import human_bytes, human_rate
 
 TABLE_ROWS = 12
-# what to install for plot_png
-PLOT_INSTALL_HINT = ("install matplotlib (pip install matplotlib; from pmm's source tree: "
-                     "pip install '.[plot]')")
+# a plot file named without an extension gets this one (matplotlib's default)
+PLOT_DEFAULT_FORMAT = "png"
+
+
+def plot_install_hint() -> str:
+    """What to run to install matplotlib, as this copy of pmm was installed
+    (not "pip install 'pmm[plot]'": pmm on PyPI is another project)."""
+    return f"install matplotlib ({python_hint('matplotlib', 'python3-matplotlib', 'plot')})"
 
 
 class PlotUnavailable(PmmError):
@@ -254,10 +260,39 @@ def require_matplotlib() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot  # noqa: F401
     except ImportError:
-        # not "pip install 'pmm[plot]'": pmm on PyPI is another project
         raise PlotUnavailable(
-            f"drawing a plot needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}"
+            f"drawing a plot needs matplotlib, which is not installed: {plot_install_hint()}"
         ) from None
+
+
+class PlotFormatUnknown(PmmError):
+    """A plot file whose extension names no format matplotlib writes."""
+
+
+def plot_formats() -> list[str]:
+    """The extensions plot_png writes, as matplotlib says (not pgf, which
+    needs a TeX installation). Raises PlotUnavailable without matplotlib."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(f for f in FigureCanvasBase.get_supported_filetypes() if f != "pgf")
+
+
+def plot_target(path: Path) -> tuple[Path, str]:
+    """The file plot_png will write for `path` and its format: the
+    extension's, or PLOT_DEFAULT_FORMAT with that extension added when it has
+    none. Raises PlotFormatUnknown (saying the formats that work) for an
+    extension matplotlib does not write, PlotUnavailable without matplotlib:
+    both before any sample is taken."""
+    formats = plot_formats()
+    ext = path.suffix.lower().removeprefix(".")
+    if not ext:
+        return path.with_name(path.name.rstrip(".") + "." + PLOT_DEFAULT_FORMAT), \
+            PLOT_DEFAULT_FORMAT
+    if ext not in formats:
+        raise PlotFormatUnknown(f"{path}: .{ext} is not a format the plot can be written in; "
+                                f"use one of {', '.join('.' + f for f in formats)}")
+    return path, ext
 
 
 def _axis_unit(largest: float) -> tuple[str, float]:
@@ -268,13 +303,14 @@ def _axis_unit(largest: float) -> tuple[str, float]:
     return "B", 1.0
 
 
-def plot_png(rep: Report, path: Path) -> None:
+def plot_png(rep: Report, path: Path) -> Path:
     """rss, vm, the lowest sample of each time slice (the detector's buckets)
-    and the floor fitted through them over time, into path (PNG); the size
-    axis in the binary unit of the largest value.
-    Raises PlotUnavailable without matplotlib, OSError/ValueError when path
-    cannot be written."""
-    require_matplotlib()
+    and the floor fitted through them over time, into path, in the format
+    its extension names (plot_target: PNG, and .png added, without one); the
+    size axis in the binary unit of the largest value. Returns the file
+    written. Raises PlotUnavailable without matplotlib, PlotFormatUnknown,
+    OSError/ValueError when the file cannot be written."""
+    target, fmt = plot_target(path)
     import matplotlib.pyplot as plt
 
     d, r = rep.data, rep.trend
@@ -294,6 +330,7 @@ def plot_png(rep: Report, path: Path) -> None:
         ax.set_title(f"pid {d.pid} ({d.comm}): {r.verdict}, {rests_on(d)}")
         ax.legend(loc="best", fontsize="small")
         fig.tight_layout()
-        fig.savefig(path)
+        fig.savefig(target, format=fmt)
     finally:
         plt.close(fig)
+    return target

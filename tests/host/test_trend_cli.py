@@ -180,6 +180,43 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert code == 2 and "Invalid value for '--plot': cannot write" in out, out
 
 
+def test_plot_without_an_extension_is_a_png_and_named(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(0))
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "noext"))
+    assert code == 10, out
+    written = tmp_path / "noext.png"
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "noext").exists()
+    assert f"plot:     {written}\n" in out
+    # an extension matplotlib knows gives that format
+    code, out = _run(str(DEAD_PID), "--db", str(db), "--plot", str(tmp_path / "t.svg"))
+    assert code == 10 and b"<svg" in (tmp_path / "t.svg").read_bytes()[:400], out
+
+
+def test_plot_of_an_unknown_format_is_refused_before_the_watch(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        t = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "pmctl", "trend", str(sleeper.pid),
+                            "--watch", "1m", "--plot", str(tmp_path / "t.xyz")],
+                           capture_output=True, text=True, env={**os.environ, **NO_DEVICE},
+                           timeout=60)
+        took = time.monotonic() - t
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert took < 10  # not after the minute's watch
+    assert (r.returncode, r.stdout) == (2, ""), r
+    head = (f"pmctl: Invalid value for '--plot': {tmp_path / 't.xyz'}: .xyz is not a format "
+            "the plot can be written in; use one of ")
+    assert r.stderr.startswith(head) and r.stderr.count("\n") == 1, r.stderr
+    formats = r.stderr[len(head):].split(" (see")[0].split(", ")
+    assert {".png", ".svg", ".pdf", ".jpg"} <= set(formats), formats
+    assert ".xyz" not in formats and ".pgf" not in formats
+    assert not list(tmp_path.iterdir())
+
+
 def test_plot_in_binary_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The plot's sizes in the unit of its largest value, its rate as the text's."""
     from matplotlib.figure import Figure

@@ -887,7 +887,7 @@ def stats(pid: PidArg, db: DbOpt = None, json_: JsonOpt = False) -> None:
 
     st = postmortem.module_else_database(
         read_module, lambda store: postmortem.stats_from_db(store, pid), open_db_for(db),
-        db_named=db is not None)
+        db_named=db is not None, pid=pid)
     if json_:
         echo_json(st.to_dict())
     else:

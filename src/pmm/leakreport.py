@@ -125,7 +125,7 @@ def gather(dev_open: Callable[[], Device], store_open: Callable[[], Store], pid:
             return from_module(dev, pid, now_mono_ns, limit)
 
     return postmortem.module_else_database(
-        read_module, lambda store: from_db(store, pid, limit), store_open, db_named)
+        read_module, lambda store: from_db(store, pid, limit), store_open, db_named, pid)
 
 
 # -- pprof ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from pmm import leaks, sitestack
-from pmm.errors import PmmError
+from pmm.errors import NotMonitored, PmmError
 from pmm.model import (
     FREE_OP_NAMES,
     OP_NR,
@@ -324,12 +324,13 @@ def stats_from_db(store: Store, pid: int) -> StatsInfo | None:
 
 
 def module_else_database(read_module: Callable[[], T], read_db: Callable[[Store], T | None],
-                         open_store: Callable[[], Store], db_named: bool = False) -> T:
+                         open_store: Callable[[], Store], db_named: bool = False,
+                         pid: int | None = None) -> T:
     """What the module says of a process, else what pmd's database kept of
     it (the module drops an exited process after its TTL, and everything at
-    a reboot). When neither has it, the module's error is raised, or the
-    database's when the user named the database (`db_named`) and it cannot
-    be read."""
+    a reboot). When neither has it: that pmd sampled `pid` without the hook
+    (sampled_only) when it did, else the module's error, or the database's
+    when the user named the database (`db_named`) and it cannot be read."""
     try:
         return read_module()
     except PmmError as module_error:
@@ -341,12 +342,30 @@ def module_else_database(read_module: Callable[[], T], read_db: Callable[[Store]
             raise module_error from None
         try:
             found = read_db(store)
+            unhooked = None if found is not None or pid is None else sampled_only(store, pid)
         finally:
             store.close()
+        if unhooked is not None:
+            raise unhooked from None
         if found is None:
             raise module_error from None
         return found
 
 
+def sampled_only(store: Store, pid: int) -> NotMonitored | None:
+    """The error that says pmd recorded the pid's latest process from /proc
+    alone (`pmd --pid`: no hook in it, so no sites and no statistics), with
+    how to get them; None when pmd did not record it so."""
+    procs = store.processes(pid)
+    if not procs or procs[0].source != "proc":
+        return None
+    comm = f" ({procs[0].comm})" if procs[0].comm else ""
+    return NotMonitored(
+        f"pmd recorded no sites for pid {pid}{comm} in {store.path}: it sampled its memory "
+        "from /proc only (the hook was not in it). To get its sites, start it with the hook "
+        f"(`pmctl run -- CMD`) or run `pmctl attach {pid}` while pmd runs")
+
+
 __all__ = ["SOURCE", "ModuleReader", "ModuleSnapshot", "collect", "describe",
-           "harvest", "leaks_from_db", "module_else_database", "snapshot", "stats_from_db"]
+           "harvest", "leaks_from_db", "module_else_database", "sampled_only", "snapshot",
+           "stats_from_db"]

@@ -231,7 +231,8 @@ def test_addr2line_needs_no_pyelftools(prog: Path, where_maps: tuple[str, int],
     got, err = symbolize_elsewhere(where_maps, tmp_path, os.environ["PATH"], "pyelftools")
     assert (got["backend"], got["describe"]) == ("addr2line", "leaky_function() where.c:11")
     assert err == ("the pyelftools symbolizer was asked for (PMM_SYMBOLIZER=pyelftools) but "
-                   "pyelftools is not installed (pip install 'pmm[elf]'): using addr2line\n")
+                   "pyelftools is not installed (pip install '.[elf]' in pmm's source tree): "
+                   "using addr2line\n")
 
 
 def test_neither_backend_says_what_to_install(prog: Path, where_maps: tuple[str, int],
@@ -242,7 +243,7 @@ def test_neither_backend_says_what_to_install(prog: Path, where_maps: tuple[str,
     assert got["backend"] == "none" and got["func"] is None
     assert str(got["describe"]).startswith("where+0x")  # object+offset
     assert err == sy.NO_BACKEND + "\n"  # once, for two lookups
-    assert "pip install 'pmm[elf]'" in sy.NO_BACKEND and "binutils" in sy.NO_BACKEND
+    assert "pip install '.[elf]'" in sy.NO_BACKEND and "binutils" in sy.NO_BACKEND
     # nothing cached: a back-end installed later gives the names
     assert not list((tmp_path / "cache").glob("sym/*.json"))
 

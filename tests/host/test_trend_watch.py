@@ -408,7 +408,6 @@ def test_usage_line_names_pid() -> None:
     assert "Usage: pmctl trend [OPTIONS] PID" in r.output
     assert "{pid}" not in r.output.lower()
     text = " ".join(r.output.replace("│", " ").split())
-    assert ("needs matplotlib: pip install matplotlib; from pmm's source tree: pip install "
-            "'.[plot]'") in text, r.output
+    assert ("needs matplotlib: pip install '.[plot]' in pmm's source tree") in text, r.output
     assert "pmm[plot]" not in text  # pmm on PyPI is another project
 

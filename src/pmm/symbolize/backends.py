@@ -1,6 +1,6 @@
 """Back-ends that resolve an object's ELF virtual addresses to function, file
 and line: binutils addr2line (the default) and pyelftools (optional: the
-`elf` extra, pip install 'pmm[elf]'). Without either, frames are named by
+`elf` extra: pmm.installed says how to install it). Without either, frames are named by
 object and offset, and one warning says what to install.
 
 A back-end is given the file open (`pmm.symbolize.opening.OpenFile`; a path
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pmm.installed import python_hint
 from pmm.symbolize import sandbox
 from pmm.symbolize.elf import ElfFile, MalformedElf
 from pmm.symbolize.opening import OpenFile, open_path
@@ -31,7 +32,8 @@ log = logging.getLogger("pmm.symbolize")
 
 NO_BACKEND = ("cannot name functions and source lines: neither addr2line (binutils) nor "
               "pyelftools is installed; install binutils, or pyelftools with "
-              "pip install 'pmm[elf]' (frames show object+offset meanwhile)")
+              f"{python_hint('pyelftools', 'python3-pyelftools', 'elf')} (frames show "
+              "object+offset meanwhile)")
 
 
 @dataclass(frozen=True)
@@ -372,7 +374,9 @@ def make_backend(name: str | None = None) -> Backend:
         if elf.available():
             return elf
         log.warning("the pyelftools symbolizer was asked for (PMM_SYMBOLIZER=pyelftools) but "
-                    "pyelftools is not installed (pip install 'pmm[elf]'): using addr2line")
+                    "pyelftools is not installed "
+                    f"({python_hint('pyelftools', 'python3-pyelftools', 'elf')}): "
+                    "using addr2line")
     a = Addr2line()
     if a.available():
         return a

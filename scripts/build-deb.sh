@@ -6,11 +6,19 @@
 # OUTDIR gets, VERSION being dkms.conf's PACKAGE_VERSION:
 #   pmm-dkms_VERSION_all.deb      the module's source in /usr/src/pmm-VERSION; DKMS
 #                                 builds it on install; loaded at boot (modules-load.d)
-#   libpmmhook_VERSION_amd64.deb  /usr/lib/libpmmhook.so, /usr/libexec/pmm/pmm-inject,
-#                                 /usr/include/{pmm_hooks.h,pmm.h}
+#   libpmmhook_VERSION_amd64.deb  /usr/lib/pmm/libpmmhook.so (a private directory:
+#                                 a preloaded library has no soname),
+#                                 /usr/libexec/pmm/{pmm-inject,pmm-scan},
+#                                 /usr/include/{pmm_hooks.h,pmm.h}; stripped as dh_strip
+#                                 does, their debug info in
+#   libpmmhook-dbgsym_VERSION_amd64.deb  /usr/lib/debug/.build-id/XX/YYYY.debug
 #   pmm-tools_VERSION_all.deb     /usr/bin/{pmctl,pmd}, their Python code in
-#                                 /usr/share/pmm/python, pmd.service, /etc/default/pmd,
-#                                 the udev rule (/dev/pmm: group pmm, 0660)
+#                                 /usr/share/pmm/python, their man pages (from
+#                                 their --help, help2man), pmd.service,
+#                                 /etc/default/pmd, the udev rule (/dev/pmm:
+#                                 group pmm, 0660)
+# Each has its copyright and changelog in /usr/share/doc/PACKAGE. `lintian`
+# shows no error on them (tests/host/test_deb.py).
 #
 # Python: the libraries Debian packages new enough come from Debian (the versions
 # installed here, see DEBIAN_PYTHON, are pip's constraints and the Depends'
@@ -84,8 +92,40 @@ pkg_build() { # pkg_build ROOT FILE
 	dpkg-deb --root-owner-group -Zxz --build "$1" "$out/$2" >/dev/null
 	echo "build-deb: $out/$2 ($(du -k "$out/$2" | cut -f1) KiB)"
 }
-doc() { # doc PACKAGE ROOT: its copyright file
-	install -D -m 0644 packaging/deb/copyright "$2/usr/share/doc/$1/copyright"
+year=$(git log -1 --format=%ad --date=format:%Y 2>/dev/null || date +%Y)
+# a native package's changelog (policy 12.7: changelog.gz): this build
+changelog=$work/changelog.gz
+{
+	echo "pmm ($version) unstable; urgency=medium"
+	echo
+	echo "  * Built from the pmm source tree$(git log -1 --format=' (commit %h)' 2>/dev/null ||
+		true) by scripts/build-deb.sh."
+	echo
+	echo " -- $maintainer  $(git log -1 --format=%aD 2>/dev/null || date -R)"
+} | gzip -9n >"$changelog"
+doc() { # doc PACKAGE ROOT: its copyright file and changelog
+	install -d "$2/usr/share/doc/$1"
+	sed "s|@YEAR@|$year|" packaging/deb/copyright >"$2/usr/share/doc/$1/copyright"
+	chmod 0644 "$2/usr/share/doc/$1/copyright"
+	install -m 0644 "$changelog" "$2/usr/share/doc/$1/changelog.gz"
+}
+# split_debug ROOT PATH DBGROOT: strips ROOT/PATH as dh_strip does and keeps
+# its debug info in DBGROOT under its build-id (where gdb and pmctl look);
+# prints the build-id
+split_debug() {
+	local f=$1$2 id debug
+	id=$(readelf -n "$f" | sed -n 's/^ *Build ID: \([0-9a-f]*\)$/\1/p')
+	[ ${#id} -gt 2 ] || { echo "build-deb: $2 has no build-id" >&2; exit 1; }
+	debug=$3/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
+	install -d -m 0755 "$(dirname "$debug")"
+	objcopy --only-keep-debug --compress-debug-sections "$f" "$debug"
+	chmod 0644 "$debug"
+	case "$2" in
+	*.so) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$f" ;;
+	*) strip --remove-section=.comment --remove-section=.note "$f" ;;
+	esac
+	objcopy --add-gnu-debuglink="$debug" "$f"
+	echo "$id"
 }
 
 # --- pmm-dkms: what dkms.conf's MAKE needs, no build products
@@ -102,22 +142,31 @@ pkg_control pmm-dkms "$root" ""
 for s in postinst prerm; do pkg_script pmm-dkms "$root" $s; done
 pkg_build "$root" "pmm-dkms_${version}_all.deb"
 
-# --- libpmmhook: where pmctl looks (PREFIX/lib, pmm-inject in PREFIX/libexec/pmm)
-# Debug information stripped (as dh_strip does); the symbol tables stay.
+# --- libpmmhook: where pmctl looks (/usr/lib/pmm, pmm-inject in /usr/libexec/pmm)
 root=$work/debian/libpmmhook # dpkg-shlibdeps reads debian/control beside it
-install -D -m 0644 hooklib/libpmmhook.so "$root/usr/lib/libpmmhook.so"
+dbg=$work/libpmmhook-dbgsym
+hook=/usr/lib/pmm/libpmmhook.so
+install -D -m 0644 hooklib/libpmmhook.so "$root$hook"
 install -D -m 0755 hooklib/pmm-inject "$root/usr/libexec/pmm/pmm-inject"
 install -D -m 0755 hooklib/pmm-scan "$root/usr/libexec/pmm/pmm-scan"
-strip --strip-debug "$root/usr/lib/libpmmhook.so" "$root/usr/libexec/pmm/pmm-inject" \
-	"$root/usr/libexec/pmm/pmm-scan"
+build_ids=()
+for f in "$hook" /usr/libexec/pmm/pmm-inject /usr/libexec/pmm/pmm-scan; do
+	build_ids+=("$(split_debug "$root" "$f" "$dbg")")
+done
 install -D -m 0644 hooklib/pmm_hooks.h "$root/usr/include/pmm_hooks.h"
 install -D -m 0644 kmod/uapi/pmm.h "$root/usr/include/pmm.h"
 doc libpmmhook "$root"
 printf 'Source: pmm\n\nPackage: libpmmhook\nArchitecture: amd64\n' >"$work/debian/control"
-shlibs=$(cd "$work" && dpkg-shlibdeps -O "$root/usr/lib/libpmmhook.so" \
+shlibs=$(cd "$work" && dpkg-shlibdeps -O "$root$hook" \
 	"$root/usr/libexec/pmm/pmm-inject" "$root/usr/libexec/pmm/pmm-scan" 2>/dev/null)
 pkg_control libpmmhook "$root" "${shlibs#shlibs:Depends=}"
 pkg_build "$root" "libpmmhook_${version}_amd64.deb"
+# its debug info, as Debian's automatic -dbgsym packages hold it
+install -d "$dbg/usr/share/doc"
+ln -s libpmmhook "$dbg/usr/share/doc/libpmmhook-dbgsym"
+pkg_control libpmmhook-dbgsym "$dbg" ""
+sed -i "s|@BUILD_IDS@|${build_ids[*]}|" "$dbg/DEBIAN/control"
+pkg_build "$dbg" "libpmmhook-dbgsym_${version}_amd64.deb"
 
 # --- pmm-tools
 root=$work/pmm-tools
@@ -193,6 +242,11 @@ if [ -n "$bad" ]; then
 	echo "$bad" >&2
 	exit 1
 fi
+# a library module's #! line means nothing (they are not executable): blank,
+# so that line numbers stay
+find "$lib" -name '*.py' -exec sed -i '1s/^#!.*//' {} +
+# pmm.installed: hints name apt's packages (python3-matplotlib, libpmmhook)
+echo "pmm-tools: this is Debian's package of pmm" >"$lib/pmm/debian-package"
 find "$lib" -type f -exec chmod 0644 {} +
 
 for tool in pmctl:pmctl.cli pmd:pmd.main; do
@@ -212,6 +266,43 @@ sys.exit(main())
 EOF
 	install -D -m 0755 "$work/$name" "$root/usr/bin/$name"
 done
+
+# man pages from the tools' --help in typer's plain form, run as installed
+# (Debian's python3 -I on the package's code); pmctl's with each command's
+man=$work/man
+mkdir -p "$man" "$root/usr/share/man/man1"
+for tool in pmctl:pmctl.cli pmd:pmd.main; do
+	name=${tool%%:*}
+	printf '#!/usr/bin/python3 -IB\nimport sys\n\nsys.path.insert(0, "%s")\nfrom %s import main\n\nsys.exit(main())\n' \
+		"$lib" "${tool#*:}" >"$man/$name"
+	chmod 0755 "$man/$name"
+done
+export TYPER_USE_RICH=0 COLUMNS=80
+commands=$("$man/pmctl" --help | sed -n '/^Commands:/,/^$/s/^  \([a-z]\+\) .*/\1/p')
+[ -n "$commands" ] || { echo "build-deb: pmctl --help lists no command" >&2; exit 1; }
+{
+	echo "[COMMANDS]"
+	for cmd in $commands; do
+		echo ".SS \"pmctl $cmd\""
+		echo ".nf"
+		# roff: a backslash is \e, and a line starting with . or ' is a request
+		"$man/pmctl" "$cmd" --help | sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\&&/"
+		echo ".fi"
+	done
+	printf '[SEE ALSO]\npmd(1); /usr/share/doc/pmm-tools/README.md\n'
+} >"$man/pmctl.h2m"
+printf '[SEE ALSO]\npmctl(1); /usr/share/doc/pmm-tools/README.md\n' >"$man/pmd.h2m"
+for name in pmctl pmd; do
+	case $name in
+	pmctl) desc="control pmm, the process memory monitor" ;;
+	pmd) desc="pmm's daemon: samples and leak alerts in SQLite, metrics" ;;
+	esac
+	quiet help2man --no-info --section=1 --name="$desc" --include="$man/$name.h2m" \
+		--version-string="$version" --output="$man/$name.1" "$man/$name"
+	gzip -9n <"$man/$name.1" >"$root/usr/share/man/man1/$name.1.gz"
+	chmod 0644 "$root/usr/share/man/man1/$name.1.gz"
+done
+unset TYPER_USE_RICH COLUMNS
 
 # the unit as the tree has it, for /usr/bin and this package's docs
 install -d "$root/lib/systemd/system"

@@ -10,7 +10,7 @@ packages=(build-essential bc flex bison libelf-dev libssl-dev dwarves cpio kmod
 	sparse sqlite3 xz-utils perl g++ heaptrack valgrind binutils file procps util-linux strace linux-source-6.1
 	libjemalloc2 libunwind-dev python3-pip redis-server redis-tools
 	debuginfod elfutils golang-go chromium
-	prometheus dkms
+	prometheus dkms help2man lintian
 	python3-pygments python3-mdurl python3-shellingham
 	python3-dateutil python3-six python3-tabulate python3-pluggy python3-sqlite-fts4)
 missing=()

@@ -1,5 +1,7 @@
 """`make deb` (scripts/build-deb.sh), built once into a temporary directory:
-the three packages' fields, file lists, conffiles and maintainer scripts;
+the packages' fields, file lists, conffiles and maintainer scripts; lintian
+shows no error on them; the hook's binaries stripped with their debug info
+in libpmmhook-dbgsym; the man pages from the tools' help;
 nothing in pmm-tools compiled or naming a Python version; pmm-tools'
 postinst run on this machine's tree (throwaway layers: accounts_ns), making
 system accounts and refusing those it must not adopt; and the tools,
@@ -10,8 +12,10 @@ real is tests/guest/test_deb.py."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -57,10 +61,11 @@ def unpacked(debs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
     return root
 
 
-def test_the_three_packages_and_their_fields(debs: dict[str, Path]) -> None:
-    assert sorted(debs) == ["libpmmhook", "pmm-dkms", "pmm-tools"]
+def test_the_packages_and_their_fields(debs: dict[str, Path]) -> None:
+    assert sorted(debs) == ["libpmmhook", "libpmmhook-dbgsym", "pmm-dkms", "pmm-tools"]
     assert debs["libpmmhook"].name == f"libpmmhook_{VERSION}_amd64.deb"
-    for name, arch in (("pmm-dkms", "all"), ("libpmmhook", "amd64"), ("pmm-tools", "all")):
+    for name, arch in (("pmm-dkms", "all"), ("libpmmhook", "amd64"), ("pmm-tools", "all"),
+                       ("libpmmhook-dbgsym", "amd64")):
         assert field(debs[name], "Package") == name
         assert field(debs[name], "Version") == VERSION
         assert field(debs[name], "Architecture") == arch
@@ -75,6 +80,12 @@ def test_the_three_packages_and_their_fields(debs: dict[str, Path]) -> None:
     assert any(d.startswith("python3-pygments (>= 2.") for d in tools), tools
     assert field(debs["pmm-tools"], "Recommends") == (
         f"pmm-dkms (= {VERSION}), libpmmhook (= {VERSION})")
+    # --plot's matplotlib, which the hints name (pmm.installed)
+    assert field(debs["pmm-tools"], "Suggests") == "python3-matplotlib"
+    dbgsym = debs["libpmmhook-dbgsym"]
+    assert field(dbgsym, "Depends") == f"libpmmhook (= {VERSION})"
+    assert (field(dbgsym, "Section"), field(dbgsym, "Auto-Built-Package")) == (
+        "debug", "debug-symbols")
 
 
 def test_the_python_dependencies_are_debian_packages_installed_here(
@@ -105,12 +116,15 @@ def test_file_lists(debs: dict[str, Path]) -> None:
     assert "/usr/lib/modules-load.d/pmm.conf" in dkms
 
     hook = contents(debs["libpmmhook"])
-    for path, mode in (("/usr/lib/libpmmhook.so", "-rw-r--r--"),
+    # a private directory: a preloaded library has no soname
+    assert not [p for p in hook if re.fullmatch(r"/usr/lib/[^/]+\.so.*", p)]
+    for path, mode in (("/usr/lib/pmm/libpmmhook.so", "-rw-r--r--"),
                        ("/usr/libexec/pmm/pmm-inject", "-rwxr-xr-x"),
                        ("/usr/libexec/pmm/pmm-scan", "-rwxr-xr-x"),
                        ("/usr/include/pmm_hooks.h", "-rw-r--r--"),
                        ("/usr/include/pmm.h", "-rw-r--r--"),
-                       ("/usr/share/doc/libpmmhook/copyright", "-rw-r--r--")):
+                       ("/usr/share/doc/libpmmhook/copyright", "-rw-r--r--"),
+                       ("/usr/share/doc/libpmmhook/changelog.gz", "-rw-r--r--")):
         assert hook.get(path) == mode, path
 
     tools = contents(debs["pmm-tools"])
@@ -126,7 +140,10 @@ def test_file_lists(debs: dict[str, Path]) -> None:
                        ("/usr/lib/udev/rules.d/60-pmm.rules", "-rw-r--r--"),
                        ("/usr/share/python3/runtime.d/pmm-tools.rtupdate", "-rwxr-xr-x"),
                        ("/usr/share/doc/pmm-tools/README.md", "-rw-r--r--"),
-                       ("/usr/share/doc/pmm-tools/copyright", "-rw-r--r--")):
+                       ("/usr/share/doc/pmm-tools/copyright", "-rw-r--r--"),
+                       ("/usr/share/doc/pmm-tools/changelog.gz", "-rw-r--r--"),
+                       ("/usr/share/man/man1/pmctl.1.gz", "-rw-r--r--"),
+                       ("/usr/share/man/man1/pmd.1.gz", "-rw-r--r--")):
         assert tools.get(path) == mode, path
     assert f"/{PYDIR}/pip" not in tools  # sqlite-utils' install command's, unused
     # Debian's packages are not shadowed by copies
@@ -361,18 +378,107 @@ def test_unpacked_pmd_records_and_pmctl_reads_its_database(unpacked: Path,
 
 
 def test_installed_pmctl_finds_the_packaged_hook_and_injector(unpacked: Path) -> None:
-    # /usr/lib/libpmmhook.so is one of pmctl's places, and pmm-inject is
-    # found from it at /usr/libexec/pmm
+    # /usr/lib/pmm/libpmmhook.so is one of pmctl's places, and pmm-inject
+    # and pmm-scan are found from it at /usr/libexec/pmm
     code = f"""
 from pathlib import Path
 from pmm.attach import find_inject
 from pmm.run import hooklib_candidates
-print(Path("/usr/lib/libpmmhook.so") in hooklib_candidates())
-print(find_inject(Path("{unpacked}/usr/lib/libpmmhook.so")))
+from pmm.unreachable import find_scan
+print(Path("/usr/lib/pmm/libpmmhook.so") in hooklib_candidates())
+print(find_inject(Path("{unpacked}/usr/lib/pmm/libpmmhook.so")))
+print(find_scan(Path("{unpacked}/usr/lib/pmm/libpmmhook.so")))
 """
     r = debian_python(unpacked, "-c", code)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["True", f"{unpacked}/usr/libexec/pmm/pmm-inject"]
+    assert r.stdout.splitlines() == ["True", f"{unpacked}/usr/libexec/pmm/pmm-inject",
+                                     f"{unpacked}/usr/libexec/pmm/pmm-scan"]
+
+
+def test_lintian_shows_no_error(debs: dict[str, Path]) -> None:
+    if shutil.which("lintian") is None:
+        pytest.skip("lintian is not installed (make setup installs it)")
+    r = subprocess.run(["lintian", "--tag-display-limit", "0", *map(str, debs.values())],
+                       capture_output=True, text=True, timeout=600)
+    tags = [line for line in (r.stdout + r.stderr).splitlines() if re.match(r"[EWIXPO]: ", line)]
+    errors = [t for t in tags if t.startswith("E: ")]
+    assert errors == [], "\n".join(tags)
+    # it ran on all of them (an unreadable package is an error line too)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_binaries_stripped_with_their_debug_info_in_dbgsym(unpacked: Path) -> None:
+    for rel in ("usr/lib/pmm/libpmmhook.so", "usr/libexec/pmm/pmm-inject",
+                "usr/libexec/pmm/pmm-scan"):
+        f = unpacked / rel
+        sections = subprocess.run(["readelf", "-SW", str(f)], capture_output=True, text=True,
+                                  check=True).stdout
+        assert ".debug_info" not in sections and ".symtab" not in sections, rel
+        assert ".gnu_debuglink" in sections and ".dynsym" in sections, rel
+        notes = subprocess.run(["readelf", "-n", str(f)], capture_output=True, text=True,
+                               check=True).stdout
+        build_id = re.search(r"Build ID: ([0-9a-f]+)", notes)[1]  # type: ignore[index]
+        debug = unpacked / "usr/lib/debug/.build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+        dsections = subprocess.run(["readelf", "-SW", str(debug)], capture_output=True,
+                                   text=True, check=True).stdout
+        assert ".debug_info" in dsections and ".symtab" in dsections, rel
+    # gdb and pmctl's symbolizer find the debug info by the build-id
+    r = subprocess.run(["addr2line", "-f", "-e", str(unpacked / "usr/libexec/pmm/pmm-inject"),
+                        "0"], capture_output=True, text=True)
+    assert r.returncode == 0
+
+
+def test_changelog_and_man_pages(unpacked: Path) -> None:
+    for pkg in ("pmm-dkms", "libpmmhook", "pmm-tools"):
+        with gzip.open(unpacked / "usr/share/doc" / pkg / "changelog.gz", "rt") as f:
+            first = f.readline()
+        assert first == f"pmm ({VERSION}) unstable; urgency=medium\n"
+    env = {"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "LANG": "C.UTF-8"}
+    pages = {}
+    for tool in ("pmctl", "pmd"):
+        page = unpacked / f"usr/share/man/man1/{tool}.1.gz"
+        r = subprocess.run(["man", "--warnings", "-l", str(page)], capture_output=True,
+                           text=True, env=env, timeout=60)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        pages[tool] = " ".join(r.stdout.split())
+    # from their help, as installed: every pmctl command's usage and options
+    from typer.main import get_command
+
+    from pmctl.cli import app
+
+    commands = get_command(app).commands  # type: ignore[attr-defined]
+    assert len(commands) >= 13
+    for name in commands:
+        assert f"Usage: pmctl {name} [OPTIONS]" in pages["pmctl"], name
+    assert "needs matplotlib: apt install python3-matplotlib" in pages["pmctl"]
+    assert "--metrics" in pages["pmd"] and "pmd [OPTIONS]" in pages["pmd"]
+    assert "╭" not in pages["pmctl"] + pages["pmd"]  # typer's plain help, no boxes
+
+
+def test_packaged_tools_hint_at_apt(unpacked: Path, tmp_path: Path) -> None:
+    # matplotlib missing (a module that fails to import): said before the
+    # watch, with apt's package
+    shim = tmp_path / "shim"
+    (shim / "matplotlib").mkdir(parents=True)
+    (shim / "matplotlib" / "__init__.py").write_text("raise ImportError('no matplotlib')\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PMM_DEVICE": "/nonexistent",
+           "PYTHONPATH": f"{shim}:{unpacked / PYDIR}:/usr/lib/python3/dist-packages"}
+    r = subprocess.run([*DEBIAN_PYTHON, str(unpacked / "usr/bin/pmctl"), "trend", "1",
+                        "--watch", "1m", "--plot", str(tmp_path / "t.png")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert (r.returncode, r.stderr) == (1, "pmctl: drawing a plot needs matplotlib, which is "
+                                        "not installed: install matplotlib (apt install "
+                                        "python3-matplotlib)\n"), r
+    # the hook missing: apt's libpmmhook (find_hooklib's and find_helper's hint)
+    r = subprocess.run([*DEBIAN_PYTHON, "-c", "from pathlib import Path\n"
+                        "from pmm.attach import find_inject\n"
+                        "from pmm.installed import hook_hint\n"
+                        "print(hook_hint())\n"
+                        f"find_inject(Path('{tmp_path}/lib/pmm/libpmmhook.so'))"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.stdout.startswith("install it with `apt install libpmmhook`"), r
+    assert "pmm-inject is not found" in r.stderr and "apt install libpmmhook" in r.stderr, r
+    assert "make install" not in r.stdout + r.stderr
 
 
 def test_make_install_loads_the_module_at_boot(tmp_path: Path) -> None:

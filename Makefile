@@ -5,7 +5,8 @@
 #   make demo       the main job: find a leak, end to end
 #   make bench      benchmarks (figures, not pass/fail)
 #   make check      linters: W=1, sparse, checkpatch, ruff, mypy
-#   make deb        Debian packages in build/deb/: pmm-dkms, libpmmhook, pmm-tools
+#   make deb        Debian packages in build/deb/: pmm-dkms, libpmmhook(-dbgsym),
+#                   pmm-tools
 #   make test-debug the in-guest suite on a KASAN/lockdep/kmemleak/UBSAN kernel
 #   make test-kernels
 #                   the module on every Debian kernel line (5.10 to sid's), each

@@ -2,7 +2,7 @@
 has no network) installed with dpkg -i and their maintainer scripts, modprobe
 loads the module, /dev/pmm gets the packaged udev rule's group and mode, and
 the demo runs from the installed paths only (/usr/bin/pmctl and pmd on
-Debian's python3, the hook from /usr/lib), with no .venv on PATH or
+Debian's python3, the hook from /usr/lib/pmm), with no .venv on PATH or
 PYTHONPATH. Then dpkg --purge removes it all again.
 
 With PMM_FULL=1, DKMS builds the module in pmm-dkms's postinst, as on a real
@@ -71,7 +71,8 @@ fi
 say t_install "$(since "$t_start")"
 t0=$(date +%s.%N)
 rc=0
-dpkg -i "$debs"/pmm-dkms_*_all.deb "$debs"/libpmmhook_*_amd64.deb "$debs"/pmm-tools_*_all.deb \
+dpkg -i "$debs"/pmm-dkms_*_all.deb "$debs"/libpmmhook_*_amd64.deb \
+	"$debs"/libpmmhook-dbgsym_*_amd64.deb "$debs"/pmm-tools_*_all.deb \
 	>"$scratch/dpkg.out" 2>&1 || rc=$?
 grep -v "^dpkg: warning: files list file for package" "$scratch/dpkg.out" || true
 [ $rc = 0 ]
@@ -108,12 +109,17 @@ udevadm settle 2>/dev/null || true
 udevadm test --action=add /sys/class/misc/pmm >"$scratch/udev.log" 2>&1 || cat "$scratch/udev.log"
 say device "$(stat -c '%a %U %G' /dev/pmm)"
 
+# pmctl finds the packaged hook in its private directory by itself
+say run_hook "$(/usr/bin/pmctl run --json -- /bin/true 2>&1 >/dev/null |
+	sed -n 's/.*"hooklib": "\([^"]*\)".*/\1/p')"
+hook_id=$(readelf -n /usr/lib/pmm/libpmmhook.so | sed -n 's/^ *Build ID: //p')
+say hook_debug "$(ls "/usr/lib/debug/.build-id/${hook_id:0:2}/${hook_id:2}.debug")"
 say t_demo "$(since "$t_start")"
 t_demo=$(date +%s.%N)
 /usr/bin/pmctl config --interval 100ms
 /usr/bin/pmd --db "$scratch/pmm.db" --detect-every 10 >"$scratch/pmd.log" 2>&1 &
 pids+=($!)
-LD_PRELOAD=/usr/lib/libpmmhook.so PMM_QUIET=1 "$leaker" -s 20 -l 16384 </dev/null >/dev/null &
+LD_PRELOAD=/usr/lib/pmm/libpmmhook.so PMM_QUIET=1 "$leaker" -s 20 -l 16384 </dev/null >/dev/null &
 leaky=$!
 pids+=($leaky)
 sleep 0.5
@@ -141,12 +147,14 @@ pids=()
 
 t0=$(date +%s.%N)
 if [ "$full" = 1 ]; then # the maintainer scripts of removal (40 s under TCG)
+	debug=$(dpkg -L libpmmhook-dbgsym | grep '\.debug$' | tr '\n' ' ')
 	rc=0
-	dpkg --purge pmm-tools libpmmhook pmm-dkms >"$scratch/dpkg.out" 2>&1 || rc=$?
+	dpkg --purge pmm-tools libpmmhook-dbgsym libpmmhook pmm-dkms >"$scratch/dpkg.out" 2>&1 ||
+		rc=$?
 	grep -v "^dpkg: warning: files list file for package" "$scratch/dpkg.out" || true
 	[ $rc = 0 ]
 	say purge_seconds "$(since "$t0")"
-	say left "$(ls -d /usr/share/pmm /usr/src/pmm-* /var/lib/dkms/pmm /usr/lib/libpmmhook.so \
+	say left "$(ls -d /usr/share/pmm /usr/src/pmm-* /var/lib/dkms/pmm /usr/lib/pmm $debug \
 		/etc/default/pmd /lib/systemd/system/pmd.service 2>/dev/null | tr '\n' ' ')"
 	say modules "$(find /usr/lib/modules/"$kver" -name 'pmm.ko*' | tr '\n' ' ')"
 fi
@@ -169,7 +177,7 @@ def leak_line() -> int:
 
 def test_deb_install_and_demo_from_installed_paths(tmp_path: Path) -> None:
     debs = sorted(p.name for p in DEBS.glob("*.deb"))
-    assert len(debs) == 3, f"{DEBS}: {debs}: run `make deb` on the host before the guest suite"
+    assert len(debs) == 4, f"{DEBS}: {debs}: run `make deb` on the host before the guest suite"
     unload_module()
     script = tmp_path / "in-namespace.sh"
     script.write_text(IN_NAMESPACE)
@@ -211,6 +219,8 @@ def test_deb_install_and_demo_from_installed_paths(tmp_path: Path) -> None:
     assert got["enabled"] == "/lib/systemd/system/pmd.service"
     assert got["verify"] == "ok"
     assert got["device"] == "660 root pmm"
+    assert got["run_hook"] == "/usr/lib/pmm/libpmmhook.so", got
+    assert got["hook_debug"].startswith("/usr/lib/debug/.build-id/"), got  # libpmmhook-dbgsym
     # pmd's group for reading every process, given to the module by modprobe.d
     assert got["readers"].split(":")[2] == got["reader_gid"], got
     leaks = output.split("@@ leaks_begin", 1)[1].split("@@ leaks_end", 1)[0]

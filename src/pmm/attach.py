@@ -69,7 +69,7 @@ def find_helper(hooklib: Path, name: str) -> Path:
     from pmm.installed import hook_hint
 
     raise PmmError(f"{name} is not found (tried {', '.join(map(str, cands))}): "
-                   f"{hook_hint()}")
+                   f"{hook_hint(helper=True)}")
 
 
 def find_inject(hooklib: Path) -> Path:

@@ -43,9 +43,13 @@ def python_hint(module: str, debian: str, extra: str,
     return f"pip install {module}"
 
 
-def hook_hint(package_dir: Path | None = None) -> str:
-    """How to get the hook library when it is missing."""
+def hook_hint(package_dir: Path | None = None, helper: bool = False) -> str:
+    """How to get the hook library (or, `helper`, pmm-inject and pmm-scan,
+    which come with it) when it is missing."""
     if packaged(package_dir):
-        return f"install it with `apt install {HOOK_PACKAGE}`, or set PMM_HOOKLIB to its path"
+        return f"install it with `apt install {HOOK_PACKAGE}`" + (
+            "" if helper else ", or set PMM_HOOKLIB to its path")
+    if helper:
+        return "build it with `make`, or install it with `make install` (beside the hook library)"
     return ("build it with `make`, install it with `make install`, or set PMM_HOOKLIB to "
             "its path")

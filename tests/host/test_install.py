@@ -227,7 +227,8 @@ def test_hook_found_in_the_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.delenv("PMM_HOOKLIB", raising=False)
     assert run.hooklib_candidates()[0] == TOP / "hooklib" / "libpmmhook.so"
-    assert run.hooklib_candidates()[-2:] == [Path("/usr/local/lib/libpmmhook.so"),
+    assert run.hooklib_candidates()[-3:] == [Path("/usr/local/lib/libpmmhook.so"),
+                                             Path("/usr/lib/pmm/libpmmhook.so"),  # the .deb's
                                              Path("/usr/lib/libpmmhook.so")]
 
 

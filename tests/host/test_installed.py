@@ -31,3 +31,4 @@ def test_debian_package_says_apt(tmp_path: Path) -> None:
         "apt install python3-matplotlib"
     assert installed.hook_hint(pkg).startswith("install it with `apt install libpmmhook`")
     assert "pip" not in installed.hook_hint(pkg) and "make" not in installed.hook_hint(pkg)
+    assert installed.hook_hint(pkg, helper=True) == "install it with `apt install libpmmhook`"

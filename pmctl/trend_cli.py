@@ -59,6 +59,7 @@ from pmm.trendreport import (
     PlotFormatUnknown,
     Report,
     analyse,
+    plot_file,
     plot_png,
     plot_target,
     render,
@@ -359,12 +360,12 @@ def trend_command(
     if watch is not None:
         _check_watch(watch, interval, quiet=json_)
     if plot is not None:  # before a watch, not after it
+        check_output(plot if plot.is_dir() else plot_file(plot), "'--plot'", "trend.png",
+                     renamed_over=False)
         try:
-            target, _ = plot_target(plot)  # says first when matplotlib is missing
+            plot_target(plot)  # imports matplotlib: says so when it is missing
         except PlotFormatUnknown as e:
             raise _refuse("--plot", str(e)) from None
-        check_output(plot if plot.is_dir() else target, "'--plot'", "trend.png",
-                     renamed_over=False)
     if watch is not None:
         d = _watched(pid, watch, interval, report_every, quiet=json_)
     else:

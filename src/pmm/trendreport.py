@@ -278,17 +278,24 @@ def plot_formats() -> list[str]:
     return sorted(f for f in FigureCanvasBase.get_supported_filetypes() if f != "pgf")
 
 
+def plot_file(path: Path) -> Path:
+    """The file plot_png writes for `path`: path, with PLOT_DEFAULT_FORMAT's
+    extension added when it has none (without matplotlib: a quick check)."""
+    if path.suffix:
+        return path
+    return path.with_name(path.name.rstrip(".") + "." + PLOT_DEFAULT_FORMAT)
+
+
 def plot_target(path: Path) -> tuple[Path, str]:
-    """The file plot_png will write for `path` and its format: the
-    extension's, or PLOT_DEFAULT_FORMAT with that extension added when it has
-    none. Raises PlotFormatUnknown (saying the formats that work) for an
-    extension matplotlib does not write, PlotUnavailable without matplotlib:
-    both before any sample is taken."""
+    """The file plot_png will write for `path` (plot_file) and its format:
+    the extension's, or PLOT_DEFAULT_FORMAT when it has none. Raises
+    PlotFormatUnknown (saying the formats that work) for an extension
+    matplotlib does not write, PlotUnavailable without matplotlib: both
+    before any sample is taken."""
     formats = plot_formats()
     ext = path.suffix.lower().removeprefix(".")
     if not ext:
-        return path.with_name(path.name.rstrip(".") + "." + PLOT_DEFAULT_FORMAT), \
-            PLOT_DEFAULT_FORMAT
+        return plot_file(path), PLOT_DEFAULT_FORMAT
     if ext not in formats:
         raise PlotFormatUnknown(f"{path}: .{ext} is not a format the plot can be written in; "
                                 f"use one of {', '.join('.' + f for f in formats)}")

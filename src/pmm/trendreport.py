@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pmm.errors import PmmError
-from pmm.installed import python_hint
 from pmm.output import format_table, human_age
 from pmm.text import printable
 from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
@@ -36,6 +35,8 @@ PLOT_DEFAULT_FORMAT = "png"
 def plot_install_hint() -> str:
     """What to run to install matplotlib, as this copy of pmm was installed
     (not "pip install 'pmm[plot]'": pmm on PyPI is another project)."""
+    from pmm.installed import python_hint
+
     return f"install matplotlib ({python_hint('matplotlib', 'python3-matplotlib', 'plot')})"
 
 

@@ -1,9 +1,10 @@
 """How this copy of pmm was installed, and so what to tell a user to install.
 
 Three ways: Debian's pmm-tools package (scripts/build-deb.sh leaves the
-file PACKAGED_MARK in the package's pmm/: missing pieces come from apt), a source checkout (the
-code in the tree's src/, beside pyproject.toml: pip's extras), or pip/pipx
-from a wheel (pip). The hints name what the user's way installs.
+file PACKAGED_MARK in the package's pmm/: missing pieces come from apt), a
+source checkout (the code in the tree's src/, beside pyproject.toml: pip's
+extras), or pip/pipx from a wheel (pip). The hints name what the user's way
+installs.
 """
 
 from __future__ import annotations

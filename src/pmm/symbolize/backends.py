@@ -1,7 +1,7 @@
 """Back-ends that resolve an object's ELF virtual addresses to function, file
 and line: binutils addr2line (the default) and pyelftools (optional: the
-`elf` extra: pmm.installed says how to install it). Without either, frames are named by
-object and offset, and one warning says what to install.
+`elf` extra; pmm.installed says how to install it). Without either, frames
+are named by object and offset, and one warning says what to install.
 
 A back-end is given the file open (`pmm.symbolize.opening.OpenFile`; a path
 is opened as `open_path` does). addr2line reads it as /proc/self/fd/N, in a

@@ -89,6 +89,11 @@ pkg_script() {
 }
 pkg_build() { # pkg_build ROOT FILE
 	find "$1" -type d -exec chmod 0755 {} +
+	# DEBIAN/md5sums as dh_md5sums writes it: every file but the conffiles
+	(cd "$1" && find . -path ./DEBIAN -prune -o -type f -printf '%P\n' | LC_ALL=C sort |
+		grep -vxF -f <(sed 's|^/||' DEBIAN/conffiles 2>/dev/null || true) |
+		xargs -d '\n' -r md5sum) >"$1/DEBIAN/md5sums"
+	chmod 0644 "$1/DEBIAN/md5sums"
 	dpkg-deb --root-owner-group -Zxz --build "$1" "$out/$2" >/dev/null
 	echo "build-deb: $out/$2 ($(du -k "$out/$2" | cut -f1) KiB)"
 }

@@ -175,6 +175,12 @@ def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path)
                 assert text.startswith("#!/bin/sh\n") and "@VERSION@" not in text
                 assert "python3.1" not in text
                 subprocess.run(["sh", "-n", str(script)], check=True)
+        # every file's sum but the conffiles' (dpkg --verify; dh_md5sums' form)
+        sums = (control / "md5sums").read_text().splitlines()
+        files = sorted(p for p in contents(deb) if contents(deb)[p].startswith("-"))
+        conffiles = ["/etc/default/pmd"] if name == "pmm-tools" else []
+        assert sorted("/" + line.split("  ", 1)[1] for line in sums) == \
+            [f for f in files if f not in conffiles]
         if name == "pmm-tools":
             assert (control / "conffiles").read_text() == "/etc/default/pmd\n"
             postinst = (control / "postinst").read_text()
@@ -186,7 +192,8 @@ def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path)
             assert "py3compile -p pmm-tools /usr/share/pmm/python" in postinst
             assert "py3clean -p pmm-tools" in (control / "prerm").read_text()
         elif name == "pmm-dkms":
-            assert sorted(p.name for p in control.iterdir()) == ["control", "postinst", "prerm"]
+            assert sorted(p.name for p in control.iterdir()) == ["control", "md5sums",
+                                                                  "postinst", "prerm"]
             postinst = (control / "postinst").read_text()
             assert f"DKMS_VERSION={VERSION}\n" in postinst
             assert "/usr/lib/dkms/common.postinst" in postinst

@@ -34,7 +34,17 @@ The method (statistics, not thresholds):
 
 Verdicts: LEAK (all of the above), GROWING (large growth that continues but
 is not yet significant, in the whole window or in its later part), STABLE,
-NOT ENOUGH DATA (fewer than `min_samples` samples or `min_buckets` buckets).
+INCONCLUSIVE, NOT ENOUGH DATA (fewer than `min_samples` samples or
+`min_buckets` buckets).
+
+STABLE is evidence, not the absence of it: the confidence interval of the
+slope a STABLE rests on (the whole window's; the later part's when growth
+stopped or fell back) must lie below the rate that matters
+(`rate_that_matters`): the rate that would use up the available memory
+(MemAvailable, or the cgroup's room when smaller) within `horizon_s`, kept
+between `min_rate` and `max_rate`. When the interval still admits that rate
+the verdict is INCONCLUSIVE, with an estimate of how much longer to watch
+(`Trend.watch_more_s`).
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ from operator import sub
 from statistics import NormalDist, median
 from typing import Any, TypeVar
 
-from pmm.units import human_bytes
+from pmm.units import format_duration, human_bytes, human_rate
 
 _T = TypeVar("_T")
 
@@ -60,11 +70,13 @@ _T = TypeVar("_T")
 
 class Verdict(enum.StrEnum):
     """The detector's verdict: LEAK, GROWING (growth not yet significant),
-    STABLE, or NOT ENOUGH DATA."""
+    STABLE, INCONCLUSIVE (no growth shown, none ruled out), or NOT ENOUGH
+    DATA."""
 
     LEAK = "LEAK"
     GROWING = "GROWING"
     STABLE = "STABLE"
+    INCONCLUSIVE = "INCONCLUSIVE"
     NOT_ENOUGH_DATA = "NOT ENOUGH DATA"
 
 
@@ -94,6 +106,14 @@ class Params:
     # a drop is "large" when it exceeds this many robust sigmas of the
     # sample-to-sample differences (bucket sizing only, not a verdict)
     drop_sigmas: float = 4.0
+    # STABLE needs the interval below the rate that matters: the rate that
+    # uses up the available memory within horizon_s, at most max_rate (90
+    # MiB a day is a leak worth knowing of on any machine: the held-out slow
+    # leak under spikes grows 120 KiB/min) and at least min_rate (a cgroup
+    # with little room left must not need an endless watch)
+    horizon_s: float = 30 * 86400.0
+    min_rate: float = 16 * 1024 / 60.0  # bytes/s: 16 KiB/min
+    max_rate: float = 64 * 1024 / 60.0  # bytes/s: 64 KiB/min
 
     def __post_init__(self) -> None:
         if self.min_buckets < 4 or self.max_buckets < self.min_buckets:
@@ -104,6 +124,21 @@ class Params:
             raise ValueError("confidence must be in [0.5, 1)")
         if not 0.0 < self.late_fraction < 1.0:
             raise ValueError("late_fraction must be in (0, 1)")
+        if not 0.0 < self.min_rate <= self.max_rate or self.horizon_s <= 0.0:
+            raise ValueError("need 0 < min_rate <= max_rate and horizon_s > 0")
+
+
+def rate_that_matters(params: Params, available: float | None) -> float:
+    """The growth (bytes/s) a STABLE verdict must rule out: the rate that
+    would use up `available` bytes within params.horizon_s, kept between
+    params.min_rate and params.max_rate: max_rate when available is
+    unknown (None, as on a machine with ample memory), min_rate when nothing
+    is left."""
+    if available is None:
+        return params.max_rate
+    if available <= 0.0:
+        return params.min_rate
+    return min(params.max_rate, max(params.min_rate, available / params.horizon_s))
 
 
 @dataclass(frozen=True)
@@ -126,6 +161,8 @@ class Trend:
     late_slope: float = 0.0
     level: float = 0.0  # median floor (bytes)
     confidence: float = 0.95
+    matters: float = 0.0  # the rate a STABLE rules out (bytes/s; rate_that_matters)
+    watch_more_s: float | None = None  # INCONCLUSIVE: about how much longer to watch
     bucket_times: tuple[float, ...] = field(default=(), repr=False)
     bucket_minima: tuple[float, ...] = field(default=(), repr=False)
 
@@ -290,24 +327,49 @@ def theil_sen(x: Iterable[float], y: Iterable[float], confidence: float = 0.95
     return slope, intercept, slopes[lower], slopes[upper]
 
 
-def detect(times: Iterable[float], values: Iterable[float], params: Params = Params()) -> Trend:
-    """Classifies a memory series. times in seconds (any origin), values in bytes."""
+def _more_samples_s(t: list[float], need: int) -> float | None:
+    """Seconds until `need` samples at the spacing seen so far (None: no spacing)."""
+    if len(t) < 2 or t[-1] <= t[0]:
+        return None
+    return max(0, need - len(t)) * (t[-1] - t[0]) / (len(t) - 1)
+
+
+def watch_longer(span: float, slope: float, high: float, matters: float) -> float:
+    """Seconds more to watch until a slope's interval, now reaching `high`,
+    would exclude either 0 (a leak) or `matters` (stable), its centre kept."""
+    width = high - slope
+    need = max(slope, matters - slope)  # the half-width that decides one way
+    if width <= need or span <= 0.0:
+        return 0.0
+    # the slope's error is sigma / (T sqrt(k)) over k bucket minima: T^-3/2 while k grows
+    # with T, T^-1 once it reaches max_buckets; T^-1 gives the longer, safer watch
+    return span * (width / need - 1.0)
+
+
+def detect(times: Iterable[float], values: Iterable[float], params: Params = Params(),
+           available: float | None = None) -> Trend:
+    """Classifies a memory series. times in seconds (any origin), values in
+    bytes; available: the bytes the process may still take (MemAvailable, or
+    its cgroup's room), None when unknown (see rate_that_matters)."""
     t, v = _as_lists(times, values)
     n = len(t)
+    matters = rate_that_matters(params, available)
     if n < params.min_samples:
         return Trend(Verdict.NOT_ENOUGH_DATA, f"{n} samples, need {params.min_samples}", n,
-                     confidence=params.confidence)
+                     span_s=t[-1] - t[0] if t else 0.0, confidence=params.confidence,
+                     matters=matters, watch_more_s=_more_samples_s(t, params.min_samples))
     t0 = t[0]
     span = t[-1] - t0
     if span <= 0.0:
         return Trend(Verdict.NOT_ENOUGH_DATA, "all samples at the same time", n,
-                     confidence=params.confidence)
+                     confidence=params.confidence, matters=matters)
     pick, gaps = _buckets(t, v, params)
     bt, bv = [t[i] for i in pick], [v[i] for i in pick]
     if len(bt) < params.min_buckets:
         return Trend(Verdict.NOT_ENOUGH_DATA,
                      f"samples fill {len(bt)} time buckets, need {params.min_buckets}", n,
-                     span_s=span, buckets=len(bt), confidence=params.confidence)
+                     span_s=span, buckets=len(bt), confidence=params.confidence,
+                     matters=matters)
     x = [a - t0 for a in bt]
     slope, _, low, high = theil_sen(x, bv, params.confidence)
     intercept = median([b - slope * a for a, b in zip(x, bv, strict=True)])
@@ -336,13 +398,15 @@ def detect(times: Iterable[float], values: Iterable[float], params: Params = Par
     if len(lt) < 3:
         m = max(3, int(math.ceil(len(bt) * params.late_fraction)))
         lt, lv = bt[-m:], bv[-m:]
-    late_slope, _, late_low, _ = theil_sen([a - t0 for a in lt], lv, params.late_confidence)
+    lx = [a - t0 for a in lt]
+    late_slope, _, late_low, _ = theil_sen(lx, lv, params.late_confidence)
 
     common: dict[str, Any] = dict(
         samples=n, span_s=span, buckets=len(bt), slope=slope, slope_low=low,
         slope_high=high, intercept=intercept, t0=t0, growth=growth,
         min_growth=min_growth, noise=noise, late_slope=late_slope, level=level,
         confidence=params.confidence, bucket_times=tuple(bt), bucket_minima=tuple(bv),
+        matters=matters,
     )
     significant = low > 0.0
     large = growth >= min_growth
@@ -352,15 +416,35 @@ def detect(times: Iterable[float], values: Iterable[float], params: Params = Par
     fell_back = dip > max(params.fallback_fraction * growth, params.noise_factor * noise)
     late_significant = late_low > 0.0
     pct = round(params.confidence * 100)
+
+    late: list[float] = []
+
+    def stable(why: str) -> Trend:
+        # STABLE only when an interval rules out every rate that matters: the
+        # whole window's, else its later part's (the growth now)
+        if high < matters:
+            return Trend(Verdict.STABLE, why, **common)
+        if not late:
+            late.extend(theil_sen(lx, lv, params.confidence))
+        late_hi = late[3]
+        if late_hi < matters:
+            return Trend(Verdict.STABLE, why, **common)
+        more = watch_longer(span, slope, high, matters)
+        if slope > 0.0:  # and LEAK needs the growth to reach its minimum
+            more = max(more, min_growth / slope - span)
+        return Trend(Verdict.INCONCLUSIVE,
+                     f"{why}, but the {pct}% CI reaches {human_rate(high * 60)} (its later "
+                     f"part {human_rate(late_hi * 60)}), above the {human_rate(matters * 60)} "
+                     "that matters (it would use up the memory available within "
+                     f"{format_duration(params.horizon_s)})", watch_more_s=more, **common)
+
     if slope <= 0.0 or not large:
-        return Trend(Verdict.STABLE, "the floor grows less than the minimum "
-                     f"({human_bytes(growth)} < {human_bytes(min_growth)})", **common)
+        return stable("the floor grows less than the minimum "
+                      f"({human_bytes(growth)} < {human_bytes(min_growth)})")
     if not continues:
-        return Trend(Verdict.STABLE, "growth stopped: the later part of the window is flat",
-                     **common)
+        return stable("growth stopped: the later part of the window is flat")
     if fell_back:
-        return Trend(Verdict.STABLE,
-                     f"the floor fell back {human_bytes(dip)} below its fitted line", **common)
+        return stable(f"the floor fell back {human_bytes(dip)} below its fitted line")
     if significant and late_significant:
         return Trend(Verdict.LEAK, f"the floor grows steadily ({pct}% CI above 0, in the "
                      "whole window and in its later part)", **common)

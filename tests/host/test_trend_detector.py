@@ -3,6 +3,7 @@ the right verdict for several seeds, leaks get their rate right."""
 
 from __future__ import annotations
 
+import collections
 import math
 import subprocess
 import sys
@@ -16,9 +17,11 @@ from pmm.trend import (
     Verdict,
     bucket_minima,
     detect,
+    rate_that_matters,
     seconds_until_exhausted,
     site_growth,
     theil_sen,
+    watch_longer,
 )
 
 SEEDS = range(8)
@@ -72,7 +75,8 @@ def test_single_step_then_flat_is_stable(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_warmup_plateau_is_stable(seed: int) -> None:
     r = detect(*S.warmup(seed))
-    assert r.verdict is Verdict.STABLE
+    # seed 4's slowest warm-up still creeps up at the end of the window
+    assert r.verdict is (Verdict.INCONCLUSIVE if seed == 4 else Verdict.STABLE), r.reason
     assert "stopped" in r.reason
 
 
@@ -112,14 +116,17 @@ def test_aliased_sawtooth_is_never_a_leak(n: int) -> None:
 def test_the_e2e_sawtooth_is_stable_at_every_detection(jitter: float) -> None:
     # tests/guest/test_pmd_e2e.py runs examples/sawtooth -m 4 -c 1024 -s 50:
     # a 250 ms period, 2.5 samples at 100 ms, so every 5 samples see the base.
-    # pmd runs the detector at 30, 40, ... samples; each must say STABLE.
+    # pmd runs the detector at 30, 40, ... samples; none may say LEAK or
+    # GROWING. 3 to 13 s of a 1 MiB sawtooth cannot rule out 64 KiB/min
+    # (6 KiB over 6 s) every time: STABLE or INCONCLUSIVE, never a growth.
     # (A sawtooth far faster than the sampling and near-locked to it, as under
     # KVM, can drift like a ramp: with periods of 20-50 ms, 0.1-0.5 % of windows
     # up to 80 samples read as LEAK. README, "Troubleshooting".)
     for seed in range(100):
         for n in range(30, 130, 10):
             t, v = S.example_sawtooth(seed, n=n, step_s=0.05, jitter=jitter)
-            assert detect(t, v).verdict is Verdict.STABLE, (seed, n)
+            r = detect(t, v)
+            assert r.verdict in (Verdict.STABLE, Verdict.INCONCLUSIVE), (seed, n, r.reason)
 
 
 def test_aliased_sawtooth_over_a_leak_is_a_leak() -> None:
@@ -134,8 +141,9 @@ def test_a_floor_that_falls_back_is_stable() -> None:
     t = np.arange(60.0)
     v = 5e6 + (t % 55) * 40960
     r = detect(t, v)
-    assert (r.verdict, r.reason) == (Verdict.STABLE,
-                                     "the floor fell back 2.1 MiB below its fitted line")
+    # and a minute cannot rule out a slow growth: not STABLE either
+    assert r.verdict is Verdict.INCONCLUSIVE
+    assert r.reason.startswith("the floor fell back 2.1 MiB below its fitted line, but ")
     assert detect(t, v, Params(fallback_fraction=1e9)).verdict is Verdict.GROWING
 
 
@@ -331,3 +339,85 @@ def test_trend_does_not_import_scipy() -> None:
             "print('scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "False\n"
+
+
+# -- STABLE needs evidence: the interval must rule out every rate that matters --
+
+MIB_MIN = (1 << 20) / 60.0  # 1 MiB/min in bytes/s
+
+
+def test_rate_that_matters_is_available_memory_over_the_horizon() -> None:
+    p = Params()
+    # 30 days, clamped to 16 KiB/min .. 64 KiB/min
+    assert rate_that_matters(p, 1 << 30) == pytest.approx((1 << 30) / (30 * 86400))
+    assert rate_that_matters(p, 1 << 40) == p.max_rate == pytest.approx(MIB_MIN / 16)
+    assert rate_that_matters(p, 100 << 20) == p.min_rate == pytest.approx(MIB_MIN / 64)
+    assert rate_that_matters(p, None) == p.max_rate
+    assert rate_that_matters(p, 0) == p.min_rate
+    assert rate_that_matters(Params(horizon_s=86400, max_rate=MIB_MIN), 1 << 30) == \
+        pytest.approx((1 << 30) / 86400)
+    with pytest.raises(ValueError):
+        Params(min_rate=2.0, max_rate=1.0)
+
+
+@pytest.mark.parametrize("watch_s", [5.0, 10.0])
+def test_a_slow_leak_watched_for_seconds_is_never_stable(watch_s: float) -> None:
+    """The issue's case: about 1.8 MiB/min watched 5 s and 10 s at 100 ms.
+    Before, STABLE (exit 0) with a 95% interval of -14.8 .. +15.2 MiB/min."""
+    rate = 1.8 * MIB_MIN
+    n = int(watch_s / 0.1)
+    for seed in range(100):
+        t, v = S.page_leak(seed, n=n, dt=0.1, rate=rate)
+        # request noise: some samples a few MiB above the floor
+        v = v + np.random.default_rng(seed).choice([0.0, 0.0, 0.0, 4 * (1 << 20)], n)
+        for available in (None, 1 << 30, 64 << 30):
+            r = detect(t, v, available=available)
+            assert r.verdict is not Verdict.STABLE, (seed, available, r.reason)
+            if r.verdict is Verdict.INCONCLUSIVE:
+                assert r.slope_high >= r.matters
+                assert r.watch_more_s is not None and r.watch_more_s >= 0.0
+
+
+@pytest.mark.parametrize("n", [120, 300, 600])
+def test_held_out_slow_leak_under_request_spikes_is_never_stable(n: int) -> None:
+    """The held-out corpus' case (STABLE in one run of three before): a slow
+    leak under request spikes, over windows of 2, 5 and 10 minutes."""
+    verdicts = collections.Counter(
+        detect(*S.leak_spikes(seed, rate=2 * KIB, n=n), available=8 << 30).verdict
+        for seed in range(60))
+    assert Verdict.STABLE not in verdicts, verdicts
+    if n == 600:
+        assert verdicts[Verdict.LEAK] >= 55, verdicts
+
+
+def test_inconclusive_says_how_long_to_watch() -> None:
+    """Flat noise watched for a minute: INCONCLUSIVE, with an estimate of the
+    watch still needed; twice that much more (the estimate rests on one
+    noisy interval) gives STABLE in most runs, never LEAK."""
+    stable = 0
+    for seed in range(20):
+        t, v = S.flat(seed, n=60, dt=1.0)
+        r = detect(t, v, available=1 << 30)
+        if r.verdict is not Verdict.INCONCLUSIVE:  # GROWING, once in 20: noise
+            stable += r.verdict is Verdict.STABLE
+            continue
+        assert "matters" in r.reason and r.watch_more_s is not None
+        assert 0.0 < r.watch_more_s < 4 * 3600.0, r.watch_more_s
+        r2 = detect(*S.flat(seed, n=60 + int(2 * r.watch_more_s), dt=1.0), available=1 << 30)
+        stable += r2.verdict is Verdict.STABLE
+        assert r2.verdict is not Verdict.LEAK
+    assert stable >= 14, stable
+
+
+def test_not_enough_data_says_how_long_to_watch() -> None:
+    r = detect(np.arange(10) * 0.5, np.full(10, 1e6))
+    assert r.verdict is Verdict.NOT_ENOUGH_DATA
+    assert r.watch_more_s == pytest.approx(20 * 0.5)
+
+
+def test_watch_longer_follows_the_slopes_error() -> None:
+    # interval +-4 around 0, deciding width 1: 4 times the span (error ~ 1/T)
+    assert watch_longer(100.0, 0.0, 4.0, 1.0) == pytest.approx(300.0)
+    assert watch_longer(100.0, 0.0, 0.5, 1.0) == 0.0
+    # a slope near the rate that matters needs the interval to exclude 0 or it
+    assert watch_longer(100.0, 0.9, 1.9, 1.0) == pytest.approx(100 * (1 / 0.9 - 1))

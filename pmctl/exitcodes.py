@@ -13,7 +13,7 @@ code  name                   meaning
 7     INVALID                the module refused a value (EINVAL, out of range)
 8     NOT_PMM_DEVICE         the device does not answer pmm ioctls (ENOTTY)
 9     LIMIT                  a module limit is reached (ENOSPC, EDQUOT, ENOMEM)
-10+   `pmctl trend`'s verdicts (10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA)
+10+   `pmctl trend`'s verdicts (10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA, 13 INCONCLUSIVE)
 20    ATTACH_TRACED          attach: the process is traced (a debugger)
 21    ATTACH_NOT_DYNAMIC     attach: static, or no glibc 2.34+ dlopen
 22    ATTACH_NO_LIBRARY      attach: no copy of the hook could be put there (memfd)

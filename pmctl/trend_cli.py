@@ -15,8 +15,13 @@ Durations take units (100ms, 5s, 2m, 1h; a bare number is seconds). Text
 shows sizes and rates in binary units (+119.5 MiB/min); JSON keeps exact
 numbers.
 
-Exit status: 0 STABLE, 10 LEAK, 11 GROWING (growth not yet significant),
-12 NOT ENOUGH DATA, also after a watch ended early; 1-9 errors as in
+Exit status: 0 STABLE (the 95% interval rules out every rate that matters:
+the rate that would use up the available memory, MemAvailable or the
+cgroup's room, within 30 days, kept between 16 and 64 KiB/min), 10 LEAK,
+11 GROWING (growth not yet significant), 12 NOT ENOUGH DATA (fewer than 30
+samples), 13 INCONCLUSIVE (no growth shown, but the interval still admits a
+rate that matters: the text says about how much longer to watch), also
+after a watch ended early; 1-9 errors as in
 pmctl/exitcodes.py (1: a --db or $PMM_DB that does not exist, 2: options
 that do not go together, an --interval longer than the watch, a --plot file
 that cannot be written, 3: --source kmod without the module, 5: no such pid,
@@ -30,7 +35,8 @@ samples gets a warning on stderr before it starts.
 "rate_bytes_min_low", "rate_bytes_min_high", "confidence", "slope_bytes_s",
 "growth_bytes", "min_growth_bytes", "noise_bytes", "late_slope_bytes_s",
 "level_bytes", "rss_first", "rss_last", "vm_first", "vm_last",
-"mem_available", "exhausted_in_s", "sites": [{"site", "rate_kib_min",
+"mem_available", "exhausted_in_s", "exited", "matters_bytes_min",
+"watch_more_s", "sites": [{"site", "rate_kib_min",
 "rate_bytes_min", "first_bytes", "last_bytes", "last_blocks", "snapshots",
 "where"}], "table": [{"time_s", "rss", "vm"}]}. time_s: seconds since the
 first sample.
@@ -81,12 +87,14 @@ EXIT_STABLE = 0
 EXIT_LEAK = 10
 EXIT_GROWING = 11
 EXIT_NOT_ENOUGH_DATA = 12
+EXIT_INCONCLUSIVE = 13
 
 EXIT_CODES: dict[Verdict, int] = {
     Verdict.STABLE: EXIT_STABLE,
     Verdict.LEAK: EXIT_LEAK,
     Verdict.GROWING: EXIT_GROWING,
     Verdict.NOT_ENOUGH_DATA: EXIT_NOT_ENOUGH_DATA,
+    Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE,
 }
 
 DEFAULT_INTERVAL = 0.1
@@ -352,8 +360,10 @@ def trend_command(
     ] = False,
 ) -> None:
     """Say whether PID is leaking: rss and vm over time, the growth rate with its
-    confidence interval, the verdict, when MemAvailable runs out, and the sites
-    that grow fastest. Exit status: 0 STABLE, 10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA."""
+    confidence interval, the verdict, when the available memory runs out, what
+    to run next, and the sites that grow fastest. Exit status: 0 STABLE (the
+    interval rules out every rate that matters), 10 LEAK, 11 GROWING, 12 NOT
+    ENOUGH DATA, 13 INCONCLUSIVE (watch longer: it says about how long)."""
     from pmm.store import default_db_path
 
     _check_options(ctx, source, watch, json_)

@@ -1117,6 +1117,12 @@ class Store:
             args.append(since_ns)
         return [SampleRow(*r) for r in self._query(sql + " ORDER BY time", args)]
 
+    def latest_sample(self, pid: int, start_time: int) -> int | None:
+        """The time of the process's latest sample (None: it has none)."""
+        r = self._query("SELECT max(time) FROM samples WHERE pid = ? AND start_time = ?",
+                        (pid, start_time))
+        return int(r[0][0]) if r and r[0][0] is not None else None
+
     def site_snapshots(self, pid: int, start_time: int,
                        since_ns: int | None = None) -> list[tuple[int, int, int, int]]:
         """(site, time, live_bytes, live_blocks), oldest first."""

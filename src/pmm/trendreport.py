@@ -3,7 +3,7 @@
 `analyse` runs the detector (pmm.trend) over a `pmm.trendsource.Data` and
 ranks the sites whose live bytes grow fastest; a `Report` then renders as
 text (a table, a terminal chart, the verdict, the rate, the time until
-MemAvailable is used up, the sites), as a JSON document (`to_dict`), or as a
+the available memory is used up, what to run next, the sites), as a JSON document (`to_dict`), or as a
 PNG (`plot_png`, with matplotlib). `watch_header`/`watch_line` are the
 running report of a watch, one line per report interval.
 
@@ -24,7 +24,7 @@ from pmm.errors import PmmError
 from pmm.output import format_table, human_age
 from pmm.text import printable
 from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
-from pmm.trendsource import Data, device_sites, mem_available
+from pmm.trendsource import Data, available_memory, device_sites
 from pmm.units import human_bytes, human_rate
 
 TABLE_ROWS = 12
@@ -91,6 +91,9 @@ class Report:
             "vm_last": d.vm[-1] if d.vm else None,
             "mem_available": self.mem_available,
             "exhausted_in_s": self.exhausted_in_s,
+            "exited": d.exited,
+            "matters_bytes_min": r.matters * 60.0,
+            "watch_more_s": r.watch_more_s,
             "sites": [
                 {"site": s.site, "rate_kib_min": s.rate_kib_min,
                  "rate_bytes_min": s.slope * 60.0, "first_bytes": s.first_bytes,
@@ -102,20 +105,23 @@ class Report:
         }
 
 
-def detect_on(d: Data) -> Trend:
-    """The detector on d's rss (times in seconds since its first sample)."""
-    return detect(d.seconds(), [float(v) for v in d.rss])
+def detect_on(d: Data, available: int | None = None) -> Trend:
+    """The detector on d's rss (times in seconds since its first sample);
+    available: the bytes it may still take (the rate that matters)."""
+    return detect(d.seconds(), [float(v) for v in d.rss], available=available)
 
 
 def analyse(d: Data, available: int | None = None) -> Report:
     """The verdict on d, the time until `available` bytes (default: MemAvailable
-    now) are used up at its rate, and the five sites that grow fastest (their
-    descriptions from the module when the database lacks them)."""
-    r = detect_on(d)
+    now, or the room under the process's cgroup limit when smaller) are used up
+    at its rate (not for an exited process), and the five sites that grow
+    fastest (their descriptions from the module when the database lacks them)."""
     if available is None:
-        available = mem_available()
+        available = available_memory(None if d.exited else d.pid)
+    r = detect_on(d, available)
     exhausted = seconds_until_exhausted(r.slope, available) if (
-        available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
+        available is not None and not d.exited
+        and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
     sites = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in d.snapshots), limit=5)
     missing = {s.site for s in sites if s.site not in d.where}
     if missing and d.source in ("db", "kmod"):
@@ -210,14 +216,17 @@ def render(rep: Report) -> str:
                    f"{human_rate(r.slope_low * 60)} .. {human_rate(r.slope_high * 60)}), "
                    f"floor {human_bytes(r.level)}, {sign}{human_bytes(abs(r.growth))} "
                    "over the window")
-    if rep.mem_available is not None:
+    if d.exited:
+        out.append(f"process:  exited: {_exited_text(d)}")
+    elif rep.mem_available is not None:
         ex = rep.exhausted_in_s
         when = ""  # no rate, no forecast
         if ex is not None:
             when = f", exhausted in {human_age(ex)} at this rate"
-        elif r.buckets:
+        elif r.buckets and r.verdict is not Verdict.INCONCLUSIVE:
             when = ", not exhausted at this rate"
-        out.append(f"memory:   MemAvailable {human_bytes(rep.mem_available)}{when}")
+        out.append(f"memory:   available {human_bytes(rep.mem_available)}{when}")
+    out.extend(next_steps(rep))
     if rep.sites:
         out.append("")
         out.append("sites whose live bytes grow fastest:")
@@ -226,6 +235,47 @@ def render(rep: Report) -> str:
         out.append(format_table(["site", "rate", "live", "blocks", "where"], srows,
                                 right={1, 2, 3}))
     return "\n".join(out)
+
+
+def _exited_text(d: Data) -> str:
+    if d.source == "db":
+        return "these are the samples pmd kept of it"
+    if d.source == "kmod":
+        return "these are the samples the module kept of it"
+    return "the watch ended with it"
+
+
+def _watch_hint(d: Data, more: float) -> str:
+    """How long a watch to run: the time seen so far plus `more`, rounded up."""
+    total = max(1, int(d.span_s + more + 0.999))
+    for unit, size in (("h", 3600), ("m", 60)):
+        if total >= 2 * size:
+            return f"{-(-total // size)}{unit}"
+    return f"{total}s"
+
+
+def next_steps(rep: Report) -> list[str]:
+    """What to run next after the verdict: for INCONCLUSIVE and NOT ENOUGH
+    DATA how long to watch, for LEAK and GROWING how to find the sites
+    (unless they are listed below)."""
+    d, r = rep.data, rep.trend
+    pid = d.pid
+    if r.verdict in (Verdict.INCONCLUSIVE, Verdict.NOT_ENOUGH_DATA):
+        if d.exited:
+            return ["next:     the process exited: no longer watch can decide"]
+        if r.watch_more_s is None:
+            return [f"next:     watch longer: pmctl trend {pid} --watch 1m"]
+        about = f"about {human_age(r.watch_more_s)} more" if r.watch_more_s > 0 else "longer"
+        cmd = (f"pmctl trend {pid} --watch {_watch_hint(d, r.watch_more_s)}"
+               if d.source == "proc" else f"pmctl trend {pid} later (pmd keeps sampling)")
+        return [f"next:     watch {about} to decide: {cmd}"]
+    if r.verdict in (Verdict.LEAK, Verdict.GROWING) and not rep.sites:
+        if d.exited:
+            return [f"next:     pmctl leaks {pid} names the sites that held memory when it "
+                    "exited, if the hook was in it"]
+        return [f"next:     find the sites: pmctl attach {pid} (or start it with pmctl run), "
+                f"then pmctl leaks {pid}; or pmctl report {pid} -o FILE.html"]
+    return []
 
 
 # -- the running report of a watch ----------------------------------------------

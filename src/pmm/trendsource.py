@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import SupportsInt
 
-from pmm.errors import NoSuchPid, PmmError
+from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
 from pmm.store import Store, start_key
 
@@ -59,6 +59,7 @@ class Data:
     snapshots: list[tuple[int, int, int, int]] = field(default_factory=list)
     where: dict[int, str] = field(default_factory=dict)  # site -> description
     watch: Watch | None = None  # set by from_watch
+    exited: bool = False  # the process is known to have exited
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -94,6 +95,40 @@ def mem_available(path: str = "/proc/meminfo") -> int | None:
     return None
 
 
+class NoRecentSamples(NotMonitored):
+    """The database holds samples of the process, none of them recent enough."""
+
+
+def available_memory(pid: int | None = None, meminfo: str = "/proc/meminfo",
+                     cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """The bytes the process may still take: MemAvailable, or the room left
+    under its cgroup's memory.max (v2; the tightest of its cgroup and their
+    ancestors) when smaller. None when neither can be read."""
+    avail = mem_available(meminfo)
+    if pid is None:
+        return avail
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            rel = next((line.split(":", 2)[2].strip() for line in f
+                        if line.startswith("0::")), None)
+    except (OSError, IndexError):
+        return avail
+    if not rel:
+        return avail
+    d = Path(cgroup_root + rel)
+    root = Path(cgroup_root)
+    while d != root and root in d.parents:
+        try:
+            limit = (d / "memory.max").read_text().strip()
+            if limit != "max":
+                room = max(0, int(limit) - int((d / "memory.current").read_text()))
+                avail = room if avail is None else min(avail, room)
+        except (OSError, ValueError):
+            pass
+        d = d.parent
+    return avail
+
+
 def live_start(pid: int) -> tuple[int, str] | None:
     """(start time key, comm) of the live process pid, or None if there is none."""
     try:
@@ -127,15 +162,28 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
         if proc is None:
             return None
         since_ns = None
+        now = boottime_ns()
         if since_s is not None:
-            since_ns = boottime_ns() - int(since_s * 1e9)
+            since_ns = now - int(since_s * 1e9)
         series = store.series(pid, proc.start_time, since_ns)
         if len(series) == 0:
+            latest = store.latest_sample(pid, proc.start_time) if since_ns is not None else None
+            if latest is not None:
+                from pmm.output import human_age
+                from pmm.units import format_duration
+
+                raise NoRecentSamples(
+                    f"no samples of pid {pid} in the last {format_duration(since_s or 0)} in "
+                    f"{path} (the latest is {human_age(max(0, now - latest) / 1e9)} old"
+                    f"{': the process exited' if proc.exited is not None else ''})")
             return None
         snaps = store.site_snapshots(pid, proc.start_time, since_ns)
         where = store.sites(pid, proc.start_time)
+        live = live_start(pid)
+        exited = proc.exited is not None or live is None or live[0] != proc.start_time
         return Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
-                    _ints(series.vm), _ints(series.rss), str(path), snaps, where)
+                    _ints(series.vm), _ints(series.rss), str(path), snaps, where,
+                    exited=exited)
     finally:
         store.close()
 
@@ -176,8 +224,11 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
         samples = [s for s in samples if s.time_ns >= cut]
     if not samples:
         return None
+    from pmm.model import STATE_EXITED
+
     return Data(pid, key, info.comm, "kmod", [s.time_ns for s in samples],
-                [s.vm for s in samples], [s.rss for s in samples])
+                [s.vm for s in samples], [s.rss for s in samples],
+                exited=info.state == STATE_EXITED)
 
 
 def planned_samples(seconds: float, interval: float) -> int:
@@ -239,4 +290,5 @@ def from_watch(pid: int, seconds: float, interval: float,
             time.sleep(min(left, 0.05))
     d.watch.elapsed_s = time.monotonic() - began
     d.watch.ended = ended
+    d.exited = ended == WatchEnd.EXITED
     return d

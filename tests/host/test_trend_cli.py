@@ -69,8 +69,8 @@ def test_leak_from_db_json(tmp_path: Path) -> None:
     assert len(d["table"]) == 12
     assert d["table"][0]["time_s"] == 0.0 and d["table"][-1]["time_s"] == pytest.approx(599.0)
     assert d["table"][0]["vm"] - d["table"][0]["rss"] == 8 << 20
-    if d["mem_available"] is not None:
-        assert d["exhausted_in_s"] == pytest.approx(d["mem_available"] / d["slope_bytes_s"])
+    # DEAD_PID exited: no forecast of its memory running out
+    assert d["exited"] is True and d["exhausted_in_s"] is None
 
 
 def test_stable_from_db_table(tmp_path: Path) -> None:
@@ -81,7 +81,8 @@ def test_stable_from_db_table(tmp_path: Path) -> None:
     assert f"pid {DEAD_PID} (synthetic): 600 samples over 9m59s from pmd database" in out
     assert "verdict:  STABLE" in out
     assert "rss ('*' samples, '.' fitted floor):" in out
-    assert "not exhausted at this rate" in out
+    assert "process:  exited: these are the samples pmd kept of it" in out
+    assert "exhausted" not in out
 
 
 def test_not_enough_data_exit_12(tmp_path: Path) -> None:
@@ -97,8 +98,10 @@ def test_since_limits_the_window(tmp_path: Path) -> None:
     _fill(db, DEAD_PID, *S.leak(0, n=100))
     # the samples are from "boottime" 1000 s; now is later: --since 0 keeps none
     code, out = _run(str(DEAD_PID), "--db", str(db), "--since", "0", "--source", "db")
-    assert code == 6 or code == 5, out
-    assert f"no samples of pid {DEAD_PID} in {db}" in out
+    assert code == 6, out
+    # an old database: how old its latest sample is, not just "no samples"
+    assert re.fullmatch(rf"pmctl: no samples of pid {DEAD_PID} in the last 0ms in {db} "
+                        r"\(the latest is \S+ old\)\n", out), out
 
 
 def test_reused_pid_picks_latest_or_start_time(tmp_path: Path) -> None:
@@ -368,3 +371,56 @@ def test_rates_and_sizes_in_binary_units(tmp_path: Path) -> None:
     assert d["rate_bytes_min"] == pytest.approx(d["slope_bytes_s"] * 60)
     assert d["sites"][0]["rate_bytes_min"] == pytest.approx(2048 * 60)
     assert d["watch"] is None
+
+
+def _live_start() -> int:
+    from pmm.procsampler import read_stat
+
+    return read_stat(os.getpid()).start_time
+
+
+def test_a_live_leak_forecasts_exhaustion_and_says_how_to_find_its_sites(
+        tmp_path: Path) -> None:
+    """The process runs (pytest itself): the forecast from the available
+    memory, and, with no sites in the database, what to run to find them."""
+    db = tmp_path / "pmm.db"
+    pid = os.getpid()
+    _fill(db, pid, *S.leak(1, rate=4096), start=_live_start())
+    code, out = _run(str(pid), "--db", str(db), "--json")
+    d = json.loads(out)
+    assert (code, d["verdict"], d["exited"]) == (10, "LEAK", False)
+    assert d["mem_available"] > 0
+    assert d["exhausted_in_s"] == pytest.approx(d["mem_available"] / d["slope_bytes_s"])
+    code, out = _run(str(pid), "--db", str(db))
+    assert code == 10
+    assert "exhausted in " in out
+    assert (f"next:     find the sites: pmctl attach {pid} (or start it with pmctl run), "
+            f"then pmctl leaks {pid}; or pmctl report {pid} -o FILE.html") in out
+
+
+def test_a_leak_with_its_sites_listed_needs_no_hint(tmp_path: Path) -> None:
+    db = tmp_path / "pmm.db"
+    _fill(db, DEAD_PID, *S.leak(1, rate=4096), sites=True)
+    code, out = _run(str(DEAD_PID), "--db", str(db))
+    assert code == 10 and "sites whose live bytes grow fastest:" in out
+    assert "next:" not in out
+
+
+def test_inconclusive_has_its_own_exit_code_and_says_how_long_to_watch(
+        tmp_path: Path) -> None:
+    """A minute of flat but noisy samples rules nothing out: not STABLE (exit
+    0, which a script reads as healthy) but INCONCLUSIVE, exit 13."""
+    db = tmp_path / "pmm.db"
+    pid = os.getpid()
+    t, v = S.flat(1, n=60)
+    _fill(db, pid, t, v, start=_live_start())
+    code, out = _run(str(pid), "--db", str(db), "--json")
+    d = json.loads(out)
+    assert (code, d["verdict"], d["exit_code"]) == (13, "INCONCLUSIVE", 13), d["reason"]
+    assert d["matters_bytes_min"] <= 64 * 1024 and d["watch_more_s"] > 0
+    code, out = _run(str(pid), "--db", str(db))
+    assert code == 13
+    assert re.search(r"verdict:  INCONCLUSIVE \(60 samples over 59s\): .*, but the 95% CI "
+                     r"reaches \+\S+ \S+/min .*above the \+\S+ \S+/min that matters", out), out
+    assert re.search(r"next:     watch about \S+ more to decide: pmctl trend \d+ later "
+                     r"\(pmd keeps sampling\)", out), out

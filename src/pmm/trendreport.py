@@ -3,8 +3,8 @@
 `analyse` runs the detector (pmm.trend) over a `pmm.trendsource.Data` and
 ranks the sites whose live bytes grow fastest; a `Report` then renders as
 text (a table, a terminal chart, the verdict, the rate, the time until
-the available memory is used up, what to run next, the sites), as a JSON document (`to_dict`), or as a
-PNG (`plot_png`, with matplotlib). `watch_header`/`watch_line` are the
+the available memory is used up, what to run next, the sites), as a JSON
+document (`to_dict`), or as a PNG (`plot_png`, with matplotlib). `watch_header`/`watch_line` are the
 running report of a watch, one line per report interval.
 
 Text shows sizes and rates in binary units (pmm.units); JSON keeps exact

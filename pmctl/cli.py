@@ -37,8 +37,10 @@ stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
          "totals": {same keys}, "failed_allocs", "unmatched_frees", "older_frees"}
 alerts  {"db", "alerts": [{"pid", "start_time", "time", "wall_time", "comm",
          "verdict", "slope", "slope_low", "slope_high", "confidence", "growth",
-         "site", "where", "message"}]}  (pmd's alerts table: slope* in bytes/s,
-         growth in bytes, time CLOCK_BOOTTIME ns, wall_time Unix seconds,
+         "site", "resolved", "resolved_wall", "where", "message"}]}  (pmd's
+         alerts table: slope* in bytes/s, growth in bytes, time and resolved
+         CLOCK_BOOTTIME ns, wall_time and resolved_wall Unix seconds, resolved*
+         null while the alert stands,
          start_time the process start in ns, to the clock tick; where: the
          site's description, or null)
 
@@ -916,6 +918,13 @@ def alert_rows(store: Store, pid: int | None) -> list[dict[str, Any]]:
     return out
 
 
+def _alert_state(r: dict[str, Any]) -> str:
+    """"active" while the alert stands, else "resolved" and when."""
+    if r.get("resolved_wall") is None:
+        return "active" if r.get("resolved") is None else "resolved"
+    return "resolved " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["resolved_wall"]))
+
+
 @command()
 @handle_errors
 def alerts(
@@ -929,9 +938,11 @@ def alerts(
 ) -> None:
     """Show the leak alerts pmd raised, oldest first.
 
-    Per alert: when, the process, the verdict, the rate rss grew at, the site
-    whose live bytes grew fastest (when the module tracked the process's sites)
-    and pmd's message. Reads pmd's database; it does not need the module.
+    Per alert: when, the process, the verdict, whether it stands or was
+    resolved (pmd resolves it when the verdict clears to STABLE) and when, the
+    rate rss grew at, the site whose live bytes grew fastest (when the module
+    tracked the process's sites) and pmd's message. Reads pmd's database; it
+    does not need the module.
     """
     from pmm.store import Store, default_db_path
 
@@ -948,13 +959,14 @@ def alerts(
         whose = f" for pid {pid}" if pid is not None else ""
         typer.echo(f"no alerts{whose} in {path}")
         return
-    headers = ["TIME", "PID", "COMM", "VERDICT", "RATE", "SITE", "MESSAGE"]
+    headers = ["TIME", "PID", "COMM", "VERDICT", "STATE", "RATE", "SITE", "MESSAGE"]
     table = [
         [
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["wall_time"])),
             str(r["pid"]),
             r["comm"] or "?",
             r["verdict"],
+            _alert_state(r),
             human_rate(r["slope"] * 60),
             r["where"] or (f"site {r['site']}" if r["site"] is not None else "-"),
             r["message"],

@@ -1,9 +1,9 @@
 """pmd: the pmm monitoring daemon's command line (runs in the foreground).
 
 The daemon itself is pmm.daemon; this parses the options, sets up logging
-(one line per record on stderr, "pmd: LEVEL: ...", control characters
-escaped) and says why pmd cannot start in one line, "pmd: ...", as pmctl
-does.
+(one line per record on stderr, "TIME pmd: LEVEL: ...", control characters
+escaped; under systemd the journal's priority prefix instead of the time)
+and says why pmd cannot start in one line, "pmd: ...", as pmctl does.
 
 Exit status: 0 after SIGTERM/SIGINT with everything written; 1 if a --pid
 names no process, the database cannot be opened, the metrics endpoint cannot
@@ -30,7 +30,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 import pmm
-from pmm.daemon import Options, serve
+from pmm.daemon import DEFAULT_MIN_SPAN, DEFAULT_RETAIN, Options, serve
 from pmm.errors import PmmError
 from pmm.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.store import default_db_path
@@ -64,6 +64,15 @@ def duration(text: str) -> float:
         raise typer.BadParameter(f"{text} is out of range: {format_duration(MIN_INTERVAL)} to "
                                  f"{format_duration(MAX_INTERVAL)}")
     return seconds
+
+
+def span(text: str) -> float:
+    """--min-span's and --retain's value: a duration of 0 or more ('10m',
+    '7d'; a bare number is seconds)."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def user_id(text: str) -> int:
@@ -138,7 +147,8 @@ def setup_logging(verbose: bool) -> logging.Handler:
     """pmd's log (the library's "pmd" logger) on stderr, one line a record."""
     handler = logging.StreamHandler(sys.stderr)
     # under systemd, each line carries its priority for the journal
-    handler.setFormatter(JournalFormatter("pmd") if stderr_is_journal() else PlainFormatter("pmd"))
+    handler.setFormatter(JournalFormatter("pmd") if stderr_is_journal()
+                         else PlainFormatter("pmd", timestamps=True))
     log.addHandler(handler)
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("pyroute2").setLevel(logging.CRITICAL)
@@ -180,6 +190,16 @@ def pmd(
     window: Annotated[int, typer.Option(
         "--window", metavar="N", min=Params().min_samples,
         help="The detector looks at a process's last N samples.")] = 3600,
+    min_span: Annotated[float, typer.Option(
+        "--min-span", metavar="DURATION", parser=span,
+        help="Raise no LEAK alert before a process has been watched this long (a "
+        "service's caches filling at its start are not a leak); 0: as soon as the "
+        "detector says LEAK.")] = format_duration(DEFAULT_MIN_SPAN),  # type: ignore[assignment]
+    retain: Annotated[float, typer.Option(
+        "--retain", metavar="DURATION", parser=span,
+        help="Delete samples and site snapshots older than this, and processes that "
+        "exited before it (unless they have an alert: alerts are kept for good), a "
+        "small batch a second; 0 keeps everything.")] = format_duration(DEFAULT_RETAIN),  # type: ignore[assignment]
     max_pending: Annotated[int, typer.Option(
         "--max-pending", metavar="N", min=1,
         help="Samples kept in memory while the database cannot be written (the oldest "
@@ -263,7 +283,7 @@ def pmd(
                    window=window, genl=not no_genl, max_pending=max_pending,
                    metrics_address=address, metrics_textfile=metrics_textfile,
                    pprof_allow_uids=allowed, metrics_host_names=host_names,
-                   scan_on_leak=scan_on_leak)
+                   scan_on_leak=scan_on_leak, min_span=min_span, retain=retain)
     try:
         rc = serve(opts, create_parents=not explicit)
     finally:

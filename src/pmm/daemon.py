@@ -74,6 +74,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -124,6 +125,8 @@ SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
 PUBLISH_PERIOD = 0.5  # seconds between snapshots for the metrics readers
 DETECT_SPAN = 20  # the detector runs at most every len(window) // DETECT_SPAN samples
 STATUS_PERIOD = 10.0  # seconds between notify_status calls
+DEFAULT_MIN_SPAN = 600.0  # pmd --min-span: a service's warm-up is not a leak
+DEFAULT_RETAIN = 7 * 86400.0  # pmd --retain: about 80 B a sample, 7 MB a process-week
 
 
 def open_module_device() -> AbstractContextManager[ModuleReader]:
@@ -361,7 +364,8 @@ class ProcState:
     series: SeriesWindow = field(init=False)
     snaps: collections.deque[tuple[int, float, int, int]] = field(init=False)
     since_detect: int = 0
-    alerted: bool = False
+    alerted: bool = False  # a LEAK alert stands (not resolved)
+    first_s: float | None = None  # the time of its first sample pmd saw (seconds)
     last_kmod_ns: int = 0
     verdict: str = ""
     described: set[int] = field(default_factory=set)  # site ids asked to describe
@@ -394,6 +398,22 @@ class Options:
     metrics_host_names: frozenset[tuple[str, int | None]] = frozenset()
     scan_on_leak: bool = False  # scan a process for unreachable blocks at its LEAK alert
     scan_age: float = 1.0  # the scan's age gate, seconds
+    # no LEAK alert before a process has been watched this long: a service's
+    # warm-up (caches filling) must not alarm at every start (pmd's command
+    # line: DEFAULT_MIN_SPAN; 0 here, for callers that feed samples themselves)
+    min_span: float = 0.0
+    retain: float = 0.0  # seconds of samples kept, 0: for good (pmd's: DEFAULT_RETAIN)
+    retain_every: float = 1.0  # seconds between two steps of pruning
+
+
+def verdict_line(pid: int, comm: str, r: Trend, samples: int, named: bool = True) -> str:
+    """The detector's verdict for the log: "pid 7 (x): STABLE after 40
+    samples: why", with the rate only where the verdict rests on it (LEAK,
+    GROWING: a STABLE shows no growth that would contradict it)."""
+    head = f"pid {pid} ({comm or '?'}): " if named else ""
+    rate = f" (rss {human_rate(r.slope * 60)})" if r.verdict in (
+        Verdict.LEAK, Verdict.GROWING) else ""
+    return f"{head}{r.verdict} after {samples} samples{rate}: {r.reason}"
 
 
 class Daemon:
@@ -437,6 +457,7 @@ class Daemon:
         self.bad_rows = 0
         self.write_failures = 0
         self.stop_signal = 0
+        self.finished = False  # nothing left to watch (the last --pid gone, --no-genl)
         self.listener: Listener | None = None
         # the detector's first run imports and warms what it needs (slow on a
         # slow file system): a thread runs it while the loop records samples
@@ -451,6 +472,9 @@ class Daemon:
         self.last_commit_unix = time.time()  # the database held every row then
         self.next_publish = now
         self.next_status = now
+        self.next_retain = now + min(60.0, opts.retain_every)  # after the start's work
+        self.pruned = collections.Counter[str]()  # this round of retention
+        self.longest_prune_s = 0.0  # the longest step so far
 
     # -- events and samples -------------------------------------------------
 
@@ -476,7 +500,7 @@ class Daemon:
         self.pending_procs.append(row)
         # a restarted pmd must not alert twice for the same process
         try:
-            st.alerted = any(a.verdict == str(Verdict.LEAK)
+            st.alerted = any(a.verdict == str(Verdict.LEAK) and a.resolved is None
                              for a in self.store.alerts(pid) if a.start_time == start)
         except StoreError as e:
             log.warning("%s (pid %d: alerts so far unknown)", e, pid)
@@ -492,6 +516,8 @@ class Daemon:
         st.rss_now, st.vm_now = s.rss, s.vm
         st.live_bytes, st.live_blocks = s.live_bytes, s.live_blocks
         self.pending_samples.append(s)
+        if st.first_s is None:
+            st.first_s = s.time / 1e9
         st.series.append(s.time / 1e9, float(s.rss))
         st.since_detect += 1
         if st.since_detect >= self.detect_interval(len(st.series)) and \
@@ -511,13 +537,18 @@ class Daemon:
         if not self.detector_ready.is_set():
             st.since_detect = sys.maxsize  # try again at the next sample
             return
-        r = detect(*st.series.samples(), self.opts.params)
+        from pmm.trendsource import available_memory
+
+        r = self._gate(st, detect(*st.series.samples(), self.opts.params,
+                                  available=available_memory(st.key[0])))
         st.trend = r
-        if str(r.verdict) != st.verdict:
-            log.info("pid %d (%s): %s after %d samples (rss %s): %s", st.key[0],
-                     st.comm or "?", r.verdict, len(st.series),
-                     human_rate(r.rate_kib_min[0] * 1024), r.reason)
+        changed = str(r.verdict) != st.verdict
         st.verdict = str(r.verdict)
+        if r.verdict is Verdict.STABLE and st.alerted:
+            self._resolve(st, r, now_ns)
+        elif changed and not (r.verdict is Verdict.LEAK and not st.alerted):
+            # a new LEAK alert is its own line (below), at warning
+            log.info("%s", verdict_line(st.key[0], st.comm, r, len(st.series)))
         if r.verdict is not Verdict.LEAK or st.alerted:
             return
         st.alerted = True
@@ -554,6 +585,30 @@ class Daemon:
             log.warning("%s", msg)
             if self.opts.scan_on_leak and st.source == "kmod":
                 self.request_scan(st)
+
+    def _gate(self, st: ProcState, r: Trend) -> Trend:
+        """LEAK only once the process has been watched opts.min_span: before,
+        the same figures say GROWING (no alert), with why."""
+        watched = (st.series.t[st.series.head - 1] if len(st.series) else 0.0) - \
+            (st.first_s or 0.0)
+        if r.verdict is not Verdict.LEAK or watched >= self.opts.min_span:
+            return r
+        return dataclasses.replace(
+            r, verdict=Verdict.GROWING,
+            reason=f"{r.reason}; no alert before {format_duration(self.opts.min_span)} of "
+            f"samples (--min-span), {format_duration(round(watched))} so far")
+
+    def _resolve(self, st: ProcState, r: Trend, now_ns: int) -> None:
+        """The verdict cleared: the standing LEAK alert is marked resolved in
+        the store and said at the alert's priority (warning)."""
+        st.alerted = False
+        pid, start = st.key
+        try:
+            self.store.resolve_alerts(pid, start, now_ns, time.time())
+        except StoreError as e:
+            log.error("%s (the alert's resolution not stored)", e)
+        log.warning("RESOLVED pid %d (%s): its LEAK alert: %s", pid, st.comm or "?",
+                    verdict_line(pid, st.comm, r, len(st.series), named=False))
 
     def request_scan(self, st: ProcState) -> None:
         """Asks the worker to scan the process for unreachable blocks, unless
@@ -821,6 +876,54 @@ class Daemon:
             if start is None:
                 self.targets[pid] = s.start_time
             self.add_sample(s)
+        if not self.targets and self.opts.pids and not self.finished:
+            self._no_targets_left()
+
+    def _no_targets_left(self) -> None:
+        """Says that the last --pid target has gone, and what pmd does now:
+        with the module's events it goes on with those; with --no-genl
+        nothing is left to watch, and it writes what is pending and exits 0."""
+        if self.opts.genl:
+            log.warning("the last --pid target has gone: pmd goes on recording the processes "
+                        "the module monitors")
+            return
+        log.warning("the last --pid target has gone and --no-genl leaves nothing to watch: "
+                    "pmd writes what is pending and exits")
+        self.finished = True
+
+    # -- retention ------------------------------------------------------------
+
+    def maybe_retain(self, now: float) -> None:
+        """One small step of retention (Store.prune_step) every
+        opts.retain_every seconds, and every 10 ms while a backlog lasts, so
+        the loop serves events between steps; a line once a round deleted
+        something."""
+        if self.opts.retain <= 0 or now < self.next_retain:
+            return
+        self.next_retain = now + self.opts.retain_every
+        before = procsampler.boottime_ns() - int(self.opts.retain * 1e9)
+        if before <= 0:
+            return
+        began = time.monotonic()
+        try:
+            step = self.store.prune_step(before)
+        except StoreError as e:
+            log.error("%s (retention: tried again later)", e)
+            self.next_retain = now + 60.0
+            return
+        self.longest_prune_s = max(self.longest_prune_s, time.monotonic() - began)
+        self.pruned.update(samples=step.samples, snapshots=step.snapshots,
+                           processes=step.processes)
+        if step.more:
+            self.next_retain = now + 0.01
+            return
+        if self.pruned.total():
+            log.info("retention: deleted %d samples, %d site snapshots and %d exited "
+                     "processes older than %s (the longest step took %.0f ms)",
+                     self.pruned["samples"], self.pruned["snapshots"],
+                     self.pruned["processes"], format_duration(self.opts.retain),
+                     self.longest_prune_s * 1000)
+            self.pruned.clear()
 
     # -- writing ------------------------------------------------------------
 
@@ -963,7 +1066,7 @@ class Daemon:
                 live_bytes=st.live_bytes, live_blocks=st.live_blocks, verdict=st.verdict,
                 slope=t.slope if t else None, slope_low=t.slope_low if t else None,
                 slope_high=t.slope_high if t else None, lost_bytes=st.lost_bytes,
-                indirect_bytes=st.indirect_bytes))
+                indirect_bytes=st.indirect_bytes, alert=st.alerted))
         listener = self.listener
         return Snapshot(tuple(procs), DaemonFigures(
             events=self.events, malformed_events=self.malformed,
@@ -1039,7 +1142,7 @@ class Daemon:
         if self.notify_ready is not None:
             self.notify_ready()
         try:
-            while not self.stop_signal:
+            while not self.stop_signal and not self.finished:
                 if listener is not None:
                     fds = set(listener.fds())
                     for fd in registered - fds:
@@ -1049,6 +1152,8 @@ class Daemon:
                     registered = fds
                 now = time.monotonic()
                 deadlines = [self.next_flush]
+                if self.opts.retain > 0:
+                    deadlines.append(self.next_retain)
                 if self.targets:
                     deadlines.append(self.next_sample)
                 if listener is not None:
@@ -1069,6 +1174,7 @@ class Daemon:
                 self.take_results()
                 now = time.monotonic()
                 self.maybe_prune(now)
+                self.maybe_retain(now)
                 if self.targets and now >= self.next_sample:
                     try:
                         self.sample_targets()
@@ -1092,7 +1198,8 @@ class Daemon:
             wsock.close()
             if listener is not None:
                 listener.close()
-        name = signal.Signals(self.stop_signal).name
+        name = signal.Signals(self.stop_signal).name if self.stop_signal else \
+            "no --pid target left"
         if self.notify_stopping is not None:
             self.notify_stopping()
         # what the worker has in hand, briefly; the rest stays in the module

@@ -7,7 +7,8 @@ pmd's warnings (leak alerts) and errors and leaves its info lines out.
 systemd sets $JOURNAL_STREAM to "DEVICE:INODE" of that stream, so a program
 knows its stderr goes to the journal when stderr's device and inode are
 those (sd_journal_stream_fd(3), systemd.exec(7)); a program whose stderr was
-redirected elsewhere keeps the plain format.
+redirected elsewhere keeps the plain format, each line after its local time
+(the journal stamps its entries itself).
 
     handler.setFormatter(formatter_for(sys.stderr.fileno(), "pmd"))
 """
@@ -56,10 +57,13 @@ def stream_is_journal(fd: int) -> bool:
 
 class PlainFormatter(logging.Formatter):
     """"NAME: LEVEL: message", one line per record, control characters
-    escaped: messages quote what monitored processes named themselves."""
+    escaped: messages quote what monitored processes named themselves. With
+    `timestamps`, after the record's local time ("2026-11-28T17:30:01+0100")."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"{name}: %(levelname)s: %(message)s")
+    def __init__(self, name: str, timestamps: bool = False) -> None:
+        when = "%(asctime)s " if timestamps else ""
+        super().__init__(f"{when}{name}: %(levelname)s: %(message)s",
+                         datefmt="%Y-%m-%dT%H:%M:%S%z")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         """The record's line, its message's control characters escaped."""
@@ -94,5 +98,7 @@ class JournalFormatter(PlainFormatter):
 
 def formatter_for(fd: int, name: str) -> PlainFormatter:
     """JournalFormatter when fd is the journal stream systemd connected
-    (stream_is_journal), else PlainFormatter; `name` starts each line."""
-    return JournalFormatter(name) if stream_is_journal(fd) else PlainFormatter(name)
+    (stream_is_journal), else PlainFormatter with timestamps; `name` starts
+    each line (after the time)."""
+    return JournalFormatter(name) if stream_is_journal(fd) else \
+        PlainFormatter(name, timestamps=True)

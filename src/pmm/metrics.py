@@ -77,7 +77,7 @@ HOST_OPTION = "--metrics-host"
 
 # the detector's verdicts (pmm.trend.Verdict values) as label values
 VERDICT_LABELS = {"LEAK": "leak", "GROWING": "growing", "STABLE": "stable",
-                  "NOT ENOUGH DATA": "not_enough_data"}
+                  "INCONCLUSIVE": "inconclusive", "NOT ENOUGH DATA": "not_enough_data"}
 PROCESS_LABELS = ["pid", "comm", "start_time", "unit"]
 
 
@@ -106,6 +106,7 @@ class ProcessFigures:
     slope_high: float | None = None
     lost_bytes: int | None = None  # the last scan's (pmd --scan-on-leak), None: none
     indirect_bytes: int | None = None
+    alert: bool = False  # pmd's LEAK alert stands (raised, not resolved)
 
 
 @dataclass(frozen=True)
@@ -340,6 +341,9 @@ class PmmCollector(Collector):
                             "growth, while the verdict is leak or growing.", PROCESS_LABELS)
         started = _gauge("pmm_process_start_time_seconds", "Unix time the process started.",
                          PROCESS_LABELS)
+        alert = _gauge("pmm_process_alert", "1 while pmd's LEAK alert for the process "
+                       "stands, 0 once its verdict cleared (resolved) or before any.",
+                       PROCESS_LABELS)
         lost = _gauge("pmm_process_unreachable_bytes", "Bytes in blocks nothing reaches, "
                       "definitely or indirectly lost, at pmd's last scan (--scan-on-leak).",
                       [*PROCESS_LABELS, "kind"])
@@ -349,6 +353,7 @@ class PmmCollector(Collector):
             rss.add_metric(labels, p.rss)
             vm.add_metric(labels, p.vm)
             started.add_metric(labels, p.start_unix)
+            alert.add_metric(labels, 1.0 if p.alert else 0.0)
             if p.lost_bytes is not None:
                 lost.add_metric([*labels, "definite"], p.lost_bytes)
                 lost.add_metric([*labels, "indirect"], p.indirect_bytes or 0)
@@ -370,7 +375,8 @@ class PmmCollector(Collector):
                 left = seconds_until_exhausted(p.slope, float(available))
                 if left is not None:
                     exhaustion.add_metric(labels, left)
-        yield from (rss, vm, live, blocks, verdict, slope, low, high, exhaustion, started, lost)
+        yield from (rss, vm, live, blocks, verdict, slope, low, high, exhaustion, started, lost,
+                    alert)
 
     def _module(self) -> Iterator[Metric]:
         loaded, c = self.module.read()
@@ -490,12 +496,15 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
 
 
 def targets(snapshot: Snapshot, host: str) -> list[dict[str, object]]:
-    """Prometheus HTTP service discovery: one target per monitored process,
-    at `host` (host:port), with its pid as the `pid` URL parameter."""
+    """Prometheus HTTP service discovery: one target per monitored process
+    that has a heap profile (the module tracks its heap: the hook is in it;
+    not a process pmd samples from /proc only), at `host` (host:port), with
+    its pid as the `pid` URL parameter."""
     return [{"targets": [host],
              "labels": {"__param_pid": str(p.pid), "pid": str(p.pid), "comm": p.comm,
                         "start_time": str(p.start_time)}}
-            for p in sorted(snapshot.processes, key=lambda p: (p.pid, p.start_time))]
+            for p in sorted(snapshot.processes, key=lambda p: (p.pid, p.start_time))
+            if p.live_bytes is not None and p.live_blocks]
 
 
 # -- the server --------------------------------------------------------------------

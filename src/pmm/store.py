@@ -18,7 +18,10 @@ sites           pid, start_time, site, where_ (a site's description) PRIMARY KEY
                 (pid, start_time, site)
 alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                 verdict, slope, slope_low, slope_high (bytes/s), confidence,
-                growth (bytes), site, message. One LEAK alert per process.
+                growth (bytes), site, message, resolved (CLOCK_BOOTTIME ns) and
+                resolved_wall (Unix seconds): when the verdict cleared (NULL
+                while the alert stands). At most one standing LEAK alert per
+                process; one that resolved may be followed by another.
 
 What pmd keeps of a process once it exited (its "harvest", pmm.postmortem),
 so that leaks and statistics name file:line after the module dropped it
@@ -55,8 +58,14 @@ scan_sites      pid, start_time, time, site, where_, definite_blocks,
                 definite_bytes, indirect_blocks, indirect_bytes PRIMARY KEY
                 (pid, start_time, time, site): its lost sites, worst first
 
-Older databases get these tables when pmd opens them; readers of a database
-without them find nothing harvested.
+Older databases get these tables (and the alerts' resolved columns) when pmd
+opens them; readers of a database without them find nothing harvested, and
+every alert standing.
+
+Retention (`Store.prune`, pmd --retain): samples and site snapshots older
+than the horizon go, and so does every row of a process that exited before
+it, unless the process has an alert: its process row, sites, post-mortem
+record and scans stay with its alerts, which are kept for good (a row each).
 
 start_time is the process start (task->start_boottime) rounded down to the
 clock tick (1/CLK_TCK s): /proc/PID/stat only has ticks, the module has
@@ -421,6 +430,18 @@ class AlertRow:
     growth: float
     site: int | None
     message: str
+    resolved: int | None = None  # CLOCK_BOOTTIME ns when the verdict cleared
+    resolved_wall: float | None = None  # the same in Unix seconds
+
+
+@dataclass(frozen=True)
+class PruneStep:
+    """What one Store.prune_step deleted, and whether more is left."""
+
+    samples: int = 0
+    snapshots: int = 0
+    processes: int = 0
+    more: bool = False
 
 
 @dataclass(frozen=True)
@@ -846,6 +867,14 @@ class Store:
                     pk=("pid", "start_time", "time", "site"),
                     not_null={"pid", "start_time", "time", "site"},
                 )
+            self._migrate_alerts()
+
+    def _migrate_alerts(self) -> None:
+        """Adds the alerts' resolved columns to an older database."""
+        have = set(self.db.table("alerts").columns_dict)
+        for name, kind in (("resolved", int), ("resolved_wall", float)):
+            if name not in have:
+                self.db.table("alerts").add_column(name, kind)
 
     def _add_columns(self, table: str, columns: dict[str, type]) -> None:
         """Adds the columns the table lacks (a database of an older pmd)."""
@@ -988,14 +1017,14 @@ class Store:
             raise _describe(e, self.path, "cannot write to the database") from None
 
     def add_alert(self, a: AlertRow) -> bool:
-        """Adds the alert unless the process already has one of this verdict.
-        True if it was added."""
+        """Adds the alert unless the process already has a standing one of
+        this verdict (not resolved). True if it was added."""
         try:
             with self.db.atomic():
                 c = self.db.conn
                 row = c.execute(
-                    "SELECT 1 FROM alerts WHERE pid = ? AND start_time = ? AND verdict = ?",
-                    (a.pid, a.start_time, a.verdict)).fetchone()
+                    "SELECT 1 FROM alerts WHERE pid = ? AND start_time = ? AND verdict = ? "
+                    "AND resolved IS NULL", (a.pid, a.start_time, a.verdict)).fetchone()
                 if row is not None:
                     return False
                 c.execute(
@@ -1005,6 +1034,55 @@ class Store:
                     (a.pid, a.start_time, a.time, a.wall_time, a.comm, a.verdict, a.slope,
                      a.slope_low, a.slope_high, a.confidence, a.growth, a.site, a.message))
                 return True
+        except sqlite3.Error as e:
+            raise _describe(e, self.path, "cannot write to the database") from None
+
+    def resolve_alerts(self, pid: int, start_time: int, time_ns: int, wall: float,
+                       verdict: str = "LEAK") -> int:
+        """Marks the process's standing alerts of `verdict` resolved at
+        time_ns (wall: Unix seconds); the number marked."""
+        try:
+            with self.db.atomic():
+                return self.db.conn.execute(
+                    "UPDATE alerts SET resolved = ?, resolved_wall = ? WHERE pid = ? AND "
+                    "start_time = ? AND verdict = ? AND resolved IS NULL",
+                    (time_ns, wall, pid, start_time, verdict)).rowcount
+        except sqlite3.Error as e:
+            raise _describe(e, self.path, "cannot write to the database") from None
+
+    def prune_step(self, before_ns: int, batch: int = 2000) -> PruneStep:
+        """One small transaction of retention (see the module docstring):
+        at most `batch` samples, then `batch` site snapshots, older than
+        before_ns, else one process that exited before it (with its sites
+        and post-mortem rows) unless it has an alert. Each batch deletes by
+        the primary key's ranges, process by process, so a step costs about
+        the same on a database of any size. `more`: call again."""
+        try:
+            with self.db.atomic():
+                c = self.db.conn
+                for table in ("samples", "site_snapshots"):
+                    n = 0
+                    for pid, start in c.execute(
+                            "SELECT pid, start_time FROM processes").fetchall():
+                        n += c.execute(
+                            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+                            "WHERE pid = ? AND start_time = ? AND time < ? LIMIT ?)",
+                            (pid, start, before_ns, batch - n)).rowcount
+                        if n >= batch:
+                            break
+                    if n:
+                        return PruneStep(**{"samples" if table == "samples" else
+                                            "snapshots": n}, more=True)
+                row = c.execute(
+                    "SELECT pid, start_time FROM processes p WHERE exited IS NOT NULL AND "
+                    "exited < ? AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.pid = p.pid "
+                    "AND a.start_time = p.start_time) LIMIT 1", (before_ns,)).fetchone()
+                if row is None:
+                    return PruneStep()
+                for table in ("samples", "site_snapshots", "sites", "exit_info", "exit_sites",
+                              "exit_stats", "scans", "scan_sites", "processes"):
+                    c.execute(f"DELETE FROM {table} WHERE pid = ? AND start_time = ?", row)
+                return PruneStep(processes=1, more=True)
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
 
@@ -1142,12 +1220,15 @@ class Store:
             (pid, start_time))}
 
     def alerts(self, pid: int | None = None) -> list[AlertRow]:
-        """The alerts stored (of one pid, if given), oldest first."""
+        """The alerts stored (of one pid, if given), oldest first; standing
+        ones (resolved None) in a database older than the resolved columns."""
         where, args = ("WHERE pid = ?", (pid,)) if pid is not None else ("", ())
+        cols = {r[1] for r in self._query("PRAGMA table_info(alerts)")}
+        resolved = ", resolved, resolved_wall" if "resolved" in cols else ""
         rows = self._query(
             "SELECT pid, start_time, time, wall_time, comm, verdict, slope, slope_low, "
-            f"slope_high, confidence, growth, site, message FROM alerts {where} ORDER BY id",
-            args)
+            f"slope_high, confidence, growth, site, message{resolved} FROM alerts {where} "
+            "ORDER BY id", args)
         return [AlertRow(*r) for r in rows]
 
     def _has_table(self, name: str) -> bool:

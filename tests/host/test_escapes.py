@@ -145,7 +145,7 @@ def test_pmd_logs_a_process_name_escaped(tmp_path: Path) -> None:
             line = p.stderr.readline()
             assert line, "".join(lines)
             lines.append(line)
-            if line.startswith(f"pmd: INFO: pid {named.pid} ("):
+            if f" pmd: INFO: pid {named.pid} (" in line:  # after the line's time
                 break
         p.send_signal(signal.SIGTERM)
         _, rest = p.communicate(timeout=30)

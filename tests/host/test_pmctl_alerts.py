@@ -54,12 +54,12 @@ def test_alerts_table(db: Path) -> None:
     r = pmctl("alerts", "--db", str(db))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert re.split(r"\s{2,}", lines[0]) == ["TIME", "PID", "COMM", "VERDICT", "RATE", "SITE",
-                                             "MESSAGE"]
+    assert re.split(r"\s{2,}", lines[0]) == ["TIME", "PID", "COMM", "VERDICT", "STATE", "RATE",
+                                             "SITE", "MESSAGE"]
     assert [re.split(r"\s{2,}", ln.strip()) for ln in lines[1:]] == [
-        ["2023-11-14 22:13:20", "111", "leaky", "LEAK", "+119.5 MiB/min", "grow() leak.c:12",
-         "LEAK pid 111 (leaky): rss +122399.8 KiB/min"],
-        ["2023-11-14 22:14:50", "222", "svc", "LEAK", "+120.0 KiB/min", "-",
+        ["2023-11-14 22:13:20", "111", "leaky", "LEAK", "active", "+119.5 MiB/min",
+         "grow() leak.c:12", "LEAK pid 111 (leaky): rss +122399.8 KiB/min"],
+        ["2023-11-14 22:14:50", "222", "svc", "LEAK", "active", "+120.0 KiB/min", "-",
          "LEAK pid 222 (svc): rss +120.0 KiB/min"],
     ]
     assert r.stderr == ""
@@ -77,11 +77,13 @@ def test_alerts_json(db: Path) -> None:
         {"pid": 111, "start_time": START_A, "time": 100 * S, "wall_time": WALL,
          "comm": "leaky", "verdict": "LEAK", "slope": 125337395 / 60, "slope_low": 1.0e6,
          "slope_high": 2.5e6, "confidence": 0.95, "growth": 3.0e8, "site": 7,
-         "where": "grow() leak.c:12", "message": "LEAK pid 111 (leaky): rss +122399.8 KiB/min"},
+         "resolved": None, "resolved_wall": None, "where": "grow() leak.c:12",
+         "message": "LEAK pid 111 (leaky): rss +122399.8 KiB/min"},
         {"pid": 222, "start_time": START_B, "time": 160 * S, "wall_time": WALL + 90,
          "comm": "svc", "verdict": "LEAK", "slope": 2048.0, "slope_low": 1500.0,
          "slope_high": 2500.0, "confidence": 0.9, "growth": 1.0e6, "site": None,
-         "where": None, "message": "LEAK pid 222 (svc): rss +120.0 KiB/min"},
+         "resolved": None, "resolved_wall": None, "where": None,
+         "message": "LEAK pid 222 (svc): rss +120.0 KiB/min"},
     ]
     r = pmctl("alerts", "111", "--json", "--db", str(db))
     assert [a["pid"] for a in json.loads(r.stdout)["alerts"]] == [111]
@@ -115,3 +117,56 @@ def test_alerts_without_database(tmp_path: Path) -> None:
         assert line.startswith(f"pmctl: no database at {missing}: ")
         assert "pmd writes it" in line
     assert not missing.parent.exists()  # a reader creates nothing
+
+
+def test_resolved_alerts_show_as_resolved(db: Path) -> None:
+    """pmd marks an alert resolved when the verdict clears: `alerts` says so
+    and when; the process may alert again after that, not before."""
+    store = Store.open(db)
+    try:
+        assert store.resolve_alerts(111, START_A, 200 * S, WALL + 600) == 1
+        assert store.resolve_alerts(111, START_A, 300 * S, WALL + 900) == 0  # none stands
+        again = AlertRow(**{**ALERT_A.__dict__, "time": 400 * S, "wall_time": WALL + 1200})
+        assert store.add_alert(again)
+        assert not store.add_alert(again)  # one standing alert per process
+    finally:
+        store.close()
+    r = pmctl("alerts", "111", "--db", str(db))
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in r.stdout.splitlines()[1:]]
+    assert [row[3:5] for row in rows] == [["LEAK", "resolved 2023-11-14 22:23:20"],
+                                          ["LEAK", "active"]]
+    got = json.loads(pmctl("alerts", "111", "--json", "--db", str(db)).stdout)["alerts"]
+    assert [(a["resolved"], a["resolved_wall"]) for a in got] == [(200 * S, WALL + 600),
+                                                                  (None, None)]
+
+
+def test_an_older_database_gets_the_resolved_columns(tmp_path: Path) -> None:
+    """A database from before alerts resolved: readers see its alerts as
+    standing; pmd adds the columns when it opens it."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    c = sqlite3.connect(path)
+    c.executescript(
+        "CREATE TABLE processes (pid INTEGER, start_time INTEGER, comm TEXT, exe TEXT, "
+        "cmdline TEXT, started INTEGER, exited INTEGER, source TEXT, "
+        "PRIMARY KEY (pid, start_time));"
+        "CREATE TABLE samples (pid INTEGER, start_time INTEGER, time INTEGER, vm INTEGER, "
+        "rss INTEGER, PRIMARY KEY (pid, start_time, time));"
+        "CREATE TABLE alerts (id INTEGER PRIMARY KEY, pid INTEGER, start_time INTEGER, "
+        "time INTEGER, wall_time FLOAT, comm TEXT, verdict TEXT, slope FLOAT, "
+        "slope_low FLOAT, slope_high FLOAT, confidence FLOAT, growth FLOAT, site INTEGER, "
+        "message TEXT);"
+        f"INSERT INTO alerts VALUES (1, 111, {START_A}, {100 * S}, {WALL}, 'leaky', 'LEAK', "
+        "1.0, 0.5, 2.0, 0.95, 3.0, NULL, 'LEAK pid 111');")
+    c.commit()
+    c.close()
+    r = pmctl("alerts", "--db", str(path))
+    assert r.returncode == 0, r.stderr
+    assert re.split(r"\s{2,}", r.stdout.splitlines()[1].strip())[3:5] == ["LEAK", "active"]
+    store = Store.open(path)  # as pmd: the columns are added
+    try:
+        assert store.resolve_alerts(111, START_A, 200 * S, WALL + 60) == 1
+        assert store.alerts(111)[0].resolved == 200 * S
+    finally:
+        store.close()

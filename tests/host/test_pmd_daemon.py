@@ -278,3 +278,148 @@ def test_pmd_drops_the_ambient_capabilities_its_helpers_would_inherit(
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=30)
+
+
+# -- alerts that have a life ----------------------------------------------------
+
+MIB = 1 << 20
+
+
+def _feed(d: Daemon, pid: int, times_s: list[float], rss: list[float]) -> None:
+    from pmm.store import SampleRow
+
+    for t, v in zip(times_s, rss, strict=True):
+        d.add_sample(SampleRow(pid, 0, int(t * 1e9), 1 << 30, int(v)), comm="svc")
+
+
+def _ramp_then_flat(seed: int) -> tuple[list[float], list[float]]:
+    """A service's warm-up: 30 MiB in 15 s (caches filling, a sample every
+    0.5 s), then flat for 15 minutes."""
+    import random
+
+    r = random.Random(seed)
+    t = [i * 0.5 for i in range(int(15 * 60 / 0.5))]
+    v = [50 * MIB + min(ti, 15.0) * 2 * MIB + r.gauss(0, 16 * 1024) for ti in t]
+    return t, v
+
+
+@pytest.mark.parametrize("min_span", [0.0, 600.0])
+def test_a_warm_up_ramp_raises_no_alert_before_the_minimum_span(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, min_span: float) -> None:
+    """The issue's case: pmd called a 15 s warm-up LEAK after 30 samples.
+    With --min-span (10 minutes by default) the detector may not alarm
+    before; by then the ramp is history and the verdict STABLE."""
+    caplog.set_level(logging.INFO, logger="pmd")
+    store = Store.open(tmp_path / "pmm.db")
+    try:
+        d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10,
+                                  window=3600, min_span=min_span))
+        d.detector_ready.set()
+        _feed(d, 4_000_002, *_ramp_then_flat(1))
+        d.flush_now()
+        alerts = store.alerts(4_000_002)
+    finally:
+        store.close()
+    if min_span == 0.0:  # what pmd did: an alert at the start of every such service
+        assert [a.verdict for a in alerts] == ["LEAK"]
+        return
+    assert alerts == []
+    said = [r.getMessage() for r in caplog.records if "4000002" in r.getMessage()]
+    assert not [m for m in said if "LEAK" in m.split(":")[1]], said
+    assert any("no alert before 10m of samples (--min-span)" in m for m in said), said
+    assert said[-1].startswith("pid 4000002 (svc): STABLE after "), said
+    assert d.procs[(4_000_002, 0)].verdict == "STABLE"
+
+
+def _leak_then_stop(seed: int) -> tuple[list[float], list[float]]:
+    """5 minutes leaking 4 KiB/s, then 15 minutes flat (a sample a second)."""
+    import random
+
+    r = random.Random(seed)
+    t = [float(i) for i in range(20 * 60)]
+    v = [50 * MIB + min(ti, 300.0) * 4096 + r.gauss(0, 16 * 1024) for ti in t]
+    return t, v
+
+
+def test_an_alert_resolves_when_the_verdict_clears(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A leak that stops: its alert is marked resolved in the store, the
+    metrics' alert state returns to 0, and a warning says so (the alert's
+    priority); no STABLE line shows a rate."""
+    caplog.set_level(logging.INFO, logger="pmd")
+    pid = 4_000_003
+    store = Store.open(tmp_path / "pmm.db")
+    try:
+        d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10,
+                                  window=600, min_span=120.0))
+        d.detector_ready.set()
+        t, v = _leak_then_stop(2)
+        _feed(d, pid, t[:300], v[:300])
+        (a,) = store.alerts(pid)
+        assert (a.verdict, a.resolved) == ("LEAK", None)
+        assert [p.alert for p in d.snapshot().processes] == [True]
+        _feed(d, pid, t[300:], v[300:])
+        d.flush_now()
+        (a,) = store.alerts(pid)
+        assert a.resolved is not None and a.resolved_wall is not None
+        assert 300 * 10**9 < a.resolved <= int(t[-1] * 1e9)
+        assert [p.alert for p in d.snapshot().processes] == [False]
+    finally:
+        store.close()
+    records = [r for r in caplog.records if str(pid) in r.getMessage()]
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and warnings[0] == a.message
+    assert re.fullmatch(rf"RESOLVED pid {pid} \(svc\): its LEAK alert: STABLE after \d+ "
+                        r"samples: growth stopped: the later part of the window is flat",
+                        warnings[1]), warnings
+    # a STABLE line never shows a growth rate that contradicts it
+    assert not [r.getMessage() for r in records
+                if "STABLE" in r.getMessage() and "/min" in r.getMessage()]
+
+
+def test_the_last_pid_target_gone_is_said(tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pmd")
+    for genl in (True, False):
+        p = subprocess.Popen(["sleep", "60"])
+        store = Store.open(tmp_path / "pmm.db")
+        try:
+            d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[p.pid], genl=genl))
+            d.sample_targets()
+            assert not d.finished
+            p.kill()
+            p.wait()
+            d.sample_targets()
+        finally:
+            store.close()
+        said = caplog.records[-1]
+        assert said.levelno == logging.WARNING
+        if genl:
+            assert said.getMessage() == ("the last --pid target has gone: pmd goes on "
+                                         "recording the processes the module monitors")
+            assert not d.finished
+        else:
+            assert said.getMessage() == ("the last --pid target has gone and --no-genl "
+                                         "leaves nothing to watch: pmd writes what is "
+                                         "pending and exits")
+            assert d.finished
+
+
+def test_pmd_without_genl_exits_when_its_last_target_exits(tmp_path: Path) -> None:
+    target = subprocess.Popen(["sleep", "2"])
+    db = tmp_path / "pmm.db"
+    p = pmd("--db", str(db), "--pid", str(target.pid), "--interval", "100ms")
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        target.wait()
+    assert p.returncode == 0, err
+    lines = err.splitlines()
+    assert any(ln.endswith(f"pmd: INFO: pid {target.pid} exited") for ln in lines), err
+    assert any(ln.endswith("the last --pid target has gone and --no-genl leaves nothing to "
+                           "watch: pmd writes what is pending and exits") for ln in lines), err
+    assert re.search(r"no --pid target left: wrote \d+ samples in all, exiting", err), err
+    # every line of the log (not the journal here) starts with its time
+    assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} pmd: ", ln)
+               for ln in lines), err
+    assert count(db) > 5

@@ -8,6 +8,7 @@ heap profile (403 for user nobody); the service discovery JSON."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pwd
@@ -42,6 +43,7 @@ from pmm.metrics import (
     heap_profile,
     peer_uid,
     process_owner,
+    targets,
 )
 from pmm.model import ConfigInfo
 from pmm.procsampler import read_stat
@@ -56,7 +58,7 @@ PROCESS_METRICS = {
     "pmm_process_heap_live_blocks", "pmm_process_verdict",
     "pmm_process_rss_growth_bytes_per_second", "pmm_process_rss_growth_low_bytes_per_second",
     "pmm_process_rss_growth_high_bytes_per_second", "pmm_process_exhaustion_seconds",
-    "pmm_process_start_time_seconds", "pmm_process_unreachable_bytes"}
+    "pmm_process_start_time_seconds", "pmm_process_unreachable_bytes", "pmm_process_alert"}
 MODULE_METRICS = {
     "pmm_module_monitored_processes", "pmm_module_records_accepted_total",
     "pmm_module_records_dropped_total", "pmm_module_unmatched_frees_total",
@@ -102,7 +104,8 @@ class Pmd:
         pid_args = [a for p in pids for a in ("--pid", str(p))]
         self.p = subprocess.Popen(
             [sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(tmp / "pmm.db"),
-             "--interval", "50ms", "--detect-every", "10", "--window", "60", *pid_args,
+             "--interval", "50ms", "--detect-every", "10", "--window", "60", "--min-span", "0",
+             *pid_args,
              *args], stderr=self.f, cwd=TOP, env=dict(os.environ, PMM_DEVICE=str(tmp / "no")))
         self.url = ""
 
@@ -274,9 +277,9 @@ def test_exposition_names_labels_and_state_set(monkeypatch: pytest.MonkeyPatch) 
     for lab, v in got["pmm_process_verdict"]:
         by_pid.setdefault(lab["pid"], {})[lab["verdict"]] = v
     assert by_pid == {
-        "11": {"leak": 1, "growing": 0, "stable": 0, "not_enough_data": 0},
-        "12": {"leak": 0, "growing": 0, "stable": 1, "not_enough_data": 0},
-        "13": {"leak": 0, "growing": 0, "stable": 0, "not_enough_data": 1}}
+        "11": {"leak": 1, "growing": 0, "stable": 0, "inconclusive": 0, "not_enough_data": 0},
+        "12": {"leak": 0, "growing": 0, "stable": 1, "inconclusive": 0, "not_enough_data": 0},
+        "13": {"leak": 0, "growing": 0, "stable": 0, "inconclusive": 0, "not_enough_data": 1}}
     # live heap only where the module tracks it; growth only once detected
     assert [lab["pid"] for lab, _ in got["pmm_process_heap_live_bytes"]] == ["11"]
     assert got["pmm_process_heap_live_blocks"][0][1] == 256
@@ -323,13 +326,8 @@ def test_endpoint_negotiates_targets_and_refuses(tmp_path: Path,
         assert body.endswith(b"# EOF\n") and b"pmm_process_verdict{" in body
         status, headers, body = get(f"{url}/debug/pprof/targets")
         assert status == 200 and headers["Content-Type"] == "application/json"
-        got = json.loads(body)
-        assert [t["targets"] for t in got] == [[host], [host]]
-        comm = Path(sys.executable).name[:15]
-        assert sorted((t["labels"]["__param_pid"], t["labels"]["pid"], t["labels"]["comm"])
-                      for t in got) == sorted([(str(leaker), str(leaker), comm),
-                                               (str(healthy), str(healthy), "sleep")])
-        assert all(t["labels"]["start_time"].isdigit() for t in got)
+        # sampled from /proc, no hook in them: no heap profile, so no target
+        assert json.loads(body) == [], host
         assert get(f"{url}/nothing")[0] == 404
         assert get(f"{url}/metrics", method="POST")[0] == 405
         # the profile: 400 without a pid, 404 for one pmd does not watch, 503 for
@@ -366,7 +364,7 @@ def test_profile_served_to_allowed_user_and_owner(tmp_path: Path) -> None:
         pmd = Pmd(tmp_path, [mine.pid, roots.pid], "--metrics", "127.0.0.1:0")
         try:
             url = pmd.wait_url()
-            wait_for(lambda: b"sleep" in get(f"{url}/debug/pprof/targets")[2], 20, "targets")
+            wait_for(lambda: b"sleep" in get(f"{url}/metrics")[2], 20, "the processes")
             # the owner passes the check (503: no module here), root's is refused
             assert as_nobody_get(f"{url}/debug/pprof/heap?pid={mine.pid}")[0] == 503
             assert as_nobody_get(f"{url}/debug/pprof/heap?pid={roots.pid}")[0] == 403
@@ -376,7 +374,7 @@ def test_profile_served_to_allowed_user_and_owner(tmp_path: Path) -> None:
                   "--pprof-allow-user", "nobody")
         try:
             url = pmd.wait_url()
-            wait_for(lambda: b"sleep" in get(f"{url}/debug/pprof/targets")[2], 20, "targets")
+            wait_for(lambda: b"sleep" in get(f"{url}/metrics")[2], 20, "the process")
             assert as_nobody_get(f"{url}/debug/pprof/heap?pid={roots.pid}")[0] == 503
         finally:
             assert pmd.stop() == 0
@@ -596,8 +594,27 @@ def fake_handler(snap: Snapshot, peer: str) -> tuple[Any, list[tuple[int, str]]]
 
 def own_figures(pid: int, start_time: int) -> Snapshot:
     return Snapshot((ProcessFigures(pid=pid, start_time=start_time, comm="x", unit="",
-                                    start_unix=0.0, rss=0, vm=0, live_bytes=None,
-                                    live_blocks=None),))
+                                    start_unix=0.0, rss=0, vm=0, live_bytes=4096,
+                                    live_blocks=1),))
+
+
+def test_targets_are_the_processes_with_a_heap_profile() -> None:
+    """/debug/pprof/targets lists the processes whose heap the module tracks
+    (a profile to serve), not those pmd samples from /proc only, nor a
+    monitored one without the hook (no live block)."""
+    snap = Snapshot((figures(30, "LEAK", 1.0, 4096), figures(10, "STABLE", 0.0, None),
+                     figures(20, "STABLE", 0.0, 0)))
+    got = targets(snap, "h:1")
+    assert got == [{"targets": ["h:1"], "labels": {
+        "__param_pid": "30", "pid": "30", "comm": "prog30", "start_time": "300000000"}}]
+
+
+def test_the_alert_state_is_1_while_it_stands() -> None:
+    snap = Snapshot((dataclasses.replace(figures(3, "LEAK", 1.0, 4096), alert=True),
+                     figures(4, "STABLE", 0.0, 4096)))
+    got = samples(exposition(snap, None))
+    assert sorted((d["pid"], v) for d, v in got["pmm_process_alert"]) == [("3", 1.0),
+                                                                         ("4", 0.0)]
 
 
 def test_remote_peer_refused_before_proc_is_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -423,3 +423,36 @@ def test_pmd_without_genl_exits_when_its_last_target_exits(tmp_path: Path) -> No
     assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} pmd: ", ln)
                for ln in lines), err
     assert count(db) > 5
+
+
+def test_retention_runs_in_steps_from_the_loop(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """--retain: the loop prunes a step at a time (a backlog every 10 ms,
+    else every retain_every) and says once what a round deleted."""
+    from pmm.procsampler import boottime_ns
+    from pmm.store import ProcessRow, SampleRow
+
+    caplog.set_level(logging.INFO, logger="pmd")
+    now_s = boottime_ns() / 1e9
+    old = [now_s - 7200 + i for i in range(3000)]  # two hours ago, 3000 s long
+    store = Store.open(tmp_path / "pmm.db")
+    try:
+        store.write([SampleRow(5, 0, int(t * 1e9), 1 << 20, 1 << 20) for t in old],
+                    [ProcessRow(5, 0, "x")])
+        d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, retain=3600.0))
+        clock = d.next_retain
+        steps = 0
+        while store.sample_count(5, 0) > 0 and steps < 10:
+            d.maybe_retain(clock)
+            assert d.next_retain == pytest.approx(clock + 0.01)  # a backlog: soon again
+            clock = d.next_retain
+            steps += 1
+        assert steps == 2  # 2000 samples a step
+        d.maybe_retain(clock)  # the round ends: said once
+        assert d.next_retain == pytest.approx(clock + 1.0)
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retention")]
+    assert len(said) == 1 and said[0].startswith(
+        "retention: deleted 3000 samples, 0 site snapshots and 0 exited processes older "
+        "than 1h (the longest step took "), said

@@ -373,3 +373,42 @@ def test_an_unreadable_stat_leaves_no_directory_open(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError):
         procsampler.sample(123, 5, proc=str(tmp_path))
     assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_retention_prunes_old_rows_in_small_steps_and_keeps_alerts(tmp_path: Path) -> None:
+    """Store.prune_step: samples and site snapshots older than the horizon
+    go, a few at a time; a process that exited before it goes whole, unless
+    it has an alert (its rows stay with the alert, kept for good)."""
+    from pmm.store import AlertRow, PruneStep
+
+    S = 10**9
+    st = Store.open(tmp_path / "pmm.db")
+    try:
+        procs = [ProcessRow(1, 0, "running", started=0), ProcessRow(2, 0, "gone", started=0),
+                 ProcessRow(3, 0, "alerted", started=0)]
+        samples = [SampleRow(pid, 0, t * S, 1 << 20, 1 << 20)
+                   for pid in (1, 2, 3) for t in range(1, 101)]
+        snaps = [(pid, 0, t * S, 7, 4096, 1) for pid in (1, 2, 3) for t in range(1, 101, 10)]
+        st.write(samples, procs, [(2, 0, 50 * S), (3, 0, 50 * S)], snaps,
+                 [(2, 0, 7, "f() a.c:1"), (3, 0, 7, "g() b.c:2")])
+        st.add_alert(AlertRow(3, 0, 40 * S, 1.7e9, "alerted", "LEAK", 1.0, 0.5, 2.0, 0.95,
+                              1e6, 7, "LEAK pid 3"))
+        steps = []
+        while True:
+            step = st.prune_step(before_ns=80 * S, batch=50)
+            steps.append(step)
+            if not step.more:
+                break
+        # 3 x 79 samples in batches of 50, 3 x 8 snapshots, one exited process
+        assert sum(s.samples for s in steps) == 3 * 79
+        assert max(s.samples for s in steps) <= 50
+        assert sum(s.snapshots for s in steps) == 3 * 8
+        assert sum(s.processes for s in steps) == 1 and steps[-1] == PruneStep()
+        assert [p.pid for p in st.processes()] == [1, 3]
+        assert st.sample_count(1, 0) == 21 and st.sample_count(2, 0) == 0
+        assert st.sample_count(3, 0) == 21
+        assert st.sites(2, 0) == {} and st.sites(3, 0) == {7: "g() b.c:2"}
+        assert len(st.alerts(3)) == 1
+        assert st.prune_step(before_ns=80 * S) == PruneStep()  # nothing more to do
+    finally:
+        st.close()

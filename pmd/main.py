@@ -198,8 +198,8 @@ def pmd(
     retain: Annotated[float, typer.Option(
         "--retain", metavar="DURATION", parser=span,
         help="Delete samples and site snapshots older than this, and processes that "
-        "exited before it (unless they have an alert: alerts are kept for good), a "
-        "small batch a second; 0 keeps everything.")] = format_duration(DEFAULT_RETAIN),  # type: ignore[assignment]
+        "exited before it (unless they have an alert: alerts are kept for good), in "
+        "small steps every minute; 0 keeps everything.")] = format_duration(DEFAULT_RETAIN),  # type: ignore[assignment]
     max_pending: Annotated[int, typer.Option(
         "--max-pending", metavar="N", min=1,
         help="Samples kept in memory while the database cannot be written (the oldest "

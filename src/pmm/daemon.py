@@ -403,7 +403,7 @@ class Options:
     # line: DEFAULT_MIN_SPAN; 0 here, for callers that feed samples themselves)
     min_span: float = 0.0
     retain: float = 0.0  # seconds of samples kept, 0: for good (pmd's: DEFAULT_RETAIN)
-    retain_every: float = 1.0  # seconds between two steps of pruning
+    retain_every: float = 60.0  # seconds between two rounds of pruning
 
 
 def verdict_line(pid: int, comm: str, r: Trend, samples: int, named: bool = True) -> str:
@@ -472,7 +472,7 @@ class Daemon:
         self.last_commit_unix = time.time()  # the database held every row then
         self.next_publish = now
         self.next_status = now
-        self.next_retain = now + min(60.0, opts.retain_every)  # after the start's work
+        self.next_retain = now + opts.retain_every  # after the start's work
         self.pruned = collections.Counter[str]()  # this round of retention
         self.longest_prune_s = 0.0  # the longest step so far
 
@@ -894,9 +894,9 @@ class Daemon:
     # -- retention ------------------------------------------------------------
 
     def maybe_retain(self, now: float) -> None:
-        """One small step of retention (Store.prune_step) every
-        opts.retain_every seconds, and every 10 ms while a backlog lasts, so
-        the loop serves events between steps; a line once a round deleted
+        """A round of retention every opts.retain_every seconds: small steps
+        (Store.prune_step) 10 ms apart while there is something to delete,
+        so the loop serves events between them; a line once a round deleted
         something."""
         if self.opts.retain <= 0 or now < self.next_retain:
             return

@@ -3,7 +3,7 @@ size and retention"): how many bytes a sample takes on disk, so a
 process-day at pmd's default 1 s interval, and how long the longest step of
 Store.prune_step (pmd --retain) holds the loop.
 
-    .venv/bin/python bench/host_retain.py [PROCESSES [SAMPLES_EACH]]
+    bench/host_retain.sh [PROCESSES [SAMPLES_EACH]]
 
 Defaults: 200 processes x 20,000 samples (4M samples, a sample a second for
 5.6 hours each), half of them older than the horizon; the samples are as

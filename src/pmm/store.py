@@ -66,6 +66,8 @@ Retention (`Store.prune`, pmd --retain): samples and site snapshots older
 than the horizon go, and so does every row of a process that exited before
 it, unless the process has an alert: its process row, sites, post-mortem
 record and scans stay with its alerts, which are kept for good (a row each).
+The horizon is on CLOCK_BOOTTIME, as the rows' times: rows of an earlier
+boot go once the current boot's clock has passed them by the horizon.
 
 start_time is the process start (task->start_boottime) rounded down to the
 clock tick (1/CLK_TCK s): /proc/PID/stat only has ticks, the module has

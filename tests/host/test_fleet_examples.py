@@ -7,6 +7,7 @@ names only metrics pmd exports (the agreed list, docs/fleet.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,7 +46,7 @@ PROCESS_METRICS = frozenset({
     "pmm_process_rss_growth_low_bytes_per_second",
     "pmm_process_rss_growth_high_bytes_per_second",
     "pmm_process_exhaustion_seconds", "pmm_process_start_time_seconds",
-    "pmm_process_unreachable_bytes",
+    "pmm_process_unreachable_bytes", "pmm_process_alert",
 })
 MODULE_METRICS = frozenset({
     "pmm_module_loaded", "pmm_module_monitored_processes",
@@ -529,11 +530,17 @@ def test_parca_and_alloy_examples_agree() -> None:
 
 def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
         tmp_path: Path) -> None:
-    """A real Prometheus, discovering targets from a real pmd as the Parca and
-    Alloy examples do (the same service discovery and __param_ handling),
-    scrapes /debug/pprof/heap?pid=N for the process pmd watches. Without the
-    kernel module here pmd answers that URL 503 (a process it knows, no module).
-    pmd's /metrics names only metrics of the agreed list."""
+    """A real Prometheus, discovering targets from pmd's endpoint as the Parca
+    and Alloy examples do (the same service discovery and __param_ handling),
+    scrapes /debug/pprof/heap?pid=N for the process whose heap pmd tracks
+    (without the kernel module here, the endpoint is given that process as
+    the loop would publish it, and answers that URL 503: a process it knows,
+    no module). A real pmd lists no target for a process it samples from
+    /proc only (no profile), and its /metrics names only metrics of the
+    agreed list."""
+    from pmm.metrics import Exporter, ProcessFigures, Snapshot
+    from pmm.procsampler import read_stat
+
     discovery_url, profile_path = profile_source(PARCA, r"^\s+- url: (\S+)$",
                                                  r"^\s+path: (\S+)$")
     port = free_port()
@@ -545,11 +552,19 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
         stderr=pmd_log, cwd=TOP, env=dict(os.environ, PMM_DEVICE=str(tmp_path / "no-device")))
     config = tmp_path / "prometheus.yml"
     # JSON is YAML
+    ex = Exporter(address=("127.0.0.1", 0))
+    assert ex.server is not None
+    start = read_stat(sleeper.pid).start_time
+    tracked = Snapshot((ProcessFigures(pid=sleeper.pid, start_time=start, comm="sleep",
+                                       unit="", start_unix=0.0, rss=4096, vm=8192,
+                                       live_bytes=4096, live_blocks=1),))
+    ex.server.snapshot = lambda: tracked
+    ex.start()
     config.write_text(json.dumps({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [{
             "job_name": "heap", "metrics_path": profile_path,
-            "http_sd_configs": [{"url": discovery_url.replace(":9466", f":{port}"),
+            "http_sd_configs": [{"url": discovery_url.replace(":9466", f":{ex.server.port}"),
                                  "refresh_interval": "1s"}]}]}))
     proc = None
     try:
@@ -565,11 +580,21 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
             time.sleep(0.2)
         (target,) = scraped
         assert target["scrapeUrl"] == (
-            f"http://127.0.0.1:{port}/debug/pprof/heap?pid={sleeper.pid}")
+            f"http://127.0.0.1:{ex.server.port}/debug/pprof/heap?pid={sleeper.pid}")
         labels = target["labels"]
         assert (labels["pid"], labels["comm"]) == (str(sleeper.pid), "sleep")
         assert labels["start_time"].isdigit()
         assert "503" in target["lastError"], target["lastError"]
+        # the real pmd samples the sleeper from /proc: no profile, no target
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/pprof/targets",
+                                            timeout=10) as r:
+                    assert json.loads(r.read()) == []
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError((tmp_path / "pmd.log").read_text())
         # and what it serves at /metrics is named as the rules and dashboard expect
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             exposition = r.read().decode()
@@ -582,6 +607,7 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
     finally:
         if proc is not None:
             stop(proc)
+        ex.close()
         pmd.send_signal(signal.SIGTERM)
         assert pmd.wait(timeout=30) == 0, (tmp_path / "pmd.log").read_text()
         pmd_log.close()

@@ -457,3 +457,66 @@ def test_retention_runs_in_steps_from_the_loop(tmp_path: Path,
     assert len(said) == 1 and said[0].startswith(
         "retention: deleted 3000 samples, 0 site snapshots and 0 exited processes older "
         "than 1h (the longest step took "), said
+
+
+RAMP = """
+import sys, time
+keep = []
+print("ready", flush=True)
+for _ in range(int(sys.argv[1])):
+    b = bytearray(int(sys.argv[2]))
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    keep.append(b)
+    time.sleep(float(sys.argv[3]))
+print("done", flush=True)
+time.sleep(600)
+"""
+
+
+def test_pmd_on_a_warm_up_and_a_leak_that_stops(tmp_path: Path) -> None:
+    """Real programs under pmd (/proc, --min-span 5s): a 3 s warm-up ramp
+    (30 MiB) raises no alert; a leak of 12 s (2.4 MiB/s) raises one, which is
+    resolved once the leak has stopped long enough for the verdict to clear."""
+    def start(*args: str) -> subprocess.Popen[str]:
+        p = subprocess.Popen([sys.executable, "-c", RAMP, *args], stdout=subprocess.PIPE,
+                             text=True)
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        return p
+
+    ramp = start("30", str(1 << 20), "0.1")
+    leak = start("600", str(48 << 10), "0.02")
+    db = tmp_path / "pmm.db"
+    p = pmd("--db", str(db), "--pid", str(ramp.pid), "--pid", str(leak.pid), "--interval",
+            "100ms", "--commit-interval", "100ms", "--detect-every", "10", "--min-span", "5s")
+    log_lines: list[str] = []
+    try:
+        assert p.stderr is not None
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            line = p.stderr.readline()
+            assert line, "".join(log_lines)
+            log_lines.append(line)
+            if f"RESOLVED pid {leak.pid} " in line:
+                break
+        else:
+            raise AssertionError("".join(log_lines))
+        p.send_signal(signal.SIGTERM)
+        _, rest = p.communicate(timeout=30)
+        log_lines.append(rest)
+    finally:
+        for q in (ramp, leak, p):
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+    text = "".join(log_lines)
+    c = sqlite3.connect(db)
+    try:
+        rows = c.execute("SELECT pid, verdict, resolved FROM alerts").fetchall()
+    finally:
+        c.close()
+    # the ramp: never an alert; the leak: one, resolved
+    assert [(pid, v) for pid, v, _ in rows] == [(leak.pid, "LEAK")], text
+    assert rows[0][2] is not None, text
+    assert f"LEAK pid {ramp.pid}" not in text
+    assert text.count(f"WARNING: LEAK pid {leak.pid} ") == 1, text

@@ -22,9 +22,10 @@ the kernel's socket table, or its address when remote (see verify_request).
   serves them only to a loopback peer whose uid (found from the kernel's
   socket table, never from the request) is 0, the process's owner, or one
   of the allowed uids (`--pprof-allow-user`).
-- GET /debug/pprof/targets: the monitored processes as Prometheus HTTP
-  service discovery JSON, one target per process (`__param_pid`), for
-  Parca's and Pyroscope's scrape configurations.
+- GET /debug/pprof/targets: the monitored processes that have a heap
+  profile (the module tracks their heap) as Prometheus HTTP service
+  discovery JSON, one target per process (`__param_pid`), for Parca's and
+  Pyroscope's scrape configurations.
 """
 
 from __future__ import annotations

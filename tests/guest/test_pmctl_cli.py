@@ -24,6 +24,8 @@ from pmm import procfs, uapi
 from pmm.leaks import age_bucket
 
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
+LEAK = TOP / "examples" / "bin" / "leak"
+EXIT_OF = {"STABLE": 0, "LEAK": 10, "GROWING": 11, "NOT ENOUGH DATA": 12, "INCONCLUSIVE": 13}
 
 
 
@@ -324,3 +326,24 @@ def test_pmctl_run_leaks_stats_logs(pmm: None, cache: Path, leak_prog: Path) -> 
     (p,) = [x for x in pmctl_json("status")["pids"] if x["pid"] == pid]
     assert (p["state"], p["live_blocks"], p["live_bytes"]) == ("exited", 9, 5392)
     assert pmctl("stop", str(pid)).exit_code == 0
+
+
+@pytest.mark.parametrize("watch", ["5s", "10s"])
+def test_trend_watch_of_a_slow_leak_is_never_stable(watch: str) -> None:
+    """Issue 41's case: a process leaking about 1.8 MiB/min (16 KiB every
+    500 ms, written) watched 5 s and 10 s. Before, STABLE and exit 0 with an
+    interval of -14.8 .. +15.2 MiB/min: a script read it as healthy."""
+    p = subprocess.Popen([str(LEAK), "-n", "100000", "-b", "16384", "-s", "500"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().startswith("leak: pid ")
+        r = pmctl("trend", str(p.pid), "--watch", watch, "--json")
+        d = json.loads(r.stdout)
+        assert d["verdict"] != "STABLE", d["reason"]
+        assert r.exit_code == EXIT_OF[d["verdict"]] != 0, (r.exit_code, d["reason"])
+        if d["verdict"] == "INCONCLUSIVE":
+            assert d["rate_bytes_min_high"] >= d["matters_bytes_min"] > 0, d
+            assert d["watch_more_s"] is not None and d["watch_more_s"] >= 0, d
+    finally:
+        p.kill()
+        p.wait()

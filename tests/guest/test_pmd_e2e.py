@@ -153,14 +153,17 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
                             for a, f, t, lb in heap), heap[:3]
         assert c.execute("SELECT count(*) FROM samples WHERE pid = ? AND (allocator IS NOT "
                          "NULL OR live_bytes > 0)", (saw.pid,)).fetchone()[0] == 0
-        # the sawtooth: STABLE at every detection, never an alert
+        # the sawtooth: never a growth nor an alert; STABLE once its window
+        # rules out 64 KiB/min, INCONCLUSIVE before (a few seconds of a 1 MiB
+        # sawtooth cannot: test_trend_detector.py)
         assert pmd.wait_log(f"pid {saw.pid} (sawtooth): STABLE", 600), pmd.text()
         saw_verdicts = re.findall(rf"pid {saw.pid} \(sawtooth\): ([A-Z]+) after", pmd.text())
-        assert set(saw_verdicts) == {"STABLE"}, saw_verdicts
+        assert set(saw_verdicts) <= {"STABLE", "INCONCLUSIVE"}, saw_verdicts
         assert c.execute("SELECT count(*) FROM alerts WHERE pid = ?", (saw.pid,)).fetchone()[0] == 0
         c.close()
         code, d = trend_cli(str(saw.pid), "--db", str(db))
-        assert (code, d["verdict"], d["source"]) == (0, "STABLE", "db"), d
+        assert (code, d["verdict"], d["source"]) in ((0, "STABLE", "db"),
+                                                    (13, "INCONCLUSIVE", "db")), d
 
         # `pmctl trend` on pmd's database says the same, with exit status 10
         code, d = trend_cli(str(leak.pid), "--db", str(db))

@@ -28,7 +28,7 @@ from pmm.stats import StatsTable, build_table
 from pmm.store import ProcessRow, ScanRow, start_key
 from pmm.trend import Verdict, seconds_until_exhausted, site_growth
 from pmm.trendreport import Report, detect_on
-from pmm.trendsource import Data, live_start, mem_available
+from pmm.trendsource import Data, available_memory, live_start
 
 if TYPE_CHECKING:
     from pmm.store import Store
@@ -265,10 +265,11 @@ def gather(
         d.missing.append("No memory samples: no chart and no verdict.")
 
     if data is not None:
-        r = detect_on(data)
+        # the rate that matters as `pmctl trend` takes it: from what is left to the process
+        available = available_memory(pid) if d.state == "running" else None
+        r = detect_on(data, available)
         growing = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in data.snapshots),
                               limit=GROWING_SITES)
-        available = mem_available() if d.state == "running" else None
         exhausted = seconds_until_exhausted(r.slope, available) if (
             available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
         d.trend = Report(data, r, available, exhausted, growing)

@@ -269,6 +269,7 @@ h2 { font-size: 18px; margin: 0 0 10px; }
            font-size: 20px; color: #fff; margin-right: 12px; }
 .v-LEAK { background: #c62828; } .v-GROWING { background: #ef6c00; }
 .v-STABLE { background: #2e7d32; } .v-NOT-ENOUGH-DATA { background: #78828f; }
+.v-INCONCLUSIVE { background: #78828f; }
 .reason { font-size: 16px; }
 .missing { background: #fff8e1; border-color: #f3d77b; }
 .missing ul { margin: 4px 0 0; padding-left: 20px; }

@@ -114,6 +114,9 @@ class Params:
     horizon_s: float = 30 * 86400.0
     min_rate: float = 16 * 1024 / 60.0  # bytes/s: 16 KiB/min
     max_rate: float = 64 * 1024 / 60.0  # bytes/s: 64 KiB/min
+    # what a floor that never moved may hide: the kernel's rss counters move
+    # in batches of up to 64 pages a thread (SPLIT_RSS_COUNTING)
+    rss_step: float = 64 * 4096.0
 
     def __post_init__(self) -> None:
         if self.min_buckets < 4 or self.max_buckets < self.min_buckets:
@@ -418,22 +421,31 @@ def detect(times: Iterable[float], values: Iterable[float], params: Params = Par
     pct = round(params.confidence * 100)
 
     late: list[float] = []
+    # a floor that stays flat rules out only the rates that would have moved it
+    # by one step of the series' resolution (rss moves by pages, or by the
+    # kernel's batches of up to 64 pages a thread): an interval's upper end is
+    # at least a step over its span; the smallest move seen, else rss_step
+    step = min((abs(b - a) for a, b in pairwise(v) if b != a), default=params.rss_step)
 
     def stable(why: str) -> Trend:
         # STABLE only when an interval rules out every rate that matters: the
         # whole window's, else its later part's (the growth now)
-        if high < matters:
+        if max(high, step / span) < matters:
             return Trend(Verdict.STABLE, why, **common)
         if not late:
             late.extend(theil_sen(lx, lv, params.confidence))
-        late_hi = late[3]
+        late_span = (lt[-1] - lt[0]) if len(lt) > 1 else 0.0
+        late_hi = max(late[3], step / late_span if late_span > 0 else math.inf)
         if late_hi < matters:
             return Trend(Verdict.STABLE, why, **common)
+        high_now = max(high, step / span)
         more = watch_longer(span, slope, high, matters)
+        if step / span >= matters:  # and long enough for a step to show
+            more = max(more, step / matters * 1.01 - span)
         if slope > 0.0:  # and LEAK needs the growth to reach its minimum
             more = max(more, min_growth / slope - span)
         return Trend(Verdict.INCONCLUSIVE,
-                     f"{why}, but the {pct}% CI reaches {human_rate(high * 60)} (its later "
+                     f"{why}, but the {pct}% CI reaches {human_rate(high_now * 60)} (its later "
                      f"part {human_rate(late_hi * 60)}), above the {human_rate(matters * 60)} "
                      "that matters (it would use up the memory available within "
                      f"{format_duration(params.horizon_s)})", watch_more_s=more, **common)

@@ -279,7 +279,11 @@ def test_watch_a_leaking_process_subprocess() -> None:
     assert 1000 * 60 < d["rate_kib_min"] < 3200 * 60
 
 
-def test_watch_sleeping_process_is_stable() -> None:
+def test_watch_sleeping_process_is_inconclusive_for_seconds() -> None:
+    """A sleeper's rss never moves; the kernel's rss moves in steps of up to
+    256 KiB, so 3.5 s of it rule out nothing below 4 MiB/min: INCONCLUSIVE
+    (exit 13), with about how long to watch for STABLE (256 KiB / 64 KiB/min
+    = 4 minutes in all)."""
     child = subprocess.Popen(["sleep", "30"])
     try:
         code, out = _run(str(child.pid), "--watch", "3.5", "--interval", "0.1", "--json")
@@ -287,8 +291,10 @@ def test_watch_sleeping_process_is_stable() -> None:
         child.kill()
         child.wait()
     d = json.loads(out.splitlines()[-1] if out.startswith("sampling") else out)
-    assert code == 0, out
-    assert d["verdict"] == "STABLE" and d["rate_kib_min"] == 0.0
+    assert code == 13, out
+    assert d["verdict"] == "INCONCLUSIVE" and d["rate_kib_min"] == 0.0
+    assert 3.5 + d["watch_more_s"] == pytest.approx(256 * 1024 / d["matters_bytes_min"] * 60,
+                                                     rel=0.05)
 
 
 def test_watch_proc_source_needs_watch() -> None:

@@ -342,7 +342,8 @@ def test_trend_watch_of_a_slow_leak_is_never_stable(watch: str) -> None:
         assert d["verdict"] != "STABLE", d["reason"]
         assert r.exit_code == EXIT_OF[d["verdict"]] != 0, (r.exit_code, d["reason"])
         if d["verdict"] == "INCONCLUSIVE":
-            assert d["rate_bytes_min_high"] >= d["matters_bytes_min"] > 0, d
+            # the interval, or one rss step over the window, admits what matters
+            assert "above the" in d["reason"] and d["matters_bytes_min"] > 0, d
             assert d["watch_more_s"] is not None and d["watch_more_s"] >= 0, d
     finally:
         p.kill()

@@ -114,9 +114,10 @@ def test_trend_watch_from_a_new_venv_without_the_module(venv: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert r.returncode == 0, r.stderr
+    # 4 s of a sleeper's unmoving rss rule nothing out: INCONCLUSIVE, exit 13
+    assert r.returncode == 13, r.stderr
     doc = json.loads(r.stdout)
-    assert (doc["source"], doc["verdict"]) == ("proc", "STABLE")
+    assert (doc["source"], doc["verdict"]) == ("proc", "INCONCLUSIVE")
     assert 35 <= doc["samples"] <= 42
 
 

@@ -161,7 +161,7 @@ def test_pmctl_trend_as_group_member_while_pmd_is_stopped(shared: Path, group: i
         return [r.exit_code, r.stdout, r.stderr]
 
     code, out, err = as_user(NOBODY, group, trend)
-    assert code == 0, err  # STABLE
+    assert code == 13, err  # INCONCLUSIVE: 4 s of an unmoving rss rule nothing out
     doc = json.loads(out)
     assert (doc["pid"], doc["samples"], doc["comm"], doc["db"]) == (PID, 40, "daemon", str(db))
 
@@ -227,7 +227,7 @@ def test_group_member_finds_the_system_database_without_db(system_db: Path, grou
     assert as_user(NOBODY, OTHER_GID, lambda: str(default_db_path(writer=True)), env,
                    [group]) == f"{shared}/home/.local/share/pmm/pmm.db"
     code, out, err = as_user(NOBODY, OTHER_GID, trend_without_db, env, [group])
-    assert code == 0, err  # STABLE
+    assert code == 13, err  # INCONCLUSIVE: 4 s of an unmoving rss rule nothing out
     doc = json.loads(out)
     assert (doc["db"], doc["samples"], doc["comm"]) == (str(system_db), 40, "daemon")
 

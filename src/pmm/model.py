@@ -301,7 +301,14 @@ class Sample:
     rss_anon: int
     rss_file: int
     rss_shmem: int
+    # the live heap and the allocator's figures (None: unknown, e.g. no hook)
+    live_bytes: int | None = None
+    live_blocks: int | None = None
+    heap_free: int | None = None
+    heap_trimmable: int | None = None
+    allocator: str | None = None
+    cgroup_usage: int | None = None
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str | None]:
         """The JSON form: the fields by name."""
         return _fields_dict(self)

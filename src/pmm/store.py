@@ -16,7 +16,9 @@ sites           pid, start_time, site, where_ (a site's description) PRIMARY KEY
                 (pid, start_time, site)
 alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                 verdict, slope, slope_low, slope_high (bytes/s), confidence,
-                growth (bytes), site, message. One LEAK alert per process.
+                growth (bytes), site, message, kind (the kind of growth:
+                pmm.growthkind), evidence (its JSON: the split, the mappings
+                that grew). One LEAK alert per process.
 
 What pmd keeps of a process once it exited (its "harvest", pmm.postmortem),
 so that leaks and statistics name file:line after the module dropped it
@@ -352,6 +354,17 @@ def default_db_path(writer: bool = False) -> Path:
     return user_db_path()
 
 
+def _json_dict(text: str | None) -> dict[str, Any] | None:
+    """A stored JSON object (None for NULL or what is not one)."""
+    if not text:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
 def start_key(start_time_ns: int) -> int:
     """A process start time as stored: nanoseconds rounded down to the clock tick."""
     return start_time_ns - start_time_ns % TICK_NS
@@ -373,6 +386,12 @@ class SampleRow:
     live_bytes: int | None = None
     live_blocks: int | None = None
     source: str = "kmod"
+    # the allocator's figures (None: unknown), in memory only until their
+    # columns are stored
+    heap_free: int | None = None
+    heap_trimmable: int | None = None
+    allocator: str | None = None
+    cgroup_usage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -408,6 +427,11 @@ class AlertRow:
     growth: float
     site: int | None
     message: str
+    # the kind of growth (pmm.growthkind.Kind) and its evidence
+    # (Classification.to_dict: the split, the mappings that grew), None
+    # when unknown (an alert of an older pmd)
+    kind: str | None = None
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -792,6 +816,8 @@ class Store:
                     pk="id",
                 )
                 db.table("alerts").create_index(["pid", "start_time"])
+            # added with the kind of growth: an older database gets the columns
+            self._add_columns("alerts", {"kind": str, "evidence": str})
             # added with post-mortem records: an older database gets them here
             if not db.table("exit_info").exists():
                 db.table("exit_info").create(
@@ -831,6 +857,18 @@ class Store:
                     pk=("pid", "start_time", "time", "site"),
                     not_null={"pid", "start_time", "time", "site"},
                 )
+
+    def _add_columns(self, table: str, columns: dict[str, type]) -> None:
+        """Adds the columns the table lacks (a database of an older pmd)."""
+        have = set(self.db.table(table).columns_dict)
+        for name, kind in columns.items():
+            if name not in have:
+                self.db.table(table).add_column(name, kind)
+
+    def _columns(self, table: str) -> set[str]:
+        """The table's column names (reading: a database of an older or newer
+        pmd may lack or have more of them)."""
+        return {str(r[1]) for r in self._query(f"PRAGMA table_info({table})")}
 
     def close(self) -> None:
         """Closes the database."""
@@ -971,10 +1009,11 @@ class Store:
                     return False
                 c.execute(
                     "INSERT INTO alerts (pid, start_time, time, wall_time, comm, verdict, slope,"
-                    " slope_low, slope_high, confidence, growth, site, message) VALUES "
-                    "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " slope_low, slope_high, confidence, growth, site, message, kind, evidence)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (a.pid, a.start_time, a.time, a.wall_time, a.comm, a.verdict, a.slope,
-                     a.slope_low, a.slope_high, a.confidence, a.growth, a.site, a.message))
+                     a.slope_low, a.slope_high, a.confidence, a.growth, a.site, a.message,
+                     a.kind, None if a.evidence is None else json.dumps(a.evidence)))
                 return True
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
@@ -1072,6 +1111,23 @@ class Store:
         return Series(array("q", [r[0] for r in rows]), array("q", [r[1] for r in rows]),
                       array("q", [r[2] for r in rows]))
 
+    def split_series(self, pid: int, start_time: int,
+                     since_ns: int | None = None) -> dict[str, list[Any]]:
+        """The process's samples split (pmm.growthkind), oldest first, as the
+        lists "time", "rss_anon", "rss_file", "rss_shmem", "live_bytes" and,
+        where the database has them, "heap_free", "heap_trimmable" and
+        "allocator" (None where a sample lacks the figure)."""
+        cols = ["time", "rss_anon", "rss_file", "rss_shmem", "live_bytes"]
+        cols += [c for c in ("heap_free", "heap_trimmable", "allocator")
+                 if c in self._columns("samples")]
+        sql = f"SELECT {', '.join(cols)} FROM samples WHERE pid = ? AND start_time = ?"
+        args: list[int] = [pid, start_time]
+        if since_ns is not None:
+            sql += " AND time >= ?"
+            args.append(since_ns)
+        rows = self._query(sql + " ORDER BY time", args)
+        return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+
     def site_snapshots(self, pid: int, start_time: int,
                        since_ns: int | None = None) -> list[tuple[int, int, int, int]]:
         """(site, time, live_bytes, live_blocks), oldest first."""
@@ -1093,11 +1149,14 @@ class Store:
     def alerts(self, pid: int | None = None) -> list[AlertRow]:
         """The alerts stored (of one pid, if given), oldest first."""
         where, args = ("WHERE pid = ?", (pid,)) if pid is not None else ("", ())
+        kinds = "kind, evidence" if {"kind", "evidence"} <= self._columns("alerts") \
+            else "NULL, NULL"
         rows = self._query(
             "SELECT pid, start_time, time, wall_time, comm, verdict, slope, slope_low, "
-            f"slope_high, confidence, growth, site, message FROM alerts {where} ORDER BY id",
-            args)
-        return [AlertRow(*r) for r in rows]
+            f"slope_high, confidence, growth, site, message, {kinds} FROM alerts {where} "
+            "ORDER BY id", args)
+        return [AlertRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                         r[11], r[12], r[13], _json_dict(r[14])) for r in rows]
 
     def _has_table(self, name: str) -> bool:
         """Whether the database has the table (an older one may lack the

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pmm.errors import PmmError
+from pmm.growthkind import Classification, Kind, classify
 from pmm.output import format_table, human_age
 from pmm.text import printable
 from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
@@ -46,6 +47,7 @@ class Report:
     mem_available: int | None = None
     exhausted_in_s: float | None = None
     sites: list[SiteGrowth] = field(default_factory=list)
+    kind: Classification | None = None  # None: the samples have no split
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (see pmctl/trend_cli.py for its keys)."""
@@ -92,6 +94,8 @@ class Report:
                 for s in self.sites
             ],
             "table": [{"time_s": ts, "rss": rss, "vm": vm} for ts, rss, vm in table_rows(d)],
+            "kind": str(self.kind.kind) if self.kind is not None else None,
+            "kind_evidence": self.kind.to_dict() if self.kind is not None else None,
         }
 
 
@@ -105,15 +109,30 @@ def analyse(d: Data, available: int | None = None) -> Report:
     now) are used up at its rate, and the five sites that grow fastest (their
     descriptions from the module when the database lacks them)."""
     r = detect_on(d)
+    kind = kind_of(d)
     if available is None:
         available = mem_available()
     exhausted = seconds_until_exhausted(r.slope, available) if (
         available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
     sites = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in d.snapshots), limit=5)
     missing = {s.site for s in sites if s.site not in d.where}
-    if missing and d.source in ("db", "kmod"):
+    if missing and (d.source in ("db", "kmod") or d.snapshots):
         d.where = {**device_sites(d.pid, d.start_time, missing), **d.where}
-    return Report(d, r, available, exhausted, sites)
+    return Report(d, r, available, exhausted, sites, kind)
+
+
+def kind_of(d: Data) -> Classification | None:
+    """The kind of d's growth (pmm.growthkind), None when its samples lack
+    the kernel's split (anon, file, shmem: a database of an older pmd)."""
+    n = len(d)
+    parts = (d.anon, d.file, d.shmem)
+    if n == 0 or any(len(p) != n or any(v is None for v in p) for p in parts):
+        return None
+    live = d.live if len(d.live) == n else None
+    free = d.heap_free if len(d.heap_free) == n else None
+    return classify(d.seconds(), [int(v or 0) for v in d.anon], [int(v or 0) for v in d.file],
+                    [int(v or 0) for v in d.shmem], live, free, d.heap_trimmable, d.allocator,
+                    d.grown_maps())
 
 
 # -- text ----------------------------------------------------------------------
@@ -203,6 +222,7 @@ def render(rep: Report) -> str:
                    f"{human_rate(r.slope_low * 60)} .. {human_rate(r.slope_high * 60)}), "
                    f"floor {human_bytes(r.level)}, {sign}{human_bytes(abs(r.growth))} "
                    "over the window")
+    out.extend(kind_lines(rep))
     if rep.mem_available is not None:
         ex = rep.exhausted_in_s
         when = ""  # no rate, no forecast
@@ -219,6 +239,33 @@ def render(rep: Report) -> str:
         out.append(format_table(["site", "rate", "live", "blocks", "where"], srows,
                                 right={1, 2, 3}))
     return "\n".join(out)
+
+
+def kind_lines(rep: Report) -> list[str]:
+    """The kind of growth, its evidence and what to do ([] without a split)."""
+    c = rep.kind
+    if c is None:
+        return []
+    out = [f"kind:     {c.kind}: {c.reason}"]
+    p = c.latest
+    if p is not None:
+        parts = [f"live heap {human_bytes(p.live)}" if p.live is not None
+                 else "live heap unknown"]
+        if p.heap_free is not None:
+            parts.append(f"allocator-held {human_bytes(p.heap_free)}")
+        parts += [f"other anon {human_bytes(p.anon_other)}", f"file {human_bytes(p.file)}",
+                  f"shmem {human_bytes(p.shmem)}"]
+        out.append(f"split:    {', '.join(parts)}")
+    if c.mappings and c.kind not in (Kind.LEAK, Kind.NONE) and "grew:" not in c.reason:
+        out.append("grew:     " + ", ".join(f"{printable(m.label)} +{human_bytes(m.growth)}"
+                                            for m in c.mappings[:5]))
+    if c.kind is Kind.LEAK and rep.sites:
+        s = rep.sites[0]
+        where = rep.data.where.get(s.site, "") or f"site {s.site}"
+        out.append(f"site:     {printable(where)} {human_rate(s.slope * 60)}")
+    if c.advice:
+        out.append(f"next:     {c.advice.replace('PID', str(rep.data.pid))}")
+    return out
 
 
 # -- the running report of a watch ----------------------------------------------

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Growth of kind RETENTION by arenas: a thread starts every 200 ms; each
+ * gets an arena of its own (glibc gives a new thread a new arena while
+ * there are fewer than M_ARENA_MAX: set to 256 here, so the program behaves
+ * the same on any number of CPUs), allocates 512 blocks of 4 KiB in it,
+ * writes them, then a 16-byte block above them, and frees the 512: the
+ * small block keeps the arena from shrinking, so each thread leaves 2 MiB
+ * of free memory its arena holds (about 10 MiB/s) and 16 bytes of live
+ * heap. The threads wait until the end. SECS seconds (kinds.h).
+ *
+ *   kind_arenas SECS
+ */
+#include <pthread.h>
+
+#include "kinds.h"
+
+#define BLOCKS 512
+#define MAX_THREADS 256
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg)
+{
+	static __thread void *blocks[BLOCKS];
+	void *pin;
+	int i;
+
+	for (i = 0; i < BLOCKS; i++) {
+		blocks[i] = malloc(4096);
+		if (blocks[i])
+			memset(blocks[i], 0x3c, 4096);
+	}
+	pin = malloc(16);
+	for (i = 0; i < BLOCKS; i++)
+		free(blocks[i]);
+	pthread_mutex_lock(&g_lock);
+	if (pin)
+		g_own_live += 16;
+	pthread_mutex_unlock(&g_lock);
+	while (!g_stop)
+		usleep(50000);
+	free(pin);
+	return arg;
+}
+
+int main(int argc, char **argv)
+{
+	double secs = argc > 1 ? atof(argv[1]) : 10, end, next;
+	pthread_t threads[MAX_THREADS];
+	int n = 0, rc, i;
+
+	mallopt(M_ARENA_MAX, MAX_THREADS);
+	kinds_start();
+	end = now_s() + secs;
+	next = now_s();
+	while (!g_stop && now_s() < end) {
+		if (now_s() >= next && n < MAX_THREADS) {
+			if (pthread_create(&threads[n], NULL, worker, NULL) == 0)
+				n++;
+			next += 0.2;
+		}
+		kinds_tick(10000);
+	}
+	rc = kinds_hold();
+	for (i = 0; i < n; i++)
+		pthread_join(threads[i], NULL);
+	return rc;
+}

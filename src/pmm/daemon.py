@@ -92,6 +92,8 @@ from typing import TYPE_CHECKING, Any
 from pmm import procsampler, sdnotify, uapi
 from pmm.errors import NoSuchPid
 from pmm.genl import Event, Listener, MalformedEvent
+from pmm.growthkind import Classification
+from pmm.kindtrack import Tracker
 from pmm.store import (
     AlertRow,
     BadRowError,
@@ -367,9 +369,12 @@ class ProcState:
     described: set[int] = field(default_factory=set)  # site ids asked to describe
     lost_bytes: int | None = None  # the last scan's definitely lost bytes (scan_on_leak)
     indirect_bytes: int | None = None
+    kinds: Tracker = field(init=False)  # the split of its window, its mappings' baseline
+    kind: Classification | None = None  # the kind of growth at the last detector run
 
     def __post_init__(self) -> None:
         self.series = SeriesWindow(self.window)
+        self.kinds = Tracker(self.key[0], self.window)
         self.snaps = collections.deque(maxlen=4096)
 
 
@@ -493,6 +498,7 @@ class Daemon:
         st.live_bytes, st.live_blocks = s.live_bytes, s.live_blocks
         self.pending_samples.append(s)
         st.series.append(s.time / 1e9, float(s.rss))
+        st.kinds.split.append(s)
         st.since_detect += 1
         if st.since_detect >= self.detect_interval(len(st.series)) and \
                 len(st.series) >= self.opts.params.min_samples:
@@ -513,6 +519,7 @@ class Daemon:
             return
         r = detect(*st.series.samples(), self.opts.params)
         st.trend = r
+        self._name_kind(st, r)
         if str(r.verdict) != st.verdict:
             log.info("pid %d (%s): %s after %d samples (rss %s): %s", st.key[0],
                      st.comm or "?", r.verdict, len(st.series),
@@ -542,8 +549,13 @@ class Daemon:
             where = self._site_where(st, site)
             msg += f"; largest site {site}{' ' + where if where else ''} "
             msg += f"{human_bytes(big[2])} live"
+        kind = self._alert_kind(st)
+        if kind is not None:
+            msg += f"; kind {kind.kind}: {kind.reason}"
         a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
-                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
+                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg,
+                     str(kind.kind) if kind is not None else None,
+                     kind.to_dict() if kind is not None else None)
         try:
             self.flush_now()
             added = self.store.add_alert(a)
@@ -554,6 +566,21 @@ class Daemon:
             log.warning("%s", msg)
             if self.opts.scan_on_leak and st.source == "kmod":
                 self.request_scan(st)
+
+    def _name_kind(self, st: ProcState, r: Trend) -> None:
+        """The kind of the process's growth while the detector sees growth
+        (pmm.growthkind; None otherwise), and, at the first run, the
+        baseline of its mappings that an alert compares with."""
+        st.kinds.look()
+        st.kind = None
+        if r.verdict in (Verdict.LEAK, Verdict.GROWING):
+            st.kind = st.kinds.classify(st.series.samples()[0])
+
+    def _alert_kind(self, st: ProcState) -> Classification | None:
+        """The kind of growth for an alert: with the mappings that grew since
+        the baseline (read now: the alert keeps them)."""
+        st.kind = st.kinds.at_alert(st.series.samples()[0])
+        return st.kind
 
     def request_scan(self, st: ProcState) -> None:
         """Asks the worker to scan the process for unreachable blocks, unless
@@ -962,7 +989,7 @@ class Daemon:
                 live_bytes=st.live_bytes, live_blocks=st.live_blocks, verdict=st.verdict,
                 slope=t.slope if t else None, slope_low=t.slope_low if t else None,
                 slope_high=t.slope_high if t else None, lost_bytes=st.lost_bytes,
-                indirect_bytes=st.indirect_bytes))
+                indirect_bytes=st.indirect_bytes, **_split_figures(st)))
         listener = self.listener
         return Snapshot(tuple(procs), DaemonFigures(
             events=self.events, malformed_events=self.malformed,
@@ -1112,6 +1139,16 @@ class Daemon:
                      self.harvest_failures)
         log.info("%s: wrote %d samples in all, exiting", name, self.written)
         return 0
+
+
+def _split_figures(st: ProcState) -> dict[str, Any]:
+    """The metrics' split of the process's latest sample and its kind of growth."""
+    last = st.kinds.split.last
+    if last is None:
+        return {"kind": str(st.kind.kind) if st.kind is not None else ""}
+    return {"rss_anon": last.rss_anon, "rss_file": last.rss_file,
+            "rss_shmem": last.rss_shmem, "heap_free": last.heap_free,
+            "kind": str(st.kind.kind) if st.kind is not None else ""}
 
 
 CAP_SYS_PTRACE = 19

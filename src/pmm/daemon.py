@@ -499,6 +499,7 @@ class Daemon:
         self.pending_samples.append(s)
         st.series.append(s.time / 1e9, float(s.rss))
         st.kinds.split.append(s)
+        st.kinds.look()
         st.since_detect += 1
         if st.since_detect >= self.detect_interval(len(st.series)) and \
                 len(st.series) >= self.opts.params.min_samples:
@@ -569,9 +570,7 @@ class Daemon:
 
     def _name_kind(self, st: ProcState, r: Trend) -> None:
         """The kind of the process's growth while the detector sees growth
-        (pmm.growthkind; None otherwise), and, at the first run, the
-        baseline of its mappings that an alert compares with."""
-        st.kinds.look()
+        (pmm.growthkind; None otherwise)."""
         st.kind = None
         if r.verdict in (Verdict.LEAK, Verdict.GROWING):
             st.kind = st.kinds.classify(st.series.samples()[0])

@@ -11,8 +11,8 @@ A figure a sample lacks is NaN there.
 
 `Tracker.classify(times)` names the kind over the window; `Tracker.at_alert`
 also compares the mappings now with those of the first look (`baseline`,
-taken the first time the detector ran on the process: pmd's loop reads
-/proc/PID/smaps twice in a process's life, never per sample).
+taken at the process's first sample: pmd's loop reads /proc/PID/smaps
+twice in a process's life, never per sample).
 """
 
 from __future__ import annotations

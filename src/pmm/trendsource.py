@@ -76,14 +76,18 @@ class Data:
     maps_start: list[smaps.Mapping] | None = None
     maps_end: list[smaps.Mapping] | None = None
     stacks: dict[int, str] = field(default_factory=dict)  # thread stacks at the end
+    # the mappings that grew as pmd's alert kept them (from_db), when no
+    # snapshots were taken
+    alert_maps: list[smaps.MapGrowth] | None = None
 
     def __len__(self) -> int:
         return len(self.time_ns)
 
     def grown_maps(self) -> list[smaps.MapGrowth] | None:
-        """The mappings that grew over the watch (None: no snapshots)."""
+        """The mappings that grew over the watch, else those pmd's alert kept
+        (None: neither)."""
         if self.maps_start is None or self.maps_end is None:
-            return None
+            return self.alert_maps
         return smaps.name_stacks(smaps.grown(self.maps_start, self.maps_end), self.stacks)
 
     @property
@@ -160,9 +164,31 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
         d = Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
                  _ints(series.vm), _ints(series.rss), str(path), snaps, where)
         _set_split(d, store.split_series(pid, proc.start_time, since_ns))
+        d.alert_maps = _alert_maps(store, pid, proc.start_time)
         return d
     finally:
         store.close()
+
+
+def _alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth] | None:
+    """The mappings that grew, as the process's latest alert with evidence
+    kept them (None: no such alert)."""
+    from pmm.store import StoreError
+
+    try:
+        alerts = store.alerts(pid)
+    except StoreError:  # a database without the alerts table
+        return None
+    for a in reversed(alerts):
+        maps = (a.evidence or {}).get("mappings") if a.start_time == start_time else None
+        if isinstance(maps, list):
+            try:
+                return [smaps.MapGrowth(str(m["mapping"]), int(m["start"]),
+                                        int(m["rss_before"]), int(m["rss_after"]),
+                                        bool(m["allocator"])) for m in maps]
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
 
 
 def _set_split(d: Data, cols: dict[str, list[Any]]) -> None:

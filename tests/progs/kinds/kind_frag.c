@@ -2,15 +2,15 @@
 /*
  * Growth of kind RETENTION by fragmentation: the glibc heap grows sparse
  * while the live heap stays flat. Every 20 ms it allocates a burst of
- * 200-byte blocks, 16 pages' worth more than the last burst, and writes
+ * 200-byte blocks, 8 pages' worth more than the last burst, and writes
  * them; it keeps 64 of them spread evenly through the burst (the last one
  * among them, so the heap's top never comes free to be trimmed), frees the
  * rest and then the last burst's 64 in a shuffled order. The live heap's
  * floor stays at 64 blocks while the heap holds each burst's pages (a few
- * survivors a page at the burst's edge): rss grows about 3 MiB/s, all of it
+ * survivors a page at the burst's edge): rss grows about 1.6 MiB/s, all of it
  * memory the allocator holds free (mallinfo2's fordblks). Blocks of 200
  * bytes are above the fast bins' sizes, so every free goes back to the
- * heap's bins. SECS seconds (kinds.h).
+ * heap's bins. It grows until SECS seconds or SIGUSR2 (kinds.h).
  *
  *   kind_frag SECS
  */
@@ -44,7 +44,7 @@ int main(int argc, char **argv)
 
 	kinds_start();
 	end = now_s() + secs;
-	while (!g_stop && now_s() < end) {
+	while (kinds_growing(end)) {
 		for (i = 0; i < n; i++) {
 			g_burst[i] = malloc(SIZE);
 			if (g_burst[i])
@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 		nold = KEEP;
 		g_own_live = KEEP * SIZE;
 		if (n + 4096 / SIZE < MAX_BURST)
-			n += 16 * 4096 / SIZE;
+			n += 8 * 4096 / SIZE;
 		kinds_tick(20000);
 	}
 	return kinds_hold();

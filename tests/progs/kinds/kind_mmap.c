@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Growth of kind OUTSIDE THE HEAP: every 10 ms it maps 128 KiB of
+ * Growth of kind OUTSIDE THE HEAP: every 10 ms it maps 64 KiB of
  * anonymous memory (MAP_PRIVATE | MAP_ANONYMOUS) and writes it, about
- * 12.5 MiB/s, keeping it all (neighbouring mappings merge into one). It
+ * 6 MiB/s, keeping it all (neighbouring mappings merge into one). It
  * maps with the system call itself, as a runtime with its own allocator
  * does (Go's, a JIT's code cache): the hook records the mmap calls that go
  * through libc as heap blocks with their site, and this memory is the kind
- * it cannot see. SECS seconds (kinds.h).
+ * it cannot see. It grows until SECS seconds or SIGUSR2 (kinds.h).
  *
  *   kind_mmap SECS
  */
@@ -15,7 +15,7 @@
 
 #include "kinds.h"
 
-#define CHUNK (128 * 1024)
+#define CHUNK (64 * 1024)
 
 int main(int argc, char **argv)
 {
@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 
 	kinds_start();
 	end = now_s() + secs;
-	while (!g_stop && now_s() < end) {
+	while (kinds_growing(end)) {
 		p = syscall(SYS_mmap, NULL, CHUNK, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p != -1)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * What the kinds-of-growth programs share (tests/guest/test_growth_kinds.py):
- * each grows its memory one way for SECS seconds, then holds it until
- * SIGTERM. On SIGUSR1, and once growth ends, it writes its own figures to
- * $KIND_REPORT (else nothing): the bytes it holds in live blocks by its own
+ * each grows its memory one way for SECS seconds or until SIGUSR2, then
+ * holds it until SIGTERM. On SIGUSR1, and once growth ends, it writes its
+ * figures to $KIND_REPORT (else nothing): the bytes it holds in live blocks by its own
  * count, glibc's mallinfo2() and /proc/self/smaps_rollup, as "name bytes"
  * lines, so a test checks pmm's numbers against them. The report is written
  * from the main loop (mallinfo2 is not async-signal-safe) into a temporary
@@ -22,13 +22,19 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_report, g_stop;
+static volatile sig_atomic_t g_report, g_stop, g_hold;
 static size_t g_own_live; /* bytes in the program's live blocks, as requested */
 
 static void on_usr1(int sig)
 {
 	(void)sig;
 	g_report = 1;
+}
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	g_hold = 1;
 }
 
 static void on_term(int sig)
@@ -77,10 +83,17 @@ static void kinds_report(void)
 static void kinds_start(void)
 {
 	signal(SIGUSR1, on_usr1);
+	signal(SIGUSR2, on_usr2);
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 	printf("%d\n", (int)getpid());
 	fflush(stdout);
+}
+
+/* Whether to grow on: until `end` (now_s()), SIGUSR2 or SIGTERM. */
+static int kinds_growing(double end)
+{
+	return !g_stop && !g_hold && now_s() < end;
 }
 
 /* Between steps: answers a report request, sleeps `us` microseconds. */

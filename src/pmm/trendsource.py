@@ -163,14 +163,14 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
         where = store.sites(pid, proc.start_time)
         d = Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
                  _ints(series.vm), _ints(series.rss), str(path), snaps, where)
-        _set_split(d, store.split_series(pid, proc.start_time, since_ns))
-        d.alert_maps = _alert_maps(store, pid, proc.start_time)
+        set_split(d, store.split_series(pid, proc.start_time, since_ns))
+        d.alert_maps = alert_maps(store, pid, proc.start_time)
         return d
     finally:
         store.close()
 
 
-def _alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth] | None:
+def alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth] | None:
     """The mappings that grew, as the process's latest alert with evidence
     kept them (None: no such alert)."""
     from pmm.store import StoreError
@@ -191,7 +191,7 @@ def _alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth
     return None
 
 
-def _set_split(d: Data, cols: dict[str, list[Any]]) -> None:
+def set_split(d: Data, cols: dict[str, list[Any]]) -> None:
     """d's split from Store.split_series's columns (the same samples as d's)."""
     if len(cols.get("time", ())) != len(d):
         return

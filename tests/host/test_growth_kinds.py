@@ -5,6 +5,13 @@ smaps text; pmd's tracker (pmm.kindtrack) on SampleRows."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -249,3 +256,49 @@ def test_pmds_tracker_on_samples() -> None:
     for i in range(N):
         bare.split.append(SampleRow(1, 0, i, 0, 0))
     assert bare.classify(T) is None
+
+
+BIN = Path(__file__).resolve().parents[2] / "tests" / "progs" / "bin"
+
+
+@pytest.mark.parametrize(("prog", "grew"), [("kind_mmap", "[anon] 0x"), ("kind_frag", "[heap]"),
+                                            ("kind_arenas", "[arena] 0x")])
+def test_a_watch_names_the_mappings_of_a_bare_program(prog: str, grew: str,
+                                                     tmp_path: Path) -> None:
+    """`pmctl trend --watch` on the kinds' programs without the hook: the
+    heap is unknown, the mappings that grew are named, and the split's anon
+    agrees with the program's smaps_rollup once it holds."""
+    report = tmp_path / "report"
+    p = subprocess.Popen([str(BIN / prog), "60"], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "KIND_REPORT": str(report)})
+    try:
+        assert p.stdout is not None
+        pid = int(p.stdout.readline())
+        r = pmctl("trend", str(pid), "--watch", "3s", "--interval", "100ms", "--json")
+        assert r.returncode == 10, r.stderr
+        d = json.loads(r.stdout)
+        ev = d["kind_evidence"]
+        assert (d["kind"], ev["heap_known"]) == ("HEAP UNKNOWN", False), d
+        assert ev["mappings"][0]["mapping"].startswith(grew), ev["mappings"]
+        assert ev["mappings"][0]["growth"] > 512 * 1024
+        assert f"mappings that grew: {grew}" in ev["reason"]
+        p.send_signal(signal.SIGUSR2)
+        assert p.stdout.readline() == "holding\n"
+        r = pmctl("trend", str(pid), "--watch", "500ms", "--interval", "100ms", "--json")
+        latest = json.loads(r.stdout)["kind_evidence"]["latest"]
+        rollup = dict(line.split() for line in report.read_text().splitlines())
+        anon = int(rollup["rollup.Anonymous"])
+        # /proc/PID/status's counters are per-thread caches: up to 64 pages each
+        threads = 40 if prog == "kind_arenas" else 1
+        assert abs(latest["anon_other"] - anon) <= 0.02 * anon + threads * 64 * 4096
+        assert latest["live"] is None and latest["heap_free"] is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def pmctl(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PMM_DEVICE": "/nonexistent/pmm"}
+    return subprocess.run([sys.executable, "-m", "pmctl", *args], capture_output=True,
+                          text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])

@@ -75,8 +75,8 @@ ADVICE: dict[Kind, str] = {
     Kind.FILE: "file pages: the page cache of files it maps or reads; reclaimable unless "
     "locked",
     Kind.SHMEM: "shared memory (tmpfs, memfd, SysV): look at /dev/shm and its mappings",
-    Kind.HEAP_UNKNOWN: "pmctl attach PID (or start it with pmctl run), then watch again "
-    "to split the heap from the rest",
+    Kind.HEAP_UNKNOWN: "with the hook in the process (pmctl attach PID, or pmctl run), "
+    "pmctl trend PID --watch or pmd's database splits the heap from the rest",
     Kind.NONE: "",
 }
 
@@ -189,13 +189,14 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
              heap_free: Sequence[int | None] | None = None,
              heap_trimmable: int | None = None, allocator: str | None = None,
              mappings: Sequence[MapGrowth] | None = None,
-             params: Params | None = None) -> Classification:
+             params: Params | None = None, live_now: int | None = None) -> Classification:
     """The kind of growth of one process's samples (times in seconds; sizes in
     bytes, one per sample; live and heap_free None where unknown: their
     series is fitted only when every sample has it, and the latest known
     heap_free is reported). heap_trimmable and allocator are the latest
     figures; mappings those that grew over the window (pmm.smaps.grown),
-    None when no snapshots were taken."""
+    None when no snapshots were taken. live_now: the live heap now, when the
+    samples lack its history (the module's ring)."""
     params = params or Params()
     n = len(times)
     if not (len(anon) == len(file) == len(shmem) == n):
@@ -245,7 +246,9 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
         t = parts["anon"]
         if _grows(t):
             why = (f"anonymous memory grows {_rate(t)}; the live heap is unknown (the hook "
-                   "is not in the process)")
+                   "is not in the process)") if live_now is None else (
+                f"anonymous memory grows {_rate(t)}; these samples lack the live heap's "
+                f"history ({human_bytes(live_now)} live now)")
             if maps:
                 why += f"; mappings that grew: {_maps_text(maps)}"
             found.append((t.slope, Kind.HEAP_UNKNOWN, why))

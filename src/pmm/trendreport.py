@@ -132,7 +132,7 @@ def kind_of(d: Data) -> Classification | None:
     free = d.heap_free if len(d.heap_free) == n else None
     return classify(d.seconds(), [int(v or 0) for v in d.anon], [int(v or 0) for v in d.file],
                     [int(v or 0) for v in d.shmem], live, free, d.heap_trimmable, d.allocator,
-                    d.grown_maps())
+                    d.grown_maps(), live_now=d.live_now)
 
 
 # -- text ----------------------------------------------------------------------

@@ -71,6 +71,7 @@ class Data:
     live: list[int | None] = field(default_factory=list)
     heap_free: list[int | None] = field(default_factory=list)
     heap_trimmable: int | None = None  # the latest figures
+    live_now: int | None = None  # the module's live heap now, when `live` lacks it
     allocator: str | None = None
     # the process's mappings at the start and the end of a watch (None: not read)
     maps_start: list[smaps.Mapping] | None = None
@@ -253,6 +254,7 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
         # a ring without the live heap: the module's current figure shows it
         # is known, not how it moved
         d.live = [None] * len(samples)
+        d.live_now = info.live_bytes if info.records else None
     return d
 
 

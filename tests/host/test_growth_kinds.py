@@ -142,6 +142,10 @@ def test_heap_unknown_keeps_anon_and_says_how_to_know() -> None:
     live: list[int | None] = [20 * MIB] * N
     live[40] = None
     assert classify(T, anon, FLAT_FILE, FLAT_SHMEM, live).kind is Kind.HEAP_UNKNOWN
+    # the module's ring: the live heap known now, not its history
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, None, live_now=20 * MIB)
+    assert c.kind is Kind.HEAP_UNKNOWN
+    assert "these samples lack the live heap's history (20.0 MiB live now)" in c.reason
 
 
 def test_too_few_samples() -> None:

@@ -126,6 +126,7 @@ SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
 PUBLISH_PERIOD = 0.5  # seconds between snapshots for the metrics readers
 DETECT_SPAN = 20  # the detector runs at most every len(window) // DETECT_SPAN samples
 STATUS_PERIOD = 10.0  # seconds between notify_status calls
+KIND_EVERY = 10  # detector runs between two namings of a growing process's kind
 
 
 def open_module_device() -> AbstractContextManager[ModuleReader]:
@@ -370,7 +371,8 @@ class ProcState:
     lost_bytes: int | None = None  # the last scan's definitely lost bytes (scan_on_leak)
     indirect_bytes: int | None = None
     kinds: Tracker = field(init=False)  # the split of its window, its mappings' baseline
-    kind: Classification | None = None  # the kind of growth at the last detector run
+    kind: Classification | None = None  # the kind of growth, while the verdict says growth
+    kind_runs: int = 0  # detector runs since it was named
 
     def __post_init__(self) -> None:
         self.series = SeriesWindow(self.window)
@@ -570,10 +572,16 @@ class Daemon:
 
     def _name_kind(self, st: ProcState, r: Trend) -> None:
         """The kind of the process's growth while the detector sees growth
-        (pmm.growthkind; None otherwise)."""
-        st.kind = None
-        if r.verdict in (Verdict.LEAK, Verdict.GROWING):
+        (pmm.growthkind; None otherwise): named when growth is first seen,
+        then again every KIND_EVERY runs (it fits five slopes where the
+        detector fits one)."""
+        if r.verdict not in (Verdict.LEAK, Verdict.GROWING):
+            st.kind, st.kind_runs = None, 0
+            return
+        if st.kind is None or st.kind_runs >= KIND_EVERY:
             st.kind = st.kinds.classify(st.series.samples()[0])
+            st.kind_runs = 0
+        st.kind_runs += 1
 
     def _alert_kind(self, st: ProcState) -> Classification | None:
         """The kind of growth for an alert: with the mappings that grew since

@@ -7,7 +7,8 @@
  * writes them, then a 16-byte block above them, and frees the 256: the
  * small block keeps the arena from shrinking, so each thread leaves 1 MiB
  * of free memory its arena holds (about 5 MiB/s) and 16 bytes of live
- * heap. The threads wait until the end. It grows until SECS seconds or
+ * heap. The threads wait until the end, a small malloc and free every
+ * 150 ms. It grows until SECS seconds or
  * SIGUSR2 (kinds.h).
  *
  *   kind_arenas SECS
@@ -39,8 +40,14 @@ static void *worker(void *arg)
 	if (pin)
 		g_own_live += 16;
 	pthread_mutex_unlock(&g_lock);
-	while (!g_stop)
-		usleep(50000);
+	/* some work now and then, as a worker does: it also lets the hook
+	 * send the frees it holds (it sends a thread's records when one comes
+	 * 100 ms after the first it holds)
+	 */
+	while (!g_stop) {
+		usleep(150000);
+		free(malloc(16));
+	}
 	free(pin);
 	return arg;
 }

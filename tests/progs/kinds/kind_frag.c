@@ -2,8 +2,9 @@
 /*
  * Growth of kind RETENTION by fragmentation: the glibc heap grows sparse
  * while the live heap stays flat. Every 20 ms it allocates a burst of
- * 200-byte blocks, 8 pages' worth more than the last burst, and writes
- * them; it keeps 64 of them spread evenly through the burst (the last one
+ * 200-byte blocks, larger than the last by 400 pages a second (whatever a
+ * round takes), and writes them; it keeps 64 of them spread evenly
+ * through the burst (the last one
  * among them, so the heap's top never comes free to be trimmed), frees the
  * rest and then the last burst's 64 in a shuffled order. The live heap's
  * floor stays at 64 blocks while the heap holds each burst's pages (a few
@@ -37,13 +38,14 @@ static void shuffle(void **v, size_t n, unsigned int *seed)
 
 int main(int argc, char **argv)
 {
-	double secs = argc > 1 ? atof(argv[1]) : 10, end;
+	double secs = argc > 1 ? atof(argv[1]) : 10, end, t, last;
 	void *kept[KEEP], *old[KEEP];
 	size_t n = 2048, i, stride, nfree, nold = 0;
 	unsigned int seed = 1;
 
 	kinds_start();
 	end = now_s() + secs;
+	last = now_s();
 	while (kinds_growing(end)) {
 		for (i = 0; i < n; i++) {
 			g_burst[i] = malloc(SIZE);
@@ -68,8 +70,14 @@ int main(int argc, char **argv)
 		memcpy(old, kept, sizeof(kept));
 		nold = KEEP;
 		g_own_live = KEEP * SIZE;
-		if (n + 4096 / SIZE < MAX_BURST)
-			n += 8 * 4096 / SIZE;
+		/* by the time a round took, so that the rate holds however long
+		 * a burst takes (a slow machine)
+		 */
+		t = now_s();
+		n += (size_t)((t - last) * 50 * 8 * 4096 / SIZE);
+		if (n >= MAX_BURST)
+			n = MAX_BURST - 1;
+		last = t;
 		kinds_tick(20000);
 	}
 	return kinds_hold();

@@ -278,6 +278,7 @@ def test_a_watch_names_the_mappings_of_a_bare_program(prog: str, grew: str,
     try:
         assert p.stdout is not None
         pid = int(p.stdout.readline())
+        p.send_signal(signal.SIGUSR2)  # grow
         r = pmctl("trend", str(pid), "--watch", "3s", "--interval", "100ms", "--json")
         assert r.returncode == 10, r.stderr
         d = json.loads(r.stdout)
@@ -286,7 +287,7 @@ def test_a_watch_names_the_mappings_of_a_bare_program(prog: str, grew: str,
         assert ev["mappings"][0]["mapping"].startswith(grew), ev["mappings"]
         assert ev["mappings"][0]["growth"] > 512 * 1024
         assert f"mappings that grew: {grew}" in ev["reason"]
-        p.send_signal(signal.SIGUSR2)
+        p.send_signal(signal.SIGUSR2)  # hold
         assert p.stdout.readline() == "holding\n"
         r = pmctl("trend", str(pid), "--watch", "500ms", "--interval", "100ms", "--json")
         latest = json.loads(r.stdout)["kind_evidence"]["latest"]

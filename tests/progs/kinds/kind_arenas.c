@@ -8,8 +8,8 @@
  * small block keeps the arena from shrinking, so each thread leaves 1 MiB
  * of free memory its arena holds (about 5 MiB/s) and 16 bytes of live
  * heap. The threads wait until the end, a small malloc and free every
- * 150 ms. It grows until SECS seconds or
- * SIGUSR2 (kinds.h).
+ * 150 ms. It grows from a first SIGUSR2 until SECS seconds or a second
+ * one (kinds.h).
  *
  *   kind_arenas SECS
  */
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 
 	mallopt(M_ARENA_MAX, MAX_THREADS);
 	kinds_start();
-	end = now_s() + secs;
+	end = kinds_wait_start(secs);
 	next = now_s();
 	while (kinds_growing(end)) {
 		if (now_s() >= next && n < MAX_THREADS) {

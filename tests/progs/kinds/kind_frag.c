@@ -11,7 +11,8 @@
  * survivors a page at the burst's edge): rss grows about 1.6 MiB/s, all of it
  * memory the allocator holds free (mallinfo2's fordblks). Blocks of 200
  * bytes are above the fast bins' sizes, so every free goes back to the
- * heap's bins. It grows until SECS seconds or SIGUSR2 (kinds.h).
+ * heap's bins. It grows from a first SIGUSR2 until SECS seconds or a
+ * second one (kinds.h).
  *
  *   kind_frag SECS
  */
@@ -44,7 +45,7 @@ int main(int argc, char **argv)
 	unsigned int seed = 1;
 
 	kinds_start();
-	end = now_s() + secs;
+	end = kinds_wait_start(secs);
 	last = now_s();
 	while (kinds_growing(end)) {
 		for (i = 0; i < n; i++) {

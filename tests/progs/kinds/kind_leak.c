@@ -2,8 +2,8 @@
 /*
  * Growth of kind LEAK: every 10 ms it allocates 20 blocks of 1000 bytes
  * at leak_request(), writes them and keeps them all (a linked list through
- * the blocks), about 1.9 MiB/s of live heap, until SECS seconds or SIGUSR2
- * (kinds.h).
+ * the blocks), about 1.9 MiB/s of live heap, from a first SIGUSR2 until
+ * SECS seconds or a second one (kinds.h).
  *
  *   kind_leak SECS
  */
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	int i;
 
 	kinds_start();
-	end = now_s() + secs;
+	end = kinds_wait_start(secs);
 	while (kinds_growing(end)) {
 		for (i = 0; i < 20; i++)
 			head = leak_request(head);

@@ -6,7 +6,8 @@
  * maps with the system call itself, as a runtime with its own allocator
  * does (Go's, a JIT's code cache): the hook records the mmap calls that go
  * through libc as heap blocks with their site, and this memory is the kind
- * it cannot see. It grows until SECS seconds or SIGUSR2 (kinds.h).
+ * it cannot see. It grows from a first SIGUSR2 until SECS seconds or a
+ * second one (kinds.h).
  *
  *   kind_mmap SECS
  */
@@ -23,7 +24,7 @@ int main(int argc, char **argv)
 	long p;
 
 	kinds_start();
-	end = now_s() + secs;
+	end = kinds_wait_start(secs);
 	while (kinds_growing(end)) {
 		p = syscall(SYS_mmap, NULL, CHUNK, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

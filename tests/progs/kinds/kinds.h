@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * What the kinds-of-growth programs share (tests/guest/test_growth_kinds.py):
- * each grows its memory one way for SECS seconds or until SIGUSR2, then
- * holds it until SIGTERM. On SIGUSR1, and once growth ends, it writes its
- * figures to $KIND_REPORT (else nothing): the bytes it holds in live blocks by its own
- * count, glibc's mallinfo2() and /proc/self/smaps_rollup, as "name bytes"
+ * each waits for a first SIGUSR2, grows its memory one way for SECS seconds
+ * or until a second SIGUSR2, then holds it until SIGTERM (a test starts
+ * the growth once it watches). On SIGUSR1, and once growth ends, it
+ * writes its figures to $KIND_REPORT (else nothing): the bytes it holds in
+ * live blocks by its own count, glibc's mallinfo2() and
+ * /proc/self/smaps_rollup, as "name bytes"
  * lines, so a test checks pmm's numbers against them. The report is written
  * from the main loop (mallinfo2 is not async-signal-safe) into a temporary
  * file renamed over the report, so a reader never sees half of one.
@@ -22,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_report, g_stop, g_hold;
+static volatile sig_atomic_t g_report, g_stop, g_usr2;
 static size_t g_own_live; /* bytes in the program's live blocks, as requested */
 
 static void on_usr1(int sig)
@@ -34,7 +36,7 @@ static void on_usr1(int sig)
 static void on_usr2(int sig)
 {
 	(void)sig;
-	g_hold = 1;
+	g_usr2++;
 }
 
 static void on_term(int sig)
@@ -90,10 +92,18 @@ static void kinds_start(void)
 	fflush(stdout);
 }
 
-/* Whether to grow on: until `end` (now_s()), SIGUSR2 or SIGTERM. */
+/* Waits for the first SIGUSR2 (or SIGTERM); then, the end of growth. */
+static double kinds_wait_start(double secs)
+{
+	while (!g_usr2 && !g_stop)
+		usleep(10000);
+	return now_s() + secs;
+}
+
+/* Whether to grow on: until `end` (now_s()), a second SIGUSR2 or SIGTERM. */
 static int kinds_growing(double end)
 {
-	return !g_stop && !g_hold && now_s() < end;
+	return !g_stop && g_usr2 < 2 && now_s() < end;
 }
 
 /* Between steps: answers a report request, sleeps `us` microseconds. */

@@ -246,7 +246,7 @@ def kind_lines(rep: Report) -> list[str]:
     c = rep.kind
     if c is None:
         return []
-    out = [f"kind:     {c.kind}: {c.reason}"]
+    out = [f"kind:     {c.kind}: {printable(c.reason)}"]  # it names mappings' paths
     p = c.latest
     if p is not None:
         parts = [f"live heap {human_bytes(p.live)}" if p.live is not None

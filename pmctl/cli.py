@@ -37,12 +37,14 @@ stats   {"pid", "buckets": [{"bucket", "max_size", "malloc", "calloc",
          "totals": {same keys}, "failed_allocs", "unmatched_frees", "older_frees"}
 alerts  {"db", "alerts": [{"pid", "start_time", "time", "wall_time", "comm",
          "verdict", "slope", "slope_low", "slope_high", "confidence", "growth",
-         "site", "resolved", "resolved_wall", "where", "message"}]}  (pmd's
-         alerts table: slope* in bytes/s, growth in bytes, time and resolved
-         CLOCK_BOOTTIME ns, wall_time and resolved_wall Unix seconds, resolved*
-         null while the alert stands,
-         start_time the process start in ns, to the clock tick; where: the
-         site's description, or null)
+          "site", "resolved", "resolved_wall", "kind", "evidence", "where",
+          "message"}]}  (pmd's alerts table: slope* in bytes/s, growth in bytes,
+          time and resolved CLOCK_BOOTTIME ns, wall_time and resolved_wall Unix
+          seconds, resolved* null while the alert stands, start_time the
+          process start in ns, to the clock tick; kind: the kind of growth,
+          evidence: its split and the mappings that grew, as `trend --json`'s
+          kind_evidence, both null when unknown; where: the site's
+          description, or null)
 
 Times: *_ns as the module gives them (blocks: CLOCK_MONOTONIC; pids:
 CLOCK_BOOTTIME), *_s in seconds. Sizes in bytes. Addresses as integers.
@@ -940,9 +942,10 @@ def alerts(
 
     Per alert: when, the process, the verdict, whether it stands or was
     resolved (pmd resolves it when the verdict clears to STABLE) and when, the
-    rate rss grew at, the site whose live bytes grew fastest (when the module
-    tracked the process's sites) and pmd's message. Reads pmd's database; it
-    does not need the module.
+    kind of growth (LEAK, RETENTION, OUTSIDE THE HEAP, ...), the rate rss grew
+    at, the site whose live bytes grew fastest (when the module tracked the
+    process's sites) and pmd's message. Reads pmd's database; it does not need
+    the module.
     """
     from pmm.store import Store, default_db_path
 
@@ -959,7 +962,7 @@ def alerts(
         whose = f" for pid {pid}" if pid is not None else ""
         typer.echo(f"no alerts{whose} in {path}")
         return
-    headers = ["TIME", "PID", "COMM", "VERDICT", "STATE", "RATE", "SITE", "MESSAGE"]
+    headers = ["TIME", "PID", "COMM", "VERDICT", "STATE", "KIND", "RATE", "SITE", "MESSAGE"]
     table = [
         [
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["wall_time"])),
@@ -967,6 +970,7 @@ def alerts(
             r["comm"] or "?",
             r["verdict"],
             _alert_state(r),
+            r["kind"] or "-",
             human_rate(r["slope"] * 60),
             r["where"] or (f"site {r['site']}" if r["site"] is not None else "-"),
             r["message"],

@@ -38,8 +38,16 @@ samples gets a warning on stderr before it starts.
 "mem_available", "exhausted_in_s", "exited", "matters_bytes_min",
 "watch_more_s", "sites": [{"site", "rate_kib_min",
 "rate_bytes_min", "first_bytes", "last_bytes", "last_blocks", "snapshots",
-"where"}], "table": [{"time_s", "rss", "vm"}]}. time_s: seconds since the
-first sample.
+"where"}], "table": [{"time_s", "rss", "vm"}], "kind", "kind_evidence"}.
+time_s: seconds since the first sample. kind: the kind of growth (LEAK,
+RETENTION, OUTSIDE THE HEAP, NOT IN LIVE BLOCKS, FILE, SHMEM, HEAP UNKNOWN,
+NONE; pmm.growthkind), null when the samples lack rss's split;
+kind_evidence: {"kind", "reason", "advice", "heap_known", "also", "parts":
+{PART: {"verdict", "rate_bytes_min", "rate_bytes_min_low",
+"rate_bytes_min_high", "growth_bytes"}}, "latest": {"live", "heap_free",
+"anon_other", "file", "shmem"}, "allocator", "heap_free", "heap_trimmable",
+"mappings": [{"mapping", "start", "rss_before", "rss_after", "growth",
+"allocator"}]} or null.
 """
 
 from __future__ import annotations
@@ -360,10 +368,12 @@ def trend_command(
     ] = False,
 ) -> None:
     """Say whether PID is leaking: rss and vm over time, the growth rate with its
-    confidence interval, the verdict, when the available memory runs out, what
-    to run next, and the sites that grow fastest. Exit status: 0 STABLE (the
-    interval rules out every rate that matters), 10 LEAK, 11 GROWING, 12 NOT
-    ENOUGH DATA, 13 INCONCLUSIVE (watch longer: it says about how long)."""
+    confidence interval, the verdict, the kind of growth (the live heap, memory
+    the allocator keeps, mappings outside the heap, file, shmem) and what to do,
+    when the available memory runs out, what to run next, and the sites that
+    grow fastest. Exit status: 0 STABLE (the interval rules out every rate that
+    matters), 10 LEAK, 11 GROWING, 12 NOT ENOUGH DATA, 13 INCONCLUSIVE (watch
+    longer: it says about how long)."""
     from pmm.store import default_db_path
 
     _check_options(ctx, source, watch, json_)

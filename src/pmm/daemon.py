@@ -93,6 +93,8 @@ from typing import TYPE_CHECKING, Any
 from pmm import procsampler, sdnotify, uapi
 from pmm.errors import NoSuchPid
 from pmm.genl import Event, Listener, MalformedEvent
+from pmm.growthkind import Classification
+from pmm.kindtrack import Tracker
 from pmm.store import (
     AlertRow,
     BadRowError,
@@ -127,6 +129,7 @@ DETECT_SPAN = 20  # the detector runs at most every len(window) // DETECT_SPAN s
 STATUS_PERIOD = 10.0  # seconds between notify_status calls
 DEFAULT_MIN_SPAN = 600.0  # pmd --min-span: a service's warm-up is not a leak
 DEFAULT_RETAIN = 7 * 86400.0  # pmd --retain: 73 B a sample, 42 MiB a process-week at 1 s
+KIND_EVERY = 10  # detector runs between two namings of a growing process's kind
 
 
 def open_module_device() -> AbstractContextManager[ModuleReader]:
@@ -371,9 +374,13 @@ class ProcState:
     described: set[int] = field(default_factory=set)  # site ids asked to describe
     lost_bytes: int | None = None  # the last scan's definitely lost bytes (scan_on_leak)
     indirect_bytes: int | None = None
+    kinds: Tracker = field(init=False)  # the split of its window, its mappings' baseline
+    kind: Classification | None = None  # the kind of growth, while the verdict says growth
+    kind_runs: int = 0  # detector runs since it was named
 
     def __post_init__(self) -> None:
         self.series = SeriesWindow(self.window)
+        self.kinds = Tracker(self.key[0], self.window)
         self.snaps = collections.deque(maxlen=4096)
 
 
@@ -519,6 +526,8 @@ class Daemon:
         if st.first_s is None:
             st.first_s = s.time / 1e9
         st.series.append(s.time / 1e9, float(s.rss))
+        st.kinds.split.append(s)
+        st.kinds.look()
         st.since_detect += 1
         if st.since_detect >= self.detect_interval(len(st.series)) and \
                 len(st.series) >= self.opts.params.min_samples:
@@ -542,6 +551,7 @@ class Daemon:
         r = self._gate(st, detect(*st.series.samples(), self.opts.params,
                                   available=available_memory(st.key[0])))
         st.trend = r
+        self._name_kind(st, r)
         changed = str(r.verdict) != st.verdict
         st.verdict = str(r.verdict)
         if r.verdict is Verdict.STABLE and st.alerted:
@@ -573,8 +583,13 @@ class Daemon:
             where = self._site_where(st, site)
             msg += f"; largest site {site}{' ' + where if where else ''} "
             msg += f"{human_bytes(big[2])} live"
+        kind = self._alert_kind(st)
+        if kind is not None:
+            msg += f"; kind {kind.kind}: {kind.reason}"
         a = AlertRow(pid, start, now_ns, time.time(), st.comm, str(r.verdict), r.slope,
-                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg)
+                     r.slope_low, r.slope_high, r.confidence, r.growth, site, msg,
+                     kind=str(kind.kind) if kind is not None else None,
+                     evidence=kind.to_dict() if kind is not None else None)
         try:
             self.flush_now()
             added = self.store.add_alert(a)
@@ -609,6 +624,24 @@ class Daemon:
             log.error("%s (the alert's resolution not stored)", e)
         log.warning("RESOLVED pid %d (%s): its LEAK alert: %s", pid, st.comm or "?",
                     verdict_line(pid, st.comm, r, len(st.series), named=False))
+    def _name_kind(self, st: ProcState, r: Trend) -> None:
+        """The kind of the process's growth while the detector sees growth
+        (pmm.growthkind; None otherwise): named when growth is first seen,
+        then again every KIND_EVERY runs (it fits five slopes where the
+        detector fits one)."""
+        if r.verdict not in (Verdict.LEAK, Verdict.GROWING):
+            st.kind, st.kind_runs = None, 0
+            return
+        if st.kind is None or st.kind_runs >= KIND_EVERY:
+            st.kind = st.kinds.classify(st.series.samples()[0])
+            st.kind_runs = 0
+        st.kind_runs += 1
+
+    def _alert_kind(self, st: ProcState) -> Classification | None:
+        """The kind of growth for an alert: with the mappings that grew since
+        the baseline (read now: the alert keeps them)."""
+        st.kind = st.kinds.at_alert(st.series.samples()[0])
+        return st.kind
 
     def request_scan(self, st: ProcState) -> None:
         """Asks the worker to scan the process for unreachable blocks, unless
@@ -1066,7 +1099,7 @@ class Daemon:
                 live_bytes=st.live_bytes, live_blocks=st.live_blocks, verdict=st.verdict,
                 slope=t.slope if t else None, slope_low=t.slope_low if t else None,
                 slope_high=t.slope_high if t else None, lost_bytes=st.lost_bytes,
-                indirect_bytes=st.indirect_bytes, alert=st.alerted))
+                indirect_bytes=st.indirect_bytes, alert=st.alerted, **_split_figures(st)))
         listener = self.listener
         return Snapshot(tuple(procs), DaemonFigures(
             events=self.events, malformed_events=self.malformed,
@@ -1220,6 +1253,16 @@ class Daemon:
                      self.harvest_failures)
         log.info("%s: wrote %d samples in all, exiting", name, self.written)
         return 0
+
+
+def _split_figures(st: ProcState) -> dict[str, Any]:
+    """The metrics' split of the process's latest sample and its kind of growth."""
+    last = st.kinds.split.last
+    if last is None:
+        return {"kind": str(st.kind.kind) if st.kind is not None else ""}
+    return {"rss_anon": last.rss_anon, "rss_file": last.rss_file,
+            "rss_shmem": last.rss_shmem, "heap_free": last.heap_free,
+            "kind": str(st.kind.kind) if st.kind is not None else ""}
 
 
 CAP_SYS_PTRACE = 19

@@ -108,6 +108,13 @@ class ProcessFigures:
     lost_bytes: int | None = None  # the last scan's (pmd --scan-on-leak), None: none
     indirect_bytes: int | None = None
     alert: bool = False  # pmd's LEAK alert stands (raised, not resolved)
+    # the latest sample's split (pmm.growthkind; None: unknown) and the kind
+    # of growth at the detector's last run ("" none)
+    rss_anon: int | None = None
+    rss_file: int | None = None
+    rss_shmem: int | None = None
+    heap_free: int | None = None
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -378,6 +385,43 @@ class PmmCollector(Collector):
                     exhaustion.add_metric(labels, left)
         yield from (rss, vm, live, blocks, verdict, slope, low, high, exhaustion, started, lost,
                     alert)
+        yield from self._split(snap)
+
+    def _split(self, snap: Snapshot) -> Iterator[Metric]:
+        """Where each process's rss is (the split pmm.growthkind names the kind
+        of growth from) and the kind of its growth."""
+        from pmm.growthkind import KIND_LABELS, split_point
+
+        anon = _gauge("pmm_process_rss_anon_bytes", "Anonymous resident memory, latest "
+                      "sample.", PROCESS_LABELS)
+        file = _gauge("pmm_process_rss_file_bytes", "File-backed resident memory, latest "
+                      "sample.", PROCESS_LABELS)
+        shmem = _gauge("pmm_process_rss_shmem_bytes", "Resident shared memory, latest "
+                       "sample.", PROCESS_LABELS)
+        held = _gauge("pmm_process_heap_free_bytes", "Resident memory the allocator holds "
+                      "free (when the hook reports it): what RETENTION grows.", PROCESS_LABELS)
+        other = _gauge("pmm_process_anon_other_bytes", "Anonymous memory neither in live "
+                       "blocks nor held free by the allocator (processes whose heap the "
+                       "module tracks).", PROCESS_LABELS)
+        kind = _gauge("pmm_process_growth_kind", "The kind of the rss growth while the "
+                      "verdict is leak or growing (none otherwise): 1 for the current one, "
+                      "0 for the others.", [*PROCESS_LABELS, "kind"])
+        for p in snap.processes:
+            labels = [str(p.pid), p.comm, str(p.start_time), p.unit]
+            current = {str(k): v for k, v in KIND_LABELS.items()}.get(p.kind, "none")
+            for v in KIND_LABELS.values():
+                kind.add_metric([*labels, v], 1.0 if v == current else 0.0)
+            if p.rss_anon is None or p.rss_file is None or p.rss_shmem is None:
+                continue
+            pt = split_point(p.rss_anon, p.rss_file, p.rss_shmem, p.live_bytes, p.heap_free)
+            anon.add_metric(labels, p.rss_anon)
+            file.add_metric(labels, pt.file)
+            shmem.add_metric(labels, pt.shmem)
+            if pt.heap_free is not None:
+                held.add_metric(labels, pt.heap_free)
+            if pt.live is not None:
+                other.add_metric(labels, pt.anon_other)
+        yield from (anon, file, shmem, held, other, kind)
 
     def _module(self) -> Iterator[Metric]:
         loaded, c = self.module.read()

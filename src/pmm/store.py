@@ -18,10 +18,12 @@ sites           pid, start_time, site, where_ (a site's description) PRIMARY KEY
                 (pid, start_time, site)
 alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                 verdict, slope, slope_low, slope_high (bytes/s), confidence,
-                growth (bytes), site, message, resolved (CLOCK_BOOTTIME ns) and
-                resolved_wall (Unix seconds): when the verdict cleared (NULL
-                while the alert stands). At most one standing LEAK alert per
-                process; one that resolved may be followed by another.
+                 growth (bytes), site, message, resolved (CLOCK_BOOTTIME ns) and
+                 resolved_wall (Unix seconds): when the verdict cleared (NULL
+                 while the alert stands), kind (the kind of growth:
+                 pmm.growthkind), evidence (its JSON: the split, the mappings
+                 that grew). At most one standing LEAK alert per process; one
+                 that resolved may be followed by another.
 
 What pmd keeps of a process once it exited (its "harvest", pmm.postmortem),
 so that leaks and statistics name file:line after the module dropped it
@@ -368,6 +370,15 @@ def default_db_path(writer: bool = False) -> Path:
 # samples' columns added after the first release (Store._create adds them)
 SAMPLE_HEAP_COLUMNS: dict[str, type] = {"heap_free": int, "heap_trimmable": int,
                                          "allocator": str, "cgroup_usage": int}
+def _json_dict(text: str | None) -> dict[str, Any] | None:
+    """A stored JSON object (None for NULL or what is not one)."""
+    if not text:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
 
 
 def start_key(start_time_ns: int) -> int:
@@ -434,6 +445,11 @@ class AlertRow:
     message: str
     resolved: int | None = None  # CLOCK_BOOTTIME ns when the verdict cleared
     resolved_wall: float | None = None  # the same in Unix seconds
+    # the kind of growth (pmm.growthkind.Kind) and its evidence
+    # (Classification.to_dict: the split, the mappings that grew), None
+    # when unknown (an alert of an older pmd)
+    kind: str | None = None
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -830,6 +846,8 @@ class Store:
                     pk="id",
                 )
                 db.table("alerts").create_index(["pid", "start_time"])
+            # added with the kind of growth: an older database gets the columns
+            self._add_columns("alerts", {"kind": str, "evidence": str})
             # added with post-mortem records: an older database gets them here
             if not db.table("exit_info").exists():
                 db.table("exit_info").create(
@@ -873,10 +891,7 @@ class Store:
 
     def _migrate_alerts(self) -> None:
         """Adds the alerts' resolved columns to an older database."""
-        have = set(self.db.table("alerts").columns_dict)
-        for name, kind in (("resolved", int), ("resolved_wall", float)):
-            if name not in have:
-                self.db.table("alerts").add_column(name, kind)
+        self._add_columns("alerts", {"resolved": int, "resolved_wall": float})
 
     def _add_columns(self, table: str, columns: dict[str, type]) -> None:
         """Adds the columns the table lacks (a database of an older pmd)."""
@@ -1031,10 +1046,11 @@ class Store:
                     return False
                 c.execute(
                     "INSERT INTO alerts (pid, start_time, time, wall_time, comm, verdict, slope,"
-                    " slope_low, slope_high, confidence, growth, site, message) VALUES "
-                    "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " slope_low, slope_high, confidence, growth, site, message, kind, evidence)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (a.pid, a.start_time, a.time, a.wall_time, a.comm, a.verdict, a.slope,
-                     a.slope_low, a.slope_high, a.confidence, a.growth, a.site, a.message))
+                     a.slope_low, a.slope_high, a.confidence, a.growth, a.site, a.message,
+                     a.kind, None if a.evidence is None else json.dumps(a.evidence)))
                 return True
         except sqlite3.Error as e:
             raise _describe(e, self.path, "cannot write to the database") from None
@@ -1197,6 +1213,23 @@ class Store:
             args.append(since_ns)
         return [SampleRow(*r) for r in self._query(sql + " ORDER BY time", args)]
 
+    def split_series(self, pid: int, start_time: int,
+                     since_ns: int | None = None) -> dict[str, list[Any]]:
+        """The process's samples split (pmm.growthkind), oldest first, as the
+        lists "time", "rss_anon", "rss_file", "rss_shmem", "live_bytes" and,
+        where the database has them, "heap_free", "heap_trimmable" and
+        "allocator" (None where a sample lacks the figure)."""
+        cols = ["time", "rss_anon", "rss_file", "rss_shmem", "live_bytes"]
+        cols += [c for c in ("heap_free", "heap_trimmable", "allocator")
+                 if c in self._columns("samples")]
+        sql = f"SELECT {', '.join(cols)} FROM samples WHERE pid = ? AND start_time = ?"
+        args: list[int] = [pid, start_time]
+        if since_ns is not None:
+            sql += " AND time >= ?"
+            args.append(since_ns)
+        rows = self._query(sql + " ORDER BY time", args)
+        return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+
     def latest_sample(self, pid: int, start_time: int) -> int | None:
         """The time of the process's latest sample (None: it has none)."""
         r = self._query("SELECT max(time) FROM samples WHERE pid = ? AND start_time = ?",
@@ -1225,13 +1258,16 @@ class Store:
         """The alerts stored (of one pid, if given), oldest first; standing
         ones (resolved None) in a database older than the resolved columns."""
         where, args = ("WHERE pid = ?", (pid,)) if pid is not None else ("", ())
-        cols = {r[1] for r in self._query("PRAGMA table_info(alerts)")}
-        resolved = ", resolved, resolved_wall" if "resolved" in cols else ""
+        have = self._columns("alerts")
+        resolved = "resolved, resolved_wall" if "resolved" in have else "NULL, NULL"
+        kinds = "kind, evidence" if {"kind", "evidence"} <= have else "NULL, NULL"
         rows = self._query(
             "SELECT pid, start_time, time, wall_time, comm, verdict, slope, slope_low, "
-            f"slope_high, confidence, growth, site, message{resolved} FROM alerts {where} "
-            "ORDER BY id", args)
-        return [AlertRow(*r) for r in rows]
+            f"slope_high, confidence, growth, site, message, {resolved}, {kinds} FROM alerts "
+            f"{where} ORDER BY id", args)
+        return [AlertRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                         r[11], r[12], resolved=r[13], resolved_wall=r[14], kind=r[15],
+                         evidence=_json_dict(r[16])) for r in rows]
 
     def _has_table(self, name: str) -> bool:
         """Whether the database has the table (an older one may lack the

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pmm.errors import PmmError
+from pmm.growthkind import Classification, Kind, classify
 from pmm.output import format_table, human_age
 from pmm.text import printable
 from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
@@ -53,6 +54,7 @@ class Report:
     mem_available: int | None = None
     exhausted_in_s: float | None = None
     sites: list[SiteGrowth] = field(default_factory=list)
+    kind: Classification | None = None  # None: the samples have no split
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (see pmctl/trend_cli.py for its keys)."""
@@ -102,6 +104,8 @@ class Report:
                 for s in self.sites
             ],
             "table": [{"time_s": ts, "rss": rss, "vm": vm} for ts, rss, vm in table_rows(d)],
+            "kind": str(self.kind.kind) if self.kind is not None else None,
+            "kind_evidence": self.kind.to_dict() if self.kind is not None else None,
         }
 
 
@@ -116,6 +120,7 @@ def analyse(d: Data, available: int | None = None) -> Report:
     now, or the room under the process's cgroup limit when smaller) are used up
     at its rate (not for an exited process), and the five sites that grow
     fastest (their descriptions from the module when the database lacks them)."""
+    kind = kind_of(d)
     if available is None:
         available = available_memory(None if d.exited else d.pid)
     r = detect_on(d, available)
@@ -124,9 +129,23 @@ def analyse(d: Data, available: int | None = None) -> Report:
         and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
     sites = site_growth(((s, t / 1e9, lb, lk) for s, t, lb, lk in d.snapshots), limit=5)
     missing = {s.site for s in sites if s.site not in d.where}
-    if missing and d.source in ("db", "kmod"):
+    if missing and (d.source in ("db", "kmod") or d.snapshots):
         d.where = {**device_sites(d.pid, d.start_time, missing), **d.where}
-    return Report(d, r, available, exhausted, sites)
+    return Report(d, r, available, exhausted, sites, kind)
+
+
+def kind_of(d: Data) -> Classification | None:
+    """The kind of d's growth (pmm.growthkind), None when its samples lack
+    the kernel's split (anon, file, shmem: a database of an older pmd)."""
+    n = len(d)
+    parts = (d.anon, d.file, d.shmem)
+    if n == 0 or any(len(p) != n or any(v is None for v in p) for p in parts):
+        return None
+    live = d.live if len(d.live) == n else None
+    free = d.heap_free if len(d.heap_free) == n else None
+    return classify(d.seconds(), [int(v or 0) for v in d.anon], [int(v or 0) for v in d.file],
+                    [int(v or 0) for v in d.shmem], live, free, d.heap_trimmable, d.allocator,
+                    d.grown_maps(), live_now=d.live_now)
 
 
 # -- text ----------------------------------------------------------------------
@@ -216,6 +235,8 @@ def render(rep: Report) -> str:
                    f"{human_rate(r.slope_low * 60)} .. {human_rate(r.slope_high * 60)}), "
                    f"floor {human_bytes(r.level)}, {sign}{human_bytes(abs(r.growth))} "
                    "over the window")
+    kinds = kind_lines(rep)
+    out.extend(kinds)
     if d.exited:
         out.append(f"process:  exited: {_exited_text(d)}")
     elif rep.mem_available is not None:
@@ -226,7 +247,10 @@ def render(rep: Report) -> str:
         elif r.buckets and r.verdict is not Verdict.INCONCLUSIVE:
             when = ", not exhausted at this rate"
         out.append(f"memory:   available {human_bytes(rep.mem_available)}{when}")
-    out.extend(next_steps(rep))
+    # the kind's advice is the next step for growth; the watch's length otherwise
+    if r.verdict not in (Verdict.LEAK, Verdict.GROWING) or \
+            not any(line.startswith("next:") for line in kinds):
+        out.extend(next_steps(rep))
     if rep.sites:
         out.append("")
         out.append("sites whose live bytes grow fastest:")
@@ -276,6 +300,31 @@ def next_steps(rep: Report) -> list[str]:
         return [f"next:     find the sites: pmctl attach {pid} (or start it with pmctl run), "
                 f"then pmctl leaks {pid}; or pmctl report {pid} -o FILE.html"]
     return []
+def kind_lines(rep: Report) -> list[str]:
+    """The kind of growth, its evidence and what to do ([] without a split)."""
+    c = rep.kind
+    if c is None:
+        return []
+    out = [f"kind:     {c.kind}: {printable(c.reason)}"]  # it names mappings' paths
+    p = c.latest
+    if p is not None:
+        parts = [f"live heap {human_bytes(p.live)}" if p.live is not None
+                 else "live heap unknown"]
+        if p.heap_free is not None:
+            parts.append(f"allocator-held {human_bytes(p.heap_free)}")
+        parts += [f"other anon {human_bytes(p.anon_other)}", f"file {human_bytes(p.file)}",
+                  f"shmem {human_bytes(p.shmem)}"]
+        out.append(f"split:    {', '.join(parts)}")
+    if c.mappings and c.kind not in (Kind.LEAK, Kind.NONE) and "grew:" not in c.reason:
+        out.append("grew:     " + ", ".join(f"{printable(m.label)} +{human_bytes(m.growth)}"
+                                            for m in c.mappings[:5]))
+    if c.kind is Kind.LEAK and rep.sites:
+        s = rep.sites[0]
+        where = rep.data.where.get(s.site, "") or f"site {s.site}"
+        out.append(f"site:     {printable(where)} {human_rate(s.slope * 60)}")
+    if c.advice:
+        out.append(f"next:     {c.advice.replace('PID', str(rep.data.pid))}")
+    return out
 
 
 # -- the running report of a watch ----------------------------------------------

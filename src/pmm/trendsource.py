@@ -18,8 +18,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import SupportsInt
+from typing import TYPE_CHECKING, Any, SupportsInt
 
+if TYPE_CHECKING:
+    from pmm.device import Device
+
+from pmm import smaps
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
 from pmm.store import Store, start_key
@@ -60,9 +64,33 @@ class Data:
     where: dict[int, str] = field(default_factory=dict)  # site -> description
     watch: Watch | None = None  # set by from_watch
     exited: bool = False  # the process is known to have exited
+    # the split of each sample (pmm.growthkind), None where a sample lacks
+    # the figure (live heap: no hook; allocator: not reported)
+    anon: list[int | None] = field(default_factory=list)
+    file: list[int | None] = field(default_factory=list)
+    shmem: list[int | None] = field(default_factory=list)
+    live: list[int | None] = field(default_factory=list)
+    heap_free: list[int | None] = field(default_factory=list)
+    heap_trimmable: int | None = None  # the latest figures
+    live_now: int | None = None  # the module's live heap now, when `live` lacks it
+    allocator: str | None = None
+    # the process's mappings at the start and the end of a watch (None: not read)
+    maps_start: list[smaps.Mapping] | None = None
+    maps_end: list[smaps.Mapping] | None = None
+    stacks: dict[int, str] = field(default_factory=dict)  # thread stacks at the end
+    # the mappings that grew as pmd's alert kept them (from_db), when no
+    # snapshots were taken
+    alert_maps: list[smaps.MapGrowth] | None = None
 
     def __len__(self) -> int:
         return len(self.time_ns)
+
+    def grown_maps(self) -> list[smaps.MapGrowth] | None:
+        """The mappings that grew over the watch, else those pmd's alert kept
+        (None: neither)."""
+        if self.maps_start is None or self.maps_end is None:
+            return self.alert_maps
+        return smaps.name_stacks(smaps.grown(self.maps_start, self.maps_end), self.stacks)
 
     @property
     def span_s(self) -> float:
@@ -181,11 +209,48 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
         where = store.sites(pid, proc.start_time)
         live = live_start(pid)
         exited = proc.exited is not None or live is None or live[0] != proc.start_time
-        return Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
-                    _ints(series.vm), _ints(series.rss), str(path), snaps, where,
-                    exited=exited)
+        d = Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
+                 _ints(series.vm), _ints(series.rss), str(path), snaps, where,
+                 exited=exited)
+        set_split(d, store.split_series(pid, proc.start_time, since_ns))
+        d.alert_maps = alert_maps(store, pid, proc.start_time)
+        return d
     finally:
         store.close()
+
+
+def alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth] | None:
+    """The mappings that grew, as the process's latest alert with evidence
+    kept them (None: no such alert)."""
+    from pmm.store import StoreError
+
+    try:
+        alerts = store.alerts(pid)
+    except StoreError:  # a database without the alerts table
+        return None
+    for a in reversed(alerts):
+        maps = (a.evidence or {}).get("mappings") if a.start_time == start_time else None
+        if isinstance(maps, list):
+            try:
+                return [smaps.MapGrowth(str(m["mapping"]), int(m["start"]),
+                                        int(m["rss_before"]), int(m["rss_after"]),
+                                        bool(m["allocator"])) for m in maps]
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def set_split(d: Data, cols: dict[str, list[Any]]) -> None:
+    """d's split from Store.split_series's columns (the same samples as d's)."""
+    if len(cols.get("time", ())) != len(d):
+        return
+    d.anon, d.file, d.shmem = cols["rss_anon"], cols["rss_file"], cols["rss_shmem"]
+    d.live = cols["live_bytes"]
+    d.heap_free = cols.get("heap_free", [None] * len(d))
+    trim = [v for v in cols.get("heap_trimmable", []) if v is not None]
+    d.heap_trimmable = trim[-1] if trim else None
+    alloc = [v for v in cols.get("allocator", []) if v]
+    d.allocator = str(alloc[-1]) if alloc else None
 
 
 def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
@@ -224,11 +289,97 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
         samples = [s for s in samples if s.time_ns >= cut]
     if not samples:
         return None
+
     from pmm.model import STATE_EXITED
 
-    return Data(pid, key, info.comm, "kmod", [s.time_ns for s in samples],
-                [s.vm for s in samples], [s.rss for s in samples],
-                exited=info.state == STATE_EXITED)
+    d = Data(pid, key, info.comm, "kmod", [s.time_ns for s in samples],
+             [s.vm for s in samples], [s.rss for s in samples],
+             exited=info.state == STATE_EXITED)
+    d.anon = [s.rss_anon for s in samples]
+    d.file = [s.rss_file for s in samples]
+    d.shmem = [s.rss_shmem for s in samples]
+    d.live = [s.live_bytes for s in samples]
+    d.heap_free = [s.heap_free for s in samples]
+    d.heap_trimmable = samples[-1].heap_trimmable
+    d.allocator = samples[-1].allocator
+    if any(v is None for v in d.live):
+        # a ring without the live heap: the module's current figure shows it
+        # is known, not how it moved
+        d.live = [None] * len(samples)
+        d.live_now = info.live_bytes if info.records else None
+    return d
+
+
+class ModuleView:
+    """The module's view of a watched process, when it monitors that very
+    process: its live heap now, its sites' live bytes, and the allocator's
+    figures in its latest sample. Every read is None or empty when the
+    module cannot tell (not loaded, not monitored, not permitted)."""
+
+    def __init__(self, pid: int, start_time: int) -> None:
+        self.pid = pid
+        self.dev: Device | None = None
+        try:
+            from pmm.device import Device
+
+            dev = Device.open()
+        except PmmError:
+            return
+        try:
+            info = dev.pid_info(pid)
+        except PmmError:
+            info = None
+        if info is not None and start_key(info.start_time_ns) == start_time:
+            self.dev = dev
+        else:
+            dev.close()
+
+    def live(self) -> int | None:
+        """Bytes in the process's live blocks now."""
+        if self.dev is None:
+            return None
+        try:
+            info = self.dev.pid_info(self.pid)
+        except PmmError:
+            return None
+        return info.live_bytes if info is not None else None
+
+    def sites(self, now_ns: int) -> list[tuple[int, int, int, int]]:
+        """(site, time, live bytes, live blocks) of each site with live blocks."""
+        if self.dev is None:
+            return []
+        try:
+            return [(s.site, now_ns, s.live_bytes, s.live_blocks)
+                    for s in self.dev.sites(self.pid) if s.live_bytes]
+        except PmmError:
+            return []
+
+    def allocator(self) -> tuple[int | None, int | None, str | None]:
+        """(heap_free, heap_trimmable, allocator) of the latest sample in the
+        module's ring (Nones: no sample, or none with the figures)."""
+        if self.dev is None:
+            return None, None, None
+        try:
+            ring = self.dev.samples(self.pid)
+        except PmmError:
+            return None, None, None
+        if not ring:
+            return None, None, None
+        last = ring[-1]
+        return last.heap_free, last.heap_trimmable, last.allocator
+
+    def close(self) -> None:
+        """Closes the device, if open."""
+        if self.dev is not None:
+            self.dev.close()
+            self.dev = None
+
+
+def _maps(pid: int) -> list[smaps.Mapping] | None:
+    try:
+        return smaps.read(pid)
+    except OSError:
+        return None
 
 
 def planned_samples(seconds: float, interval: float) -> int:
@@ -260,6 +411,30 @@ def from_watch(pid: int, seconds: float, interval: float,
     start, comm = live
     d = Data(pid, start, comm, "proc", watch=Watch(interval, seconds))
     assert d.watch is not None
+    module = ModuleView(pid, start)
+    try:
+        d.maps_start = _maps(pid)
+        d.snapshots = module.sites(boottime_ns())
+        _watch_loop(d, pid, start, seconds, interval, module, on_sample, stop)
+        if d.watch.ended != WatchEnd.EXITED:
+            d.maps_end = _maps(pid)
+            if d.maps_end is not None:
+                d.stacks = smaps.thread_stack_names(pid, d.maps_end)
+            d.snapshots += module.sites(boottime_ns())
+            free, trim, alloc = module.allocator()
+            d.heap_trimmable, d.allocator = trim, alloc
+            if free is not None and d.heap_free and d.heap_free[-1] is None:
+                d.heap_free[-1] = free
+    finally:
+        module.close()
+    return d
+
+
+def _watch_loop(d: Data, pid: int, start: int, seconds: float, interval: float,
+                module: ModuleView, on_sample: Callable[[Data], None] | None,
+                stop: Callable[[], bool] | None) -> None:
+    """from_watch's sampling, into d (d.watch says how it ended)."""
+    assert d.watch is not None
     last = planned_samples(seconds, interval)
     began = time.monotonic()
     ended = WatchEnd.TIME
@@ -276,6 +451,11 @@ def from_watch(pid: int, seconds: float, interval: float,
         d.time_ns.append(s.time)
         d.vm.append(s.vm)
         d.rss.append(s.rss)
+        d.anon.append(s.rss_anon)
+        d.file.append(s.rss_file)
+        d.shmem.append(s.rss_shmem)
+        d.live.append(module.live())
+        d.heap_free.append(None)
         taken += 1
         if on_sample is not None:
             on_sample(d)
@@ -291,4 +471,3 @@ def from_watch(pid: int, seconds: float, interval: float,
     d.watch.elapsed_s = time.monotonic() - began
     d.watch.ended = ended
     d.exited = ended == WatchEnd.EXITED
-    return d

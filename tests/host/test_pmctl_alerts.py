@@ -23,7 +23,8 @@ START_A, START_B = 5 * S, 7 * S
 ALERT_A = AlertRow(pid=111, start_time=START_A, time=100 * S, wall_time=WALL, comm="leaky",
                    verdict="LEAK", slope=125337395 / 60, slope_low=1.0e6, slope_high=2.5e6,
                    confidence=0.95, growth=3.0e8, site=7,
-                   message="LEAK pid 111 (leaky): rss +122399.8 KiB/min")
+                   message="LEAK pid 111 (leaky): rss +122399.8 KiB/min", kind="LEAK",
+                   evidence={"kind": "LEAK", "heap_known": True, "mappings": []})
 ALERT_B = AlertRow(pid=222, start_time=START_B, time=160 * S, wall_time=WALL + 90,
                    comm="svc", verdict="LEAK", slope=2048.0, slope_low=1500.0,
                    slope_high=2500.0, confidence=0.9, growth=1.0e6, site=None,
@@ -54,12 +55,12 @@ def test_alerts_table(db: Path) -> None:
     r = pmctl("alerts", "--db", str(db))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert re.split(r"\s{2,}", lines[0]) == ["TIME", "PID", "COMM", "VERDICT", "STATE", "RATE",
-                                             "SITE", "MESSAGE"]
+    assert re.split(r"\s{2,}", lines[0]) == ["TIME", "PID", "COMM", "VERDICT", "STATE", "KIND",
+                                             "RATE", "SITE", "MESSAGE"]
     assert [re.split(r"\s{2,}", ln.strip()) for ln in lines[1:]] == [
-        ["2023-11-14 22:13:20", "111", "leaky", "LEAK", "active", "+119.5 MiB/min",
+        ["2023-11-14 22:13:20", "111", "leaky", "LEAK", "active", "LEAK", "+119.5 MiB/min",
          "grow() leak.c:12", "LEAK pid 111 (leaky): rss +122399.8 KiB/min"],
-        ["2023-11-14 22:14:50", "222", "svc", "LEAK", "active", "+120.0 KiB/min", "-",
+        ["2023-11-14 22:14:50", "222", "svc", "LEAK", "active", "-", "+120.0 KiB/min", "-",
          "LEAK pid 222 (svc): rss +120.0 KiB/min"],
     ]
     assert r.stderr == ""
@@ -77,12 +78,13 @@ def test_alerts_json(db: Path) -> None:
         {"pid": 111, "start_time": START_A, "time": 100 * S, "wall_time": WALL,
          "comm": "leaky", "verdict": "LEAK", "slope": 125337395 / 60, "slope_low": 1.0e6,
          "slope_high": 2.5e6, "confidence": 0.95, "growth": 3.0e8, "site": 7,
-         "resolved": None, "resolved_wall": None, "where": "grow() leak.c:12",
-         "message": "LEAK pid 111 (leaky): rss +122399.8 KiB/min"},
+         "resolved": None, "resolved_wall": None,
+         "kind": "LEAK", "evidence": {"kind": "LEAK", "heap_known": True, "mappings": []},
+         "where": "grow() leak.c:12", "message": "LEAK pid 111 (leaky): rss +122399.8 KiB/min"},
         {"pid": 222, "start_time": START_B, "time": 160 * S, "wall_time": WALL + 90,
          "comm": "svc", "verdict": "LEAK", "slope": 2048.0, "slope_low": 1500.0,
          "slope_high": 2500.0, "confidence": 0.9, "growth": 1.0e6, "site": None,
-         "resolved": None, "resolved_wall": None, "where": None,
+         "resolved": None, "resolved_wall": None, "kind": None, "evidence": None, "where": None,
          "message": "LEAK pid 222 (svc): rss +120.0 KiB/min"},
     ]
     r = pmctl("alerts", "111", "--json", "--db", str(db))
@@ -168,5 +170,33 @@ def test_an_older_database_gets_the_resolved_columns(tmp_path: Path) -> None:
     try:
         assert store.resolve_alerts(111, START_A, 200 * S, WALL + 60) == 1
         assert store.alerts(111)[0].resolved == 200 * S
+    finally:
+        store.close()
+
+
+def test_alerts_of_an_older_database(tmp_path: Path) -> None:
+    """An alerts table without the kind columns (an older pmd's): read with
+    kind null; pmd adds the columns when it opens it, keeping the rows."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    Store.open(path).close()
+    c = sqlite3.connect(path)
+    c.execute("ALTER TABLE alerts DROP COLUMN kind")
+    c.execute("ALTER TABLE alerts DROP COLUMN evidence")
+    c.execute("INSERT INTO alerts (pid, start_time, time, wall_time, comm, verdict, slope, "
+              "slope_low, slope_high, confidence, growth, site, message) VALUES "
+              "(9, 1, 2, 3.0, 'old', 'LEAK', 1.0, 0.5, 1.5, 0.95, 10.0, NULL, 'm')")
+    c.commit()
+    c.close()
+    r = pmctl("alerts", "--json", "--db", str(path))
+    assert r.returncode == 0, r.stderr
+    (a,) = json.loads(r.stdout)["alerts"]
+    assert (a["comm"], a["kind"], a["evidence"]) == ("old", None, None)
+    store = Store.open(path)
+    try:
+        assert store.add_alert(ALERT_A)
+        assert [(x.pid, x.kind) for x in store.alerts()] == [(9, None), (111, "LEAK")]
+        assert store.alerts(111)[0].evidence == ALERT_A.evidence
     finally:
         store.close()

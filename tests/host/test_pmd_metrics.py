@@ -58,7 +58,9 @@ PROCESS_METRICS = {
     "pmm_process_heap_live_blocks", "pmm_process_verdict",
     "pmm_process_rss_growth_bytes_per_second", "pmm_process_rss_growth_low_bytes_per_second",
     "pmm_process_rss_growth_high_bytes_per_second", "pmm_process_exhaustion_seconds",
-    "pmm_process_start_time_seconds", "pmm_process_unreachable_bytes", "pmm_process_alert"}
+    "pmm_process_start_time_seconds", "pmm_process_unreachable_bytes", "pmm_process_alert",
+    "pmm_process_rss_anon_bytes", "pmm_process_rss_file_bytes", "pmm_process_rss_shmem_bytes",
+    "pmm_process_heap_free_bytes", "pmm_process_anon_other_bytes", "pmm_process_growth_kind"}
 MODULE_METRICS = {
     "pmm_module_monitored_processes", "pmm_module_records_accepted_total",
     "pmm_module_records_dropped_total", "pmm_module_unmatched_frees_total",
@@ -239,7 +241,12 @@ def figures(pid: int, verdict: str, slope: float | None, live: int | None) -> Pr
                           live_blocks=live and live // 16, verdict=verdict, slope=slope,
                           slope_low=slope and slope / 2, slope_high=slope and slope * 2,
                           lost_bytes=560 if verdict == "LEAK" else None,
-                          indirect_bytes=1280 if verdict == "LEAK" else None)
+                          indirect_bytes=1280 if verdict == "LEAK" else None,
+                          rss_anon=(10 << 20) if verdict else None,
+                          rss_file=(1 << 20) if verdict else None,
+                          rss_shmem=4096 if verdict else None,
+                          heap_free=(3 << 20) if live else None,
+                          kind="RETENTION" if verdict == "LEAK" else "")
 
 
 CONFIG = ConfigInfo(interval_ms=1000, scan=0, start_pid=0, stop_pid=0, max_pids=64,
@@ -294,6 +301,22 @@ def test_exposition_names_labels_and_state_set(monkeypatch: pytest.MonkeyPatch) 
     assert lab["pid"] == "11" and avail is not None
     assert abs(left * 2048.0 - avail) / avail < 0.1
     assert got["pmm_process_start_time_seconds"][0][1] == 1.7e9 + 11
+    # the split: anon, file and shmem where sampled; the allocator's free
+    # bytes and the rest of anon only where the heap is known
+    assert {lab["pid"]: v for lab, v in got["pmm_process_rss_anon_bytes"]} == \
+        {"11": 10 << 20, "12": 10 << 20}
+    assert {lab["pid"]: v for lab, v in got["pmm_process_rss_file_bytes"]} == \
+        {"11": 1 << 20, "12": 1 << 20}
+    assert {lab["pid"]: v for lab, v in got["pmm_process_rss_shmem_bytes"]} == \
+        {"11": 4096, "12": 4096}
+    assert got["pmm_process_heap_free_bytes"] == [(rss["11"][0], 3 << 20)]
+    assert got["pmm_process_anon_other_bytes"] == [(rss["11"][0], (10 << 20) - 4096 - (3 << 20))]
+    kinds: dict[str, dict[str, float]] = {}
+    for lab, v in got["pmm_process_growth_kind"]:
+        kinds.setdefault(lab["pid"], {})[lab["kind"]] = v
+    assert {pid: [k for k, v in ks.items() if v] for pid, ks in kinds.items()} == \
+        {"11": ["retention"], "12": ["none"], "13": ["none"]}
+    assert len(kinds["11"]) == 8
     assert got["pmm_module_loaded"] == [({}, 1.0)]
     assert got["pmm_module_records_accepted_total"] == [({}, 1001.0)]
     assert got["pmm_module_older_frees_total"] == [({}, 6.0)]

@@ -37,7 +37,7 @@ from pmm.errors import NoSuchPid, NotMonitored
 from pmm.model import SITE_F_SOURCE, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
 from pmm.report import html as rhtml
-from pmm.store import ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
+from pmm.store import AlertRow, ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
 from pmm.symbolize import NS_PER_TICK, Symbolizer, maps_for, proc_start_ticks
 
 TOP = Path(__file__).resolve().parents[2]
@@ -619,3 +619,42 @@ def test_cli_a_named_database_must_exist(tmp_path: Path) -> None:
     assert r.exit_code == 1
     assert "no database at" in r.output or "does not exist" in r.output
     assert not (tmp_path / "r.html").exists()
+
+
+def test_the_split_of_a_retaining_process(tmp_path: Path) -> None:
+    """Samples with the split (pmd stores rss_anon, rss_file, rss_shmem and the
+    live heap): the report names the kind and stacks the split over time."""
+    db = tmp_path / "pmm.db"
+    end = 700 * 10**9
+    t0 = end - 599 * 10**9
+    rows = []
+    for i in range(600):
+        anon = (40 << 20) + i * 8192  # grows 8 KiB/s
+        rows.append(SampleRow(DEAD_PID, 0, t0 + i * 10**9, 1 << 30, anon + (6 << 20),
+                              rss_anon=anon, rss_file=5 << 20, rss_shmem=1 << 20,
+                              live_bytes=(30 << 20) + (i % 7) * 100, live_blocks=1000))
+    st = Store.open(db)
+    st.write(rows, [ProcessRow(DEAD_PID, 0, "keeper", "/bin/keeper", "keeper", t0)],
+             [(DEAD_PID, 0, end)])
+    st.add_alert(AlertRow(DEAD_PID, 0, end, 0.0, "keeper", "LEAK", 8192.0, 8000.0, 8400.0,
+                          0.95, 4.8e6, None, "LEAK", kind="RETENTION", evidence={"mappings": [
+                              {"mapping": "[heap]", "start": 0x5000, "rss_before": 1 << 20,
+                               "rss_after": 6 << 20, "growth": 5 << 20, "allocator": True}]}))
+    st.close()
+    st = Store.open(db, readonly=True)
+    try:
+        d = rp.gather(DEAD_PID, None, st, device_note="the module is not loaded")
+    finally:
+        st.close()
+    assert d.trend is not None and d.trend.kind is not None
+    # the live heap is flat, anon grows, and the alert kept that [heap] grew
+    assert d.trend.kind.kind == "RETENTION"
+    assert "[heap] +5.0 MiB" in d.trend.kind.reason
+    page = rp.render(d)
+    assert "Where the rss goes" in page and "malloc_trim" in page
+    fig = figures(page)["split-chart"]
+    assert [tr["name"] for tr in fig["data"]] == ["live heap", "other anon", "file + shmem"]
+    assert all(tr["stackgroup"] == "rss" for tr in fig["data"])
+    # the layers add up to the process's anon + file + shmem (MiB)
+    last = sum(tr["y"][-1] for tr in fig["data"])
+    assert last == pytest.approx(((40 << 20) + 599 * 8192 + (6 << 20)) / (1 << 20), abs=0.01)

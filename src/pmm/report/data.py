@@ -27,8 +27,8 @@ from pmm.report.stacks import StackFrame, site_stacks
 from pmm.stats import StatsTable, build_table
 from pmm.store import ProcessRow, ScanRow, start_key
 from pmm.trend import Verdict, seconds_until_exhausted, site_growth
-from pmm.trendreport import Report, detect_on
-from pmm.trendsource import Data, available_memory, live_start
+from pmm.trendreport import Report, detect_on, kind_of
+from pmm.trendsource import Data, alert_maps, available_memory, live_start, set_split
 
 if TYPE_CHECKING:
     from pmm.store import Store
@@ -124,6 +124,7 @@ class _Module:
     time_ns: list[int]
     vm: list[int]
     rss: list[int]
+    samples: list[Sample] = field(default_factory=list)
 
 
 def _read_module(device: ModuleReader, info: PidInfo) -> _Module:
@@ -139,7 +140,7 @@ def _read_module(device: ModuleReader, info: PidInfo) -> _Module:
     stats = build_table(device.stats(pid))
     samples = device.samples(pid)
     return _Module(info, sites, groups, stats, [s.time_ns for s in samples],
-                   [s.vm for s in samples], [s.rss for s in samples])
+                   [s.vm for s in samples], [s.rss for s in samples], samples)
 
 
 def _pick_process(pid: int, info: PidInfo | None, procs: Sequence[ProcessRow],
@@ -220,8 +221,17 @@ def gather(
         data = Data(pid, key, d.comm, "db", list(series.time_ns.tolist()),
                     list(series.vm.tolist()), list(series.rss.tolist()),
                     str(store.path) if store is not None else "", snaps, dict(d.described))
+        if store is not None:
+            set_split(data, store.split_series(pid, key))
+            data.alert_maps = alert_maps(store, pid, key)
     elif mod is not None and mod.time_ns:
         data = Data(pid, key, d.comm, "kmod", mod.time_ns, mod.vm, mod.rss)
+        ring = mod.samples
+        data.anon = [s.rss_anon for s in ring]
+        data.file = [s.rss_file for s in ring]
+        data.shmem = [s.rss_shmem for s in ring]
+        data.live = [s.live_bytes for s in ring]
+        data.heap_free = [s.heap_free for s in ring]
     else:
         data = None
 
@@ -272,7 +282,7 @@ def gather(
                               limit=GROWING_SITES)
         exhausted = seconds_until_exhausted(r.slope, available) if (
             available is not None and r.verdict in (Verdict.LEAK, Verdict.GROWING)) else None
-        d.trend = Report(data, r, available, exhausted, growing)
+        d.trend = Report(data, r, available, exhausted, growing, kind_of(data))
         if d.monitored_to_ns is None and d.state != "running" and data.time_ns:
             d.monitored_to_ns = data.time_ns[-1]
 

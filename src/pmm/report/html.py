@@ -47,6 +47,7 @@ AGE_TABLE_ROWS = 50
 FLAME_SITES = 500  # the largest sites drawn; the rest are one box
 
 MEMORY_CHART_ID = "memory-chart"
+SPLIT_CHART_ID = "split-chart"
 FLAME_ID = "flame-graph"
 
 
@@ -177,6 +178,52 @@ def memory_figure(d: ReportData) -> dict[str, Any] | None:
             "hovermode": "x unified",
         },
     }
+
+
+# the split's layers, bottom first: (name, color)
+SPLIT_LAYERS = (("live heap", "#1f77b4"), ("allocator-held", "#ff7f0e"),
+                ("other anon", "#9467bd"), ("file + shmem", "#7f7f7f"))
+
+
+def split_figure(d: ReportData) -> dict[str, Any] | None:
+    """Where the rss is over time, stacked: the live heap, what the allocator
+    holds free, the rest of anonymous memory, file pages and shared memory
+    (pmm.growthkind.split_point); None when the samples lack the split."""
+    from pmm.growthkind import split_point
+
+    if d.trend is None or d.trend.kind is None:
+        return None
+    data = d.trend.data
+    n = len(data)
+    if n == 0 or any(len(p) != n for p in (data.anon, data.file, data.shmem)):
+        return None
+    live = data.live if len(data.live) == n and None not in data.live else [None] * n
+    free = data.heap_free if len(data.heap_free) == n else [None] * n
+    points = [split_point(data.anon[i] or 0, data.file[i] or 0, data.shmem[i] or 0, live[i],
+                          free[i] if live[i] is not None else None) for i in range(n)]
+    layers = [[p.live or 0 for p in points], [p.heap_free or 0 for p in points],
+              [p.anon_other for p in points], [p.file + p.shmem for p in points]]
+    names = [name for name, _ in SPLIT_LAYERS]
+    if live[-1] is None:
+        names[2] = "anon (heap unknown)"
+    unit, scale = _axis_unit(max([sum(col) for col in zip(*layers, strict=True)] + [1]))
+    keep = thin(n, layers)
+    t = data.seconds()
+    x = _clock(d, data.time_ns[0], [t[i] for i in keep])
+    hover = f"%{{y:.1f}} {unit}<extra>%{{fullData.name}}</extra>"
+    traces = [{"type": "scatter", "mode": "lines", "stackgroup": "rss", "name": name,
+               "x": x, "y": [round(layer[i] / scale, 3) for i in keep],
+               "hovertemplate": hover, "line": {"width": 0.5, "color": color}}
+              for layer, name, (_, color) in zip(layers, names, SPLIT_LAYERS, strict=True)
+              if any(layer)]
+    xaxis: dict[str, Any] = {"title": {"text": "local time" if d.wall_offset_ns is not None
+                                       else "seconds since the first sample"}}
+    if d.wall_offset_ns is not None:
+        xaxis["type"] = "date"
+    return {"data": traces, "layout": {
+        "height": 360, "margin": {"l": 70, "r": 20, "t": 30, "b": 60}, "xaxis": xaxis,
+        "yaxis": {"title": {"text": unit}}, "legend": {"orientation": "h", "y": -0.2},
+        "hovermode": "x unified"}}
 
 
 def flame_rows(d: ReportData) -> list[tuple[list[str], int]]:
@@ -395,6 +442,26 @@ def _chart(d: ReportData, figures: dict[str, Any]) -> str:
             f'<div id="{MEMORY_CHART_ID}"></div>{note}</section>')
 
 
+def _split(d: ReportData, figures: dict[str, Any]) -> str:
+    """The kind of growth, its evidence and the stacked chart of the split."""
+    if d.trend is None or d.trend.kind is None:
+        return ""
+    c = d.trend.kind
+    rows = [("kind", str(c.kind)), ("why", c.reason)]
+    if c.advice:
+        rows.append(("what to do", c.advice.replace("PID", str(d.pid))))
+    rows += [("mapping that grew", f"{m.label} +{human_bytes(m.growth)}")
+             for m in c.mappings[:5]]
+    table = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in rows)
+    fig = split_figure(d)
+    chart = ""
+    if fig is not None:
+        figures[SPLIT_CHART_ID] = fig
+        chart = f'<div id="{SPLIT_CHART_ID}"></div>'
+    return (f'<section id="split"><h2>Where the rss goes</h2><table class="evidence">{table}'
+            f"</table>{chart}</section>")
+
+
 def _stack_html(stack: Sequence[StackFrame]) -> str:
     items = []
     for f in stack:
@@ -525,7 +592,8 @@ def render(d: ReportData) -> str:
     """The report as one HTML page: no file or address it needs beyond itself."""
     figures: dict[str, Any] = {}
     body = "".join([
-        _header(d), _missing(d), _verdict(d), _chart(d, figures), _growing(d),
+        _header(d), _missing(d), _verdict(d), _chart(d, figures), _split(d, figures),
+        _growing(d),
         _unreachable(d), _flame(d, figures), _ages(d), _sizes(d),
     ])
     # plotly only when there is something to draw

@@ -36,7 +36,7 @@ MODES: dict[str, dict[str, str]] = {
 
 
 def storm(log: Path, alloc: str, **env: str) -> tuple[int, int, list[uapi.Record], int]:
-    """sigstorm for 300 ms, its main loop allocating with alloc (malloc or
+    """sigstorm for 300 ms of its cpu time, its main loop allocating with alloc (malloc or
     calloc): its main loop's blocks, its handler's, the records sent
     (accepted) and how many batches held one record from the main thread
     (sent alone, by a handler that interrupted the hook)."""
@@ -89,7 +89,7 @@ def sites_by_size(records: list[uapi.Record]) -> dict[int, set[int]]:
 @pytest.mark.parametrize("alloc", ["malloc", "calloc"])
 @pytest.mark.parametrize("mode", MODES)
 def test_handler_blocks_recorded_once(tmp_path: Path, mode: str, alloc: str) -> None:
-    """sigstorm: 300 ms of malloc(40) (or calloc(1, 40))/free at one site
+    """sigstorm: 300 ms (cpu time) of malloc(40) (or calloc(1, 40))/free at one site
     under SIGALRM every 20 us, whose handler frees its previous block and
     allocates one of 200 bytes at another site. The handler's site has exactly as many
     allocations as the handler made (the program counts them) and one free

@@ -47,6 +47,8 @@ PROCESS_METRICS = frozenset({
     "pmm_process_rss_growth_high_bytes_per_second",
     "pmm_process_exhaustion_seconds", "pmm_process_start_time_seconds",
     "pmm_process_unreachable_bytes", "pmm_process_alert",
+    "pmm_process_rss_anon_bytes", "pmm_process_rss_file_bytes", "pmm_process_rss_shmem_bytes",
+    "pmm_process_heap_free_bytes", "pmm_process_anon_other_bytes", "pmm_process_growth_kind",
 })
 MODULE_METRICS = frozenset({
     "pmm_module_loaded", "pmm_module_monitored_processes",

@@ -209,7 +209,7 @@ def trend_imported(system_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     interpreter's own, under /root) are then loaded when a child that may not
     read /root runs it."""
     monkeypatch.setenv("PMM_DB", str(system_db))
-    assert trend_without_db()[0] == 0
+    assert trend_without_db()[0] == 13  # INCONCLUSIVE: an unmoving rss, seconds of it
     monkeypatch.delenv("PMM_DB")
 
 

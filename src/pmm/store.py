@@ -846,8 +846,10 @@ class Store:
                     pk="id",
                 )
                 db.table("alerts").create_index(["pid", "start_time"])
-            # added with the kind of growth: an older database gets the columns
-            self._add_columns("alerts", {"kind": str, "evidence": str})
+            # added with resolved alerts and the kind of growth: an older
+            # database gets the columns
+            self._add_columns("alerts", {"resolved": int, "resolved_wall": float,
+                                         "kind": str, "evidence": str})
             # added with post-mortem records: an older database gets them here
             if not db.table("exit_info").exists():
                 db.table("exit_info").create(
@@ -887,11 +889,6 @@ class Store:
                     pk=("pid", "start_time", "time", "site"),
                     not_null={"pid", "start_time", "time", "site"},
                 )
-            self._migrate_alerts()
-
-    def _migrate_alerts(self) -> None:
-        """Adds the alerts' resolved columns to an older database."""
-        self._add_columns("alerts", {"resolved": int, "resolved_wall": float})
 
     def _add_columns(self, table: str, columns: dict[str, type]) -> None:
         """Adds the columns the table lacks (a database of an older pmd)."""
@@ -1212,23 +1209,6 @@ class Store:
             sql += " AND time >= ?"
             args.append(since_ns)
         return [SampleRow(*r) for r in self._query(sql + " ORDER BY time", args)]
-
-    def split_series(self, pid: int, start_time: int,
-                     since_ns: int | None = None) -> dict[str, list[Any]]:
-        """The process's samples split (pmm.growthkind), oldest first, as the
-        lists "time", "rss_anon", "rss_file", "rss_shmem", "live_bytes" and,
-        where the database has them, "heap_free", "heap_trimmable" and
-        "allocator" (None where a sample lacks the figure)."""
-        cols = ["time", "rss_anon", "rss_file", "rss_shmem", "live_bytes"]
-        cols += [c for c in ("heap_free", "heap_trimmable", "allocator")
-                 if c in self._columns("samples")]
-        sql = f"SELECT {', '.join(cols)} FROM samples WHERE pid = ? AND start_time = ?"
-        args: list[int] = [pid, start_time]
-        if since_ns is not None:
-            sql += " AND time >= ?"
-            args.append(since_ns)
-        rows = self._query(sql + " ORDER BY time", args)
-        return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
 
     def latest_sample(self, pid: int, start_time: int) -> int | None:
         """The time of the process's latest sample (None: it has none)."""

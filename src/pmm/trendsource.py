@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, SupportsInt
+from typing import TYPE_CHECKING, SupportsInt
 
 if TYPE_CHECKING:
     from pmm.device import Device
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from pmm import smaps
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
-from pmm.store import Store, start_key
+from pmm.store import SampleRow, Store, start_key
 
 
 class WatchEnd(enum.StrEnum):
@@ -212,7 +212,7 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
         d = Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
                  _ints(series.vm), _ints(series.rss), str(path), snaps, where,
                  exited=exited)
-        set_split(d, store.split_series(pid, proc.start_time, since_ns))
+        set_split(d, store.sample_rows(pid, proc.start_time, since_ns))
         d.alert_maps = alert_maps(store, pid, proc.start_time)
         return d
     finally:
@@ -240,17 +240,19 @@ def alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth]
     return None
 
 
-def set_split(d: Data, cols: dict[str, list[Any]]) -> None:
-    """d's split from Store.split_series's columns (the same samples as d's)."""
-    if len(cols.get("time", ())) != len(d):
+def set_split(d: Data, rows: Sequence[SampleRow]) -> None:
+    """d's split from the stored rows of the same samples (Store.sample_rows)."""
+    if len(rows) != len(d):
         return
-    d.anon, d.file, d.shmem = cols["rss_anon"], cols["rss_file"], cols["rss_shmem"]
-    d.live = cols["live_bytes"]
-    d.heap_free = cols.get("heap_free", [None] * len(d))
-    trim = [v for v in cols.get("heap_trimmable", []) if v is not None]
+    d.anon = [r.rss_anon for r in rows]
+    d.file = [r.rss_file for r in rows]
+    d.shmem = [r.rss_shmem for r in rows]
+    d.live = [r.live_bytes for r in rows]
+    d.heap_free = [r.heap_free for r in rows]
+    trim = [r.heap_trimmable for r in rows if r.heap_trimmable is not None]
     d.heap_trimmable = trim[-1] if trim else None
-    alloc = [v for v in cols.get("allocator", []) if v]
-    d.allocator = str(alloc[-1]) if alloc else None
+    alloc = [r.allocator for r in rows if r.allocator]
+    d.allocator = alloc[-1] if alloc else None
 
 
 def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:

@@ -222,7 +222,7 @@ def gather(
                     list(series.vm.tolist()), list(series.rss.tolist()),
                     str(store.path) if store is not None else "", snaps, dict(d.described))
         if store is not None:
-            set_split(data, store.split_series(pid, key))
+            set_split(data, store.sample_rows(pid, key))
             data.alert_maps = alert_maps(store, pid, key)
     elif mod is not None and mod.time_ns:
         data = Data(pid, key, d.comm, "kmod", mod.time_ns, mod.vm, mod.rss)

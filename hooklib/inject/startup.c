@@ -17,7 +17,11 @@
  * We stay its parent, as a shell would, and exit with its status (killed
  * by a signal: killed by the same one). A signal sent to us by a process
  * (SIGINT, SIGTERM, SIGHUP) is passed on; one a terminal sends to its
- * foreground group reaches the program by itself.
+ * foreground group reaches the program by itself. One that comes while the
+ * program is being started waits (blocked) until it is seized, then reaches
+ * it as a traced signal and ends it before or at its entry point: passed to
+ * a child that had no pid in g_child yet, or that still ran our handler
+ * before its exec, it was lost, and the program ran on.
  *
  * Refused before it runs: a static program (no PT_INTERP), a set-user-ID
  * one when we are not root (traced, it would run without its privileges),
@@ -38,6 +42,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -46,6 +51,8 @@
 #include "inject.h"
 
 static volatile pid_t g_child;
+static volatile int g_child_fd = -1;	/* its pidfd: never a process that reused its pid */
+static const int g_forwarded[] = { SIGINT, SIGTERM, SIGHUP };
 
 /*
  * PROG as execvp finds it, into out: 0, or ENOENT (nowhere), EACCES (found,
@@ -149,19 +156,32 @@ static void check_program(const char *prog, const char *path, int depth)
 static void forward(int sig, siginfo_t *si, void *uc)
 {
 	/* si_code > 0: the kernel's (a terminal's ^C went to the program too) */
-	if (si->si_code <= 0 && g_child > 0)
-		kill(g_child, sig);
+	int saved = errno;
+
+	if (si->si_code > 0)
+		return;
+	if (g_child_fd >= 0)
+		syscall(SYS_pidfd_send_signal, g_child_fd, sig, NULL, 0);
+	else if (g_child > 0)
+		kill(g_child, sig);	/* before 5.3 */
+	errno = saved;
 }
 
-static void forward_signals(void)
+/* The handler, with the signals blocked (*old: the mask before) until the
+ * program is seized: start() unblocks them. */
+static void forward_signals(sigset_t *old)
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
 	struct sigaction sa = { .sa_sigaction = forward, .sa_flags = SA_SIGINFO | SA_RESTART };
+	sigset_t set;
 	size_t i;
 
 	sigemptyset(&sa.sa_mask);
-	for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaction(sigs[i], &sa, NULL);
+	sigemptyset(&set);
+	for (i = 0; i < sizeof(g_forwarded) / sizeof(g_forwarded[0]); i++) {
+		sigaction(g_forwarded[i], &sa, NULL);
+		sigaddset(&set, g_forwarded[i]);
+	}
+	sigprocmask(SIG_BLOCK, &set, old);
 }
 
 /* Ends as the program ended: its exit code, or its signal (no core of ours). */
@@ -277,13 +297,20 @@ static uintptr_t run_to_entry(pid_t pid, int *status)
 	}
 }
 
-/* The child: waits for the seize, then becomes PROG; tells err_fd why not. */
+/*
+ * The child: waits for the seize, then becomes PROG; tells err_fd why not.
+ * Our handler is not its: a signal passed on before the exec ends it.
+ */
 static __attribute__((noreturn)) void child(const char *path, char **argv, int go_fd,
-					    int err_fd)
+					    int err_fd, const sigset_t *mask)
 {
+	size_t i;
 	char c;
 	int e;
 
+	for (i = 0; i < sizeof(g_forwarded) / sizeof(g_forwarded[0]); i++)
+		signal(g_forwarded[i], SIG_DFL);
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	while (read(go_fd, &c, 1) < 0 && errno == EINTR)
 		;
 	execv(path, argv);
@@ -296,8 +323,9 @@ static __attribute__((noreturn)) void child(const char *path, char **argv, int g
 /*
  * Forks, seizes and lets PROG exec: its pid; *err_fd gets the exec's
  * errno if it fails (the child then ends with 127 or 126), or its end.
+ * The forwarded signals are blocked until then; mask: as they were before.
  */
-static pid_t start(const char *path, char **argv, int *err_fd)
+static pid_t start(const char *path, char **argv, int *err_fd, const sigset_t *mask)
 {
 	int go[2], err[2], e, status;
 	pid_t pid;
@@ -309,8 +337,9 @@ static pid_t start(const char *path, char **argv, int *err_fd)
 	if (pid < 0)
 		die(EXIT_USAGE, "fork: %s", strerror(errno));
 	if (pid == 0)
-		child(path, argv, go[0], err[1]);
+		child(path, argv, go[0], err[1], mask);
 	g_child = pid;
+	g_child_fd = (int)syscall(SYS_pidfd_open, pid, 0);
 	close(go[0]);
 	close(err[1]);
 	if (ptrace(PTRACE_SEIZE, pid, 0, PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL)) {
@@ -323,6 +352,8 @@ static pid_t start(const char *path, char **argv, int *err_fd)
 	if (write(go[1], "g", 1) != 1)
 		refuse(pid, EXIT_GONE, "the program vanished before its exec");
 	close(go[1]);
+	/* seized: a signal that came meanwhile stops it, run_to_entry delivers it */
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	*err_fd = err[0];
 	return pid;
 }
@@ -332,6 +363,7 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 	char path[PATH_MAX], why[512] = "", msg[PATH_MAX + 128];
 	int e, status, result = 0, err_fd;
 	struct stat st;
+	sigset_t mask;
 	pid_t pid;
 
 	e = find_program(argv[0], path, sizeof(path));
@@ -339,8 +371,8 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 		die(e == ENOENT ? 127 : 126, "%s: %s", argv[0],
 		    e == ENOENT ? "command not found" : strerror(e));
 	check_program(argv[0], path, 0);
-	forward_signals();
-	pid = start(path, argv, &err_fd);
+	forward_signals(&mask);
+	pid = start(path, argv, &err_fd, &mask);
 	if (!run_to_entry(pid, &status)) {
 		if (read(err_fd, &e, sizeof(e)) == sizeof(e))
 			die(e == ENOENT ? 127 : 126, "%s: %s", argv[0],

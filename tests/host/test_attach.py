@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -542,6 +543,45 @@ def test_startup_forwards_signals_and_dies_as_the_program() -> None:
     r = exec_inject([str(STARTUP), "0", "kill"])
     assert (r.returncode, r.stderr) == (-signal.SIGTERM, "")
     assert r.stdout.endswith("child status 0\n")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            kids.append(int(d))
+    return kids
+
+
+def test_startup_a_signal_during_the_start_is_not_lost() -> None:
+    """SIGTERM that reaches pmm-inject while it starts the program, between
+    its fork and the seize: strace holds pmm-inject's fork in the kernel for
+    2 s (the program exists, pmm-inject has not learnt its pid), and the
+    signal comes then. It waits, blocked, until the program is seized, and
+    ends it before it runs; pmm-inject then dies of it. It was lost (the
+    handler had no pid to pass it to) and the program ran to its end."""
+    proc = subprocess.Popen(["strace", "-o", "/dev/null", "-e", "trace=clone", "-e",
+                             "inject=clone:delay_exit=2000000", str(INJECT), "--lib", str(FAKE),
+                             "--exec", "--", str(STARTUP), "0", "wait"], env=clean_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while not (inject_pid := _children(proc.pid)):
+            assert proc.poll() is None
+        while not _children(inject_pid[0]):  # forked; the fork has not returned
+            assert proc.poll() is None
+        os.kill(inject_pid[0], signal.SIGTERM)
+        # a lost signal: the program runs, and exits 0 at its stdin's end
+        time.sleep(3)
+    finally:
+        out, err = proc.communicate(timeout=60)
+    # strace ends as its tracee did
+    assert (proc.returncode, out) == (-signal.SIGTERM, b"")
+    assert err.decode() == (f"pmm-inject: {STARTUP} ended before its entry point (signal 15): "
+                            "not monitored\n")
 
 
 def test_startup_refuses_a_static_program_before_it_runs() -> None:

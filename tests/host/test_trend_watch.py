@@ -144,17 +144,29 @@ def test_sigterm_ends_the_watch_with_the_verdict(sleeper: subprocess.Popen[bytes
 
 
 def test_sigterm_in_json_mode_prints_the_document(leaker: subprocess.Popen[str]) -> None:
-    proc = watch(leaker.pid, "10m", "--interval", "50ms", "--json")
-    time.sleep(4.5)  # pmctl's start-up, then 3 s or more of samples
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 10, stderr
-    d = json.loads(stdout)
-    assert d["verdict"] == "LEAK" and d["exit_code"] == 10
-    assert d["watch"]["ended"] == "stopped" and d["watch"]["duration_s"] == 600.0
-    assert 2.0 <= d["watch"]["elapsed_s"] < 30
-    assert d["samples"] == pytest.approx(d["watch"]["elapsed_s"] / 0.05, abs=2)
-    assert stderr == b""  # --json: the document alone
+    """SIGTERM after 3 s or more of samples: the document with the verdict so
+    far. --json prints nothing before its end, so how many samples pmctl took
+    before the signal is only known after: fewer than 30 (its start-up took
+    most of the wait on a busy machine) must give NOT ENOUGH DATA, and the
+    watch is tried again with a longer wait until one gives LEAK."""
+    for wait in (4.5, 9.0, 18.0):
+        proc = watch(leaker.pid, "10m", "--interval", "50ms", "--json")
+        time.sleep(wait)  # pmctl's start-up, then samples
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert stderr == b""  # --json: the document alone
+        d = json.loads(stdout)
+        assert d["watch"]["ended"] == "stopped" and d["watch"]["duration_s"] == 600.0
+        assert d["watch"]["elapsed_s"] < wait
+        # the k-th sample is due k x 50 ms after the watch began
+        assert (d["samples"] - 1) * 0.05 <= d["watch"]["elapsed_s"] + 0.001
+        if d["samples"] < 30:
+            assert (proc.returncode, d["verdict"]) == (12, "NOT ENOUGH DATA"), d
+            continue
+        assert proc.returncode == 10, d
+        assert d["verdict"] == "LEAK" and d["exit_code"] == 10
+        return
+    pytest.fail("no watch of 30 samples or more before SIGTERM")
 
 
 def test_a_watched_process_that_exits_is_reported() -> None:
@@ -173,11 +185,13 @@ def test_a_watched_process_that_exits_is_reported() -> None:
         child.kill()
         child.wait()
     assert 2.0 <= float(m.group(1)) <= 10
-    assert code == 13, text  # 41 or more samples of a flat rss, over seconds
+    assert code == 13, text  # the report's samples and more, of a flat rss
     v = re.search(r"^verdict:  INCONCLUSIVE \((\d+) samples over (\d+\.\d)s\)", text,
                   re.M)
     assert v, text
-    assert int(v.group(1)) >= 41 and float(v.group(2)) >= 2.0
+    reports = [r for r in map(REPORT.match, out.seen) if r]
+    assert int(v.group(1)) >= int(reports[-1].group(6)) >= 30, text
+    assert float(v.group(2)) >= 2.0
 
 
 def test_json_says_the_process_exited() -> None:
@@ -193,9 +207,11 @@ def test_json_says_the_process_exited() -> None:
     assert d["verdict"] == "NOT ENOUGH DATA" and d["exit_code"] == 12
     assert d["watch"]["ended"] == "exited"
     assert d["watch"]["interval_s"] == 0.1 and d["watch"]["duration_s"] == 30.0
-    assert 0.5 <= d["watch"]["elapsed_s"] <= 3
-    assert 5 <= d["samples"] <= 20
-    assert d["span_s"] == pytest.approx((d["samples"] - 1) * 0.1, abs=0.3)
+    # the exit ended it, at its first sample after the exit (pmctl's start-up
+    # may take longer than the process's second on a busy machine: no sample)
+    assert d["watch"]["elapsed_s"] < 30
+    assert d["span_s"] <= d["watch"]["elapsed_s"]
+    assert (d["samples"] - 1) * 0.1 <= d["watch"]["elapsed_s"] + 0.001
 
 
 # -- the running report ---------------------------------------------------------------
@@ -212,15 +228,20 @@ def test_interval_report_lines(sleeper: subprocess.Popen[bytes]) -> None:
     assert lines[head].split() == ["time", "elapsed", "rss", "vm", "rate", "samples"]
     rows = [REPORT.match(x) for x in lines[head + 1: head + 4]]
     assert all(rows), lines
-    # a sample every 50 ms from 0: the report is due at the 21st, 41st, 61st
-    # (a late sample may move it by one)
+    # a line at the first sample within half an interval of each second,
+    # one line a second: its elapsed time and sample count are measured (on
+    # a busy machine a sample comes late, and the line with it)
     elapsed = [float(m.group(2).rstrip("s")) for m in rows if m]
-    assert elapsed == pytest.approx([1.0, 2.0, 3.0], abs=0.11)
-    assert [int(m.group(6)) for m in rows if m] == pytest.approx([21, 41, 61], abs=1)
+    due = [1.0, 2.0, 3.0]
+    assert all(d - 0.025 <= e < d + 1 for d, e in zip(due, elapsed, strict=True)), elapsed
+    counts = [int(m.group(6)) for m in rows if m]
+    assert 30 <= counts[1] < counts[2] <= 71, counts  # the rate from 30 samples on
     assert [m.group(5) for m in rows if m] == ["-", "+0 B/min", "+0 B/min"]
     assert all(m.group(3).endswith("iB") for m in rows if m)  # a sleep's rss: KiB or MiB
-    assert re.search(rf"^pid {sleeper.pid} \(sleep\): 71 samples over 3\.5s from "
-                     rf"/proc/{sleeper.pid}$", r.output, re.M), r.output
+    # 71 samples, the last one due at 3.5 s
+    m = re.search(rf"^pid {sleeper.pid} \(sleep\): 71 samples over (\d+\.\d)s from "
+                  rf"/proc/{sleeper.pid}$", r.output, re.M)
+    assert m and float(m.group(1)) >= 3.4, r.output
     assert "watching pid" in r.output and "Ctrl-C ends it early" in r.output
 
 
@@ -229,7 +250,9 @@ def test_report_every_zero_prints_no_lines(sleeper: subprocess.Popen[bytes]) -> 
                       env=NO_DEVICE)
     assert r.exit_code == 12, r.output
     assert not any(REPORT.match(x) for x in r.output.splitlines())
-    assert "verdict:  NOT ENOUGH DATA (11 samples over 1.0s)" in r.output
+    # 11 samples, the last one due at 1 s (the span is measured: later on a busy machine)
+    m = re.search(r"^verdict:  NOT ENOUGH DATA \(11 samples over (\d+\.\d)s\)", r.output, re.M)
+    assert m and float(m.group(1)) >= 0.9, r.output
 
 
 def test_watch_needs_no_module(sleeper: subprocess.Popen[bytes], tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ The rss a process's samples show is split, per sample, into
 
 `classify` fits the detector's robust slope (pmm.trend.detect: Theil-Sen on
 bucket minima, the same tests) to each part, and names the kind of the
-growth after the part that grows fastest:
+growth after the part that grows fastest. The rest of anon and the
+allocator's free bytes are taken as at the live heap's floor (its minimum,
+their maximum, within a bucket's width of each sample), so that blocks live for
+a moment (a burst, a request) do not hide what stays behind when they are
+freed:
 
 LEAK              the live heap grows: a leak or an unbounded cache; the
                   sites that grow say where.
@@ -34,7 +38,8 @@ NONE              no part grows (or too few samples to say).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +84,13 @@ ADVICE: dict[Kind, str] = {
     "pmctl trend PID --watch or pmd's database splits the heap from the rest",
     Kind.NONE: "",
 }
+
+# the allocator's free bytes are fitted when they are known over this share
+# of the window's samples, its end included
+FREE_KNOWN_SHARE = 0.8
+
+# the mappings that grew kept as evidence, most first (the kind weighs them all)
+MAPS_SHOWN = 8
 
 # parts of the split, in the order the chart stacks them
 PARTS = ("live", "heap_free", "anon_other", "file", "shmem")
@@ -168,6 +180,47 @@ class Classification:
         }
 
 
+def _bucket_width(times: Sequence[float], params: Params) -> float:
+    """About how wide the detector's time buckets are for these samples."""
+    n = len(times)
+    if n < 2:
+        return 0.0
+    k = max(params.min_buckets, min(params.max_buckets, n // params.samples_per_bucket))
+    return (times[-1] - times[0]) / k
+
+
+def _sliding(times: Sequence[float], values: Sequence[int], reach: float,
+             pick: Callable[[int, int], int]) -> list[int]:
+    """Each sample's pick (min or max) of the values within `reach` seconds of
+    it (times sorted), by a monotonic queue: O(n)."""
+    def better(a: int, b: int) -> bool:
+        return a <= b if pick is min else a >= b
+
+    out: list[int] = []
+    queue: deque[int] = deque()  # indices whose values are monotonic, best first
+    hi = 0
+    for t in times:
+        while hi < len(times) and times[hi] <= t + reach:
+            while queue and better(values[hi], values[queue[-1]]):
+                queue.pop()
+            queue.append(hi)
+            hi += 1
+        while times[queue[0]] < t - reach:
+            queue.popleft()
+        out.append(values[queue[0]])
+    return out
+
+
+def _known_from(values: Sequence[int | None] | None, n: int) -> int:
+    """The index from which every one of the n values is known (n: none)."""
+    if values is None or len(values) != n:
+        return n
+    i = n
+    while i > 0 and values[i - 1] is not None:
+        i -= 1
+    return i
+
+
 def _known(values: Sequence[int | None] | None, n: int) -> bool:
     return values is not None and len(values) == n and all(v is not None for v in values)
 
@@ -191,8 +244,9 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
              mappings: Sequence[MapGrowth] | None = None,
              params: Params | None = None, live_now: int | None = None) -> Classification:
     """The kind of growth of one process's samples (times in seconds; sizes in
-    bytes, one per sample; live and heap_free None where unknown: their
-    series is fitted only when every sample has it, and the latest known
+    bytes, one per sample; live and heap_free None where unknown: live is
+    fitted only when every sample has it, heap_free when the samples from
+    some point on have it and they are most of the window; the latest known
     heap_free is reported). heap_trimmable and allocator are the latest
     figures; mappings those that grew over the window (pmm.smaps.grown),
     None when no snapshots were taken. live_now: the live heap now, when the
@@ -202,17 +256,27 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
     if not (len(anon) == len(file) == len(shmem) == n):
         raise ValueError("times, anon, file and shmem must be of equal length")
     heap_known = _known(live, n)
-    free_known = heap_known and _known(heap_free, n)
+    # the allocator's figures come with the hook's first report, a moment
+    # after it starts: fitted from there on when that is most of the window
+    free_from = _known_from(heap_free, n)
+    free_known = heap_known and n - free_from >= FREE_KNOWN_SHARE * n
     lv: list[int] = [int(v or 0) for v in live] if heap_known and live is not None else []
-    hf: list[int] = [int(v or 0) for v in heap_free] if free_known and heap_free is not None \
-        else []
+    hf: list[int] = [int(v or 0) for v in heap_free[free_from:]] \
+        if free_known and heap_free is not None else []
     parts: dict[str, Trend] = {}
     if heap_known:
         parts["live"] = detect(times, [float(v) for v in lv], params)
-        parts["anon_other"] = detect(times, [float(a - b) for a, b in zip(anon, lv,
+        # the rest of anon and the allocator's free bytes as at the live heap's
+        # floor: blocks live for a moment (a request's, a burst's) would
+        # otherwise hide the growth of what they leave behind once freed
+        reach = _bucket_width(times, params)
+        floor = _sliding(times, lv, reach, min)
+        parts["anon_other"] = detect(times, [float(a - f) for a, f in zip(anon, floor,
                                                                           strict=True)], params)
         if free_known:
-            parts["heap_free"] = detect(times, [float(v) for v in hf], params)
+            tf = times[free_from:]
+            parts["heap_free"] = detect(tf, [float(v) for v in _sliding(tf, hf, reach, max)],
+                                        params)
     else:
         parts["anon"] = detect(times, [float(v) for v in anon], params)
     parts["file"] = detect(times, [float(v) for v in file], params)
@@ -225,7 +289,7 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
     maps = tuple(mappings or ())
     common: dict[str, Any] = dict(parts=parts, heap_known=heap_known, latest=latest,
                                   allocator=allocator, heap_free=free_now,
-                                  heap_trimmable=heap_trimmable, mappings=maps)
+                                  heap_trimmable=heap_trimmable, mappings=maps[:MAPS_SHOWN])
     first = next(iter(parts.values()))
     if first.verdict is Verdict.NOT_ENOUGH_DATA:
         return Classification(Kind.NONE, f"not enough data: {first.reason}", **common)

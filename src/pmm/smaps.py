@@ -132,10 +132,12 @@ def is_allocator(name: str) -> bool:
     return name == "[heap]" or name.startswith("[arena]")
 
 
-def grown(before: Iterable[Mapping], after: Iterable[Mapping], limit: int = 8,
+def grown(before: Iterable[Mapping], after: Iterable[Mapping], limit: int | None = None,
           min_bytes: int = 64 << 10) -> list[MapGrowth]:
     """The mappings whose resident bytes grew by at least min_bytes from
-    `before` to `after`, most first (at most `limit`). A mapping is the same
+    `before` to `after`, most first (all of them, or the first `limit`: whose
+    growth it is takes all of them, a program with many threads has many
+    that grow a little). A mapping is the same
     when it starts or ends at the same address with the same name (anonymous
     mappings that grow merge with their neighbour, which moves one end)."""
     old = sorted(before, key=lambda m: m.start)
@@ -151,7 +153,7 @@ def grown(before: Iterable[Mapping], after: Iterable[Mapping], limit: int = 8,
         name = label(new, i)
         out.append(MapGrowth(name, m.start, was, m.rss, is_allocator(name)))
     out.sort(key=lambda g: (-g.growth, g.start))
-    return out[:limit]
+    return out if limit is None else out[:limit]
 
 
 def thread_stack_names(pid: int, maps: list[Mapping], proc: str = "/proc") -> dict[int, str]:

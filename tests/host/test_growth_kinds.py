@@ -64,6 +64,70 @@ def test_retention_from_the_allocators_free_bytes() -> None:
     assert "dirty_decay_ms" in c.advice
 
 
+def test_bursts_live_for_a_moment_do_not_hide_retention() -> None:
+    """kind_frag's pattern: the heap's top grows; two samples in three catch a
+    burst of blocks that fills all of it but a MiB and is freed a moment later
+    (the live heap's floor is flat); the allocator's free bytes are what the
+    burst leaves. (anon - live)'s minimum is then flat: taken as at the live
+    heap's floor, the rest of anon grows with the heap."""
+    heap = [2 * MIB + 150 * 1024 * t for t in T]
+    burst = [i % 3 != 0 for i in range(N)]
+    live = [int(h - MIB) if b else 64 * 1024 for h, b in zip(heap, burst, strict=True)]
+    free = [int(h) - v for h, v in zip(heap, live, strict=True)]
+    anon = [int(h) + MIB for h in heap]
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, live, free, allocator="glibc")
+    assert c.kind is Kind.RETENTION, c.reason
+    assert "glibc's free bytes grow" in c.reason
+    assert c.parts["anon_other"].slope == pytest.approx(150 * 1024, rel=0.1)
+    assert c.parts["live"].slope == 0.0
+    assert c.also == ()
+
+
+def test_a_leak_under_request_spikes_is_a_leak_alone() -> None:
+    """Requests' blocks live for a moment on top of a leak; the allocator
+    keeps the spikes' memory for the next ones: only the live heap grows."""
+    r = np.random.default_rng(21)
+    leak = noisy(22, 20 * MIB, 100 * 1024)
+    spike = [int(r.random() * 5 * MIB) if r.random() < 0.4 else 0 for _ in T]
+    live = [a + b for a, b in zip(leak, spike, strict=True)]
+    free = [5 * MIB - b for b in spike]
+    anon = [a + 5 * MIB + 2 * MIB for a in leak]
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, live, free, allocator="glibc")
+    assert c.kind is Kind.LEAK, c.reason
+    assert c.also == (), c.reason
+    assert c.parts["live"].slope == pytest.approx(100 * 1024, rel=0.15)
+
+
+def test_the_allocators_figures_from_its_first_report_on() -> None:
+    """The hook reports the allocator's figures a moment after it starts: the
+    first samples lack them, and the rest decide."""
+    live = noisy(23, 20 * MIB, 0.0)
+    free = noisy(24, 1 * MIB, 150 * 1024)
+    anon = [a + b + 2 * MIB for a, b in zip(live, free, strict=True)]
+    early: list[int | None] = [None] * 6 + list(free[6:])
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, live, early, allocator="glibc")
+    assert c.kind is Kind.RETENTION and "glibc's free bytes grow" in c.reason
+    half: list[int | None] = [None] * (N // 2) + list(free[N // 2:])
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, live, half, allocator="glibc")
+    assert "heap_free" not in c.parts and c.kind is Kind.NOT_IN_LIVE
+
+
+def test_all_the_mappings_that_grew_weigh_and_the_largest_are_kept() -> None:
+    """A thread per arena: 40 arenas grew 1 MiB each, 10 thread stacks 2 MiB
+    each: the allocator's mappings hold most of it, though the largest few
+    are stacks."""
+    live = noisy(25, 20 * MIB, 0.0)
+    other = noisy(26, 3 * MIB, 300 * 1024)
+    anon = [a + b for a, b in zip(live, other, strict=True)]
+    grew = sorted([smaps.MapGrowth(f"[thread stack] 0x{i:x}", i << 24, 0, 2 * MIB, False)
+                   for i in range(10)] +
+                  [smaps.MapGrowth(f"[arena] 0x{i:x}", i << 26, 0, MIB, True)
+                   for i in range(10, 50)], key=lambda g: -g.growth)
+    c = classify(T, anon, FLAT_FILE, FLAT_SHMEM, live, mappings=grew)
+    assert c.kind is Kind.RETENTION, c.reason
+    assert len(c.mappings) == 8 and len(c.to_dict()["mappings"]) == 8
+
+
 def test_outside_the_heap_when_the_allocator_holds_nothing_more() -> None:
     live = noisy(5, 20 * MIB, 0.0)
     free = noisy(6, 1 * MIB, 0.0)

@@ -1,24 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Growth of kind RETENTION by fragmentation: the glibc heap grows sparse
- * while the live heap stays flat. Every 20 ms it allocates a burst of
- * 200-byte blocks, larger than the last by 400 pages a second (whatever a
+ * while the live heap stays flat. Every 100 ms it allocates a burst of
+ * 2 KiB blocks, larger than the last by 400 pages a second (whatever a
  * round takes), and writes them; it keeps 64 of them spread evenly
- * through the burst (the last one
- * among them, so the heap's top never comes free to be trimmed), frees the
- * rest and then the last burst's 64 in a shuffled order. The live heap's
- * floor stays at 64 blocks while the heap holds each burst's pages (a few
- * survivors a page at the burst's edge): rss grows about 1.6 MiB/s, all of it
- * memory the allocator holds free (mallinfo2's fordblks). Blocks of 200
- * bytes are above the fast bins' sizes, so every free goes back to the
- * heap's bins. It grows from a first SIGUSR2 until SECS seconds or a
- * second one (kinds.h).
+ * through the burst (the last one among them, so the heap's top never
+ * comes free to be trimmed), frees the rest and then the last burst's 64
+ * in a shuffled order. The live heap's floor stays at 64 blocks while the
+ * heap holds each burst's pages: rss grows about 1.6 MiB/s, all of it
+ * memory the allocator holds free (mallinfo2's fordblks). A burst is live
+ * for a small part of a round (blocks of 2 KiB: few calls, even under
+ * TCG), so most samples see the floor. Blocks of 2 KiB are above the fast
+ * bins' sizes, so every free goes back to the heap's bins. It grows from a
+ * first SIGUSR2 until SECS seconds or a second one (kinds.h).
  *
  *   kind_frag SECS
  */
 #include "kinds.h"
 
-#define SIZE 200
+#define SIZE 2048
 #define KEEP 64
 #define MAX_BURST (1 << 20)
 
@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 10, end, t, last;
 	void *kept[KEEP], *old[KEEP];
-	size_t n = 2048, i, stride, nfree, nold = 0;
+	size_t n = 256, i, stride, nfree, nold = 0;
 	unsigned int seed = 1;
 
 	kinds_start();
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
 		if (n >= MAX_BURST)
 			n = MAX_BURST - 1;
 		last = t;
-		kinds_tick(20000);
+		kinds_tick(100000);
 	}
 	return kinds_hold();
 }

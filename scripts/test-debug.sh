@@ -90,9 +90,11 @@ echo "test-debug: kernel $release ($tree), modules in $out, results in $results"
 # the same reason (Python under KASAN in TCG, minutes each): pmctl's command
 # line (its ioctls are test_kmod_ioctl.py's), pmd's metrics and profiles, pmd
 # under the unit's capabilities (the kernel's refusals of the events group
-# and the list are test_hostile.py's) and the Debian packages.
+# and the list are test_hostile.py's), the Debian packages, and the kinds of
+# growth (pmd and four watches; the heap reports and the samples' live
+# figures they read are test_heap_figures.py's).
 # (One line: vmtest quotes PMM_* for the guest, and a tab would not survive.)
-skip="--deselect tests/guest/test_pmd_e2e.py::test_leak_sawtooth_and_reload --deselect tests/guest/test_postmortem.py::test_sites_outlive_the_process --deselect tests/guest/test_pmctl_cli.py --deselect tests/guest/test_pmd_fleet.py --deselect tests/guest/test_pmd_caps.py --deselect tests/guest/test_deb.py"
+skip="--deselect tests/guest/test_pmd_e2e.py::test_leak_sawtooth_and_reload --deselect tests/guest/test_postmortem.py::test_sites_outlive_the_process --deselect tests/guest/test_pmctl_cli.py --deselect tests/guest/test_pmd_fleet.py --deselect tests/guest/test_pmd_caps.py --deselect tests/guest/test_deb.py --deselect tests/guest/test_growth_kinds.py"
 guest_args=${PMM_GUEST_ARGS-$skip}
 echo "test-debug: phases: $phases; PMM_FULL=${PMM_FULL:-0}; pytest args: ${guest_args:-none}"
 set +e

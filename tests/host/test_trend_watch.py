@@ -33,16 +33,6 @@ REPORT = re.compile(r"^(\d\d:\d\d:\d\d)\s+(\S+)\s+(\d+\.\d \w?i?B|\d+ B)\s+(\d+\
 
 
 @pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen(["sleep", "60"])
-    try:
-        yield child
-    finally:
-        child.kill()
-        child.wait()
-
-
-@pytest.fixture
 def leaker() -> Iterator[subprocess.Popen[str]]:
     child = subprocess.Popen([sys.executable, "-c", LEAKER], stdout=subprocess.PIPE, text=True)
     try:

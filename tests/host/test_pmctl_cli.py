@@ -304,22 +304,25 @@ def test_run_passes_on_a_sigterm_that_comes_while_it_starts_the_command(
                             env=env, cwd=TOP, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
-    def command_runs() -> bool:
+    def pmctl_of_the_running_command() -> int | None:
+        """pmctl's pid once the command it starts runs (strace's first
+        children are its own, which try ptrace and end)."""
         for pmctl_pid in run.children_of(proc.pid):
             for kid in run.children_of(pmctl_pid):
                 try:
                     cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
-                    if cmdline.split(b"\0")[:2] == [os.fsencode(command[0]), b"-c"]:
-                        return True
                 except OSError:
                     continue
-        return False
+                if cmdline.split(b"\0")[:2] == [os.fsencode(command[0]), b"-c"]:
+                    return pmctl_pid
+        return None
 
     try:
-        while not command_runs():  # its exec done; pmctl's vfork has not returned
+        # its exec done; pmctl's vfork has not returned
+        while (pmctl_pid := pmctl_of_the_running_command()) is None:
             assert proc.poll() is None
             time.sleep(0.01)
-        os.kill(run.children_of(proc.pid)[0], signal.SIGTERM)
+        os.kill(pmctl_pid, signal.SIGTERM)
     finally:
         out, err = proc.communicate(timeout=60)
     # strace ends as its tracee did

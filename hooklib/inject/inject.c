@@ -131,6 +131,27 @@ static void check_target(struct target *t, int allow_seccomp)
 }
 
 
+/*
+ * Whether thread tid of pid still runs: not gone, and not a thread that
+ * has exited and is not reaped yet (ptrace refuses one with EPERM, and a
+ * program whose threads come and go has such a thread now and then).
+ */
+static int thread_lives(pid_t pid, pid_t tid)
+{
+	char path[96], st[512], *c;
+	FILE *f;
+	int lives;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	lives = fgets(st, sizeof(st), f) && (c = strrchr(st, ')')) && c[1] == ' ' &&
+		c[2] != 'Z' && c[2] != 'X' && c[2] != 'x';
+	fclose(f);
+	return lives;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: %s [--lib PATH] [--timeout MS] [--allow-seccomp] PID "
@@ -228,10 +249,10 @@ int main(int argc, char **argv)
 			uint64_t t0 = now_ms();
 			int e = stop_thread(tids[i]);
 
-			if (e == -EPERM)
+			if (e == -EPERM && thread_lives(t.pid, tids[i]))
 				perm_denied(t.pid, EPERM);
 			if (e)
-				continue;	/* gone meanwhile */
+				continue;	/* gone or exiting meanwhile */
 			tried++;
 			if (!ptrace(PTRACE_GETREGS, tids[i], 0, &r) && safe_point(&t, tids[i], &r)) {
 				restart_eintr(t.pid, tids[i], &r);

@@ -20,7 +20,9 @@ at first and then every 250 ms, so `pmctl leaks` can symbolize its sites
 after it exited. pmctl exits with the command's exit status (128+N when a
 signal N killed it, 127 when it cannot be found, 126 when it cannot be
 executed). SIGINT is left to the command (the terminal sends it to both);
-SIGTERM and SIGHUP received by pmctl are passed on.
+SIGTERM and SIGHUP received by pmctl are passed on. A signal that comes
+while the command is being started waits until it has a pid, and is passed
+on then (SIGINT too).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from pmm.errors import PmmError
 from pmm.installed import hook_hint
@@ -229,6 +232,45 @@ def injector_refusal(line: str, returncode: int, argv0: str) -> PmmError:
                     f"starting {argv0}")
 
 
+def _start(argv: Sequence[str], env: dict[str, str], injector: Sequence[str] | None,
+           ) -> tuple[subprocess.Popen[bytes], socket.socket | None]:
+    """The command started (by pmm-inject with injector), and the socket
+    pmm-inject says its pid on; CommandNotRunnable when it cannot start."""
+    try:
+        if injector is None:
+            return subprocess.Popen(list(argv), env=env), None
+        # a socket: the command then waits at its entry point after "pid
+        # PID" until we answer, so that even one that ends at once has its
+        # maps captured
+        status_sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen([injector[0], "--status-fd", str(theirs.fileno()),
+                                     *injector[1:], "--", *argv],
+                                    env=env, pass_fds=(theirs.fileno(),))
+        except OSError:
+            status_sock.close()
+            raise
+        finally:
+            theirs.close()
+        return proc, status_sock
+    except FileNotFoundError:
+        raise CommandNotRunnable(f"{argv[0]}: command not found", 127) from None
+    except PermissionError:
+        raise CommandNotRunnable(f"{argv[0]}: permission denied", 126) from None
+    except OSError as e:
+        raise CommandNotRunnable(f"{argv[0]}: {e.strerror}", 126) from None
+
+
+# what signal.signal takes and returns
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def _restore(old: dict[signal.Signals, SignalHandler]) -> None:
+    """Puts back the handlers run_command replaced."""
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
 def run_command(
     argv: Sequence[str],
     env: dict[str, str],
@@ -240,39 +282,34 @@ def run_command(
     With injector (injector_argv's), pmm-inject starts it: the pid watched
     is the command's, the status pmm-inject's (the command's)."""
     capturer = MapsCapturer(follow_fork=follow_fork)
-    status_sock: socket.socket | None = None
-    try:
-        if injector is None:
-            proc = subprocess.Popen(list(argv), env=env)
-        else:
-            # a socket: the command then waits at its entry point after "pid
-            # PID" until we answer, so that even one that ends at once has its
-            # maps captured
-            status_sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                proc = subprocess.Popen([injector[0], "--status-fd", str(theirs.fileno()),
-                                         *injector[1:], "--", *argv],
-                                        env=env, pass_fds=(theirs.fileno(),))
-            except OSError:
-                status_sock.close()
-                raise
-            finally:
-                theirs.close()
-    except FileNotFoundError:
-        raise CommandNotRunnable(f"{argv[0]}: command not found", 127) from None
-    except PermissionError:
-        raise CommandNotRunnable(f"{argv[0]}: permission denied", 126) from None
-    except OSError as e:
-        raise CommandNotRunnable(f"{argv[0]}: {e.strerror}", 126) from None
+    # The handlers come before the command does: a SIGTERM or SIGHUP that
+    # came between its start and their installation ended pmctl and left
+    # the command running. A signal that comes before the command has a pid
+    # waits in pending, and is passed on once it has one (a SIGINT too: the
+    # terminal's may have come before there was a command to reach).
+    # Python's handlers, not SIG_IGN: a program inherits an ignored SIGINT,
+    # and handlers go back to the default at exec.
+    started: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
 
     def forward(sig: int, _frame: FrameType | None) -> None:
-        proc.send_signal(sig)
+        if not started:
+            pending.append(sig)
+        elif sig != signal.SIGINT:  # the terminal sends SIGINT to the command too
+            started[0].send_signal(sig)
 
-    old = {
-        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-        signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
-    }
+    old = {sig: signal.signal(sig, forward)
+           for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        proc, status_sock = _start(argv, env, injector)
+    except BaseException:
+        _restore(old)
+        for sig in pending:  # no command to pass it to: as if it came to pmctl now
+            signal.raise_signal(sig)  # (SIGINT: KeyboardInterrupt)
+        raise
+    started.append(proc)
+    for sig in pending:
+        proc.send_signal(sig)
     try:
         pid = proc.pid
         if status_sock is not None:
@@ -293,8 +330,7 @@ def run_command(
             except subprocess.TimeoutExpired:
                 capturer.capture(pid)
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        _restore(old)
     return exit_status(rc)
 
 

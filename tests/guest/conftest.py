@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PROGS, load_module, unload_module
+from helpers import PROGS, load_module, spawn_sleeper, unload_module
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,3 +38,14 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PMM_DEVICE", raising=False)
     return tmp_path / "cache"
+
+
+@pytest.fixture()
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """`sleep 60` once it has exec'd (spawn_sleeper), killed after the test."""
+    p = spawn_sleeper()
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()

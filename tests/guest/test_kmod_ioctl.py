@@ -31,14 +31,6 @@ def dev() -> Iterator[Dev]:
     d.close()
 
 
-@pytest.fixture()
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    p = subprocess.Popen(["sleep", "60"])
-    yield p
-    p.kill()
-    p.wait()
-
-
 def test_device_node() -> None:
     st = os.stat("/dev/pmm")
     assert oct(st.st_mode & 0o777) == "0o600"

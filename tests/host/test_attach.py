@@ -17,6 +17,7 @@ from as_user import as_user
 from hook_env import clean_env, fake_log_batches, fake_log_calls
 
 from pmm import uapi
+from pmm.run import children_of
 
 TOP = Path(__file__).resolve().parents[2]
 INJECT = TOP / "hooklib" / "pmm-inject"
@@ -545,16 +546,21 @@ def test_startup_forwards_signals_and_dies_as_the_program() -> None:
     assert r.stdout.endswith("child status 0\n")
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            kids.append(int(d))
-    return kids
+def child_of(tracer: subprocess.Popen[bytes], parent: int, exe: Path | None = None) -> int:
+    """A child of parent (one running exe, if given), waited for while the
+    tracer runs. strace forks children of its own to try ptrace before it
+    starts its tracee: its first child may be one of those, which end."""
+    deadline = time.monotonic() + 60
+    while True:
+        for kid in children_of(parent):
+            try:
+                if exe is None or Path(f"/proc/{kid}/exe").resolve() == exe.resolve():
+                    return kid
+            except OSError:
+                continue  # gone meanwhile
+        assert tracer.poll() is None
+        assert time.monotonic() < deadline, f"no child of {parent}"
+        time.sleep(0.01)
 
 
 def test_startup_a_signal_during_the_start_is_not_lost() -> None:
@@ -569,11 +575,9 @@ def test_startup_a_signal_during_the_start_is_not_lost() -> None:
                              "--exec", "--", str(STARTUP), "0", "wait"], env=clean_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        while not (inject_pid := _children(proc.pid)):
-            assert proc.poll() is None
-        while not _children(inject_pid[0]):  # forked; the fork has not returned
-            assert proc.poll() is None
-        os.kill(inject_pid[0], signal.SIGTERM)
+        inject_pid = child_of(proc, proc.pid, INJECT)
+        child_of(proc, inject_pid)  # forked; the fork has not returned
+        os.kill(inject_pid, signal.SIGTERM)
         # a lost signal: the program runs, and exits 0 at its stdin's end
         time.sleep(3)
     finally:

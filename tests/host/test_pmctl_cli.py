@@ -6,8 +6,10 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -284,6 +286,48 @@ def test_run_exit_status_and_pid(run_env: dict[str, str]) -> None:
     r = pmctl("run", "--", "/nonexistent/cmd", env=run_env)
     assert r.returncode == 127
     assert one_line(r.stderr) == "pmctl: /nonexistent/cmd: command not found"
+
+
+def test_run_passes_on_a_sigterm_that_comes_while_it_starts_the_command(
+        run_env: dict[str, str]) -> None:
+    """strace holds pmctl's vfork 2 s in the kernel after the command's
+    exec (the command runs, pmctl has not learnt its pid), and SIGTERM comes
+    then. pmctl passes it on once the command has a pid, and exits as the
+    command did (the command's 4 s outlast the hold). pmctl installed its
+    handlers after the start: the SIGTERM ended pmctl and the command ran to
+    its end."""
+    command = [sys.executable, "-c", "import time; time.sleep(4); print('ran')"]
+    env = {**os.environ, **run_env}
+    proc = subprocess.Popen(["strace", "-o", "/dev/null", "-e", "trace=vfork", "-e",
+                             "inject=vfork:delay_exit=2000000", sys.executable, "-m", "pmctl",
+                             "run", "--", *command],
+                            env=env, cwd=TOP, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def pmctl_of_the_running_command() -> int | None:
+        """pmctl's pid once the command it starts runs (strace's first
+        children are its own, which try ptrace and end)."""
+        for pmctl_pid in run.children_of(proc.pid):
+            for kid in run.children_of(pmctl_pid):
+                try:
+                    cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmdline.split(b"\0")[:2] == [os.fsencode(command[0]), b"-c"]:
+                    return pmctl_pid
+        return None
+
+    try:
+        # its exec done; pmctl's vfork has not returned
+        while (pmctl_pid := pmctl_of_the_running_command()) is None:
+            assert proc.poll() is None
+            time.sleep(0.01)
+        os.kill(pmctl_pid, signal.SIGTERM)
+    finally:
+        out, err = proc.communicate(timeout=60)
+    # strace ends as its tracee did
+    assert (proc.returncode, out) == (128 + signal.SIGTERM, ""), err
+    assert err.startswith("pmctl: pid "), err
 
 
 def test_run_json_pid_and_maps_capture(run_env: dict[str, str], tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,6 @@ TOP = Path(__file__).resolve().parents[2]
 def run_pmd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pmd.main", "--no-genl", *args],
                           capture_output=True, text=True, cwd=TOP, timeout=timeout)
-
-
-@pytest.fixture()
-def sleepers() -> Iterator[list[int]]:
-    ps = [subprocess.Popen(["sleep", "120"]) for _ in range(3)]
-    yield [p.pid for p in ps]
-    for p in ps:
-        p.kill()
-        p.wait()
 
 
 @pytest.fixture()
@@ -112,8 +102,10 @@ def test_pid_once_per_process_and_the_older_list(served: list[tuple[Options, boo
     assert pmd_main._spread_pid_lists(["--db", "5", "6"]) == ["--db", "5", "6"]
 
 
-def test_pid_repeated_and_listed_samples_each(tmp_path: Path, sleepers: list[int]) -> None:
-    a, b, c = sleepers
+def test_pid_repeated_and_listed_samples_each(tmp_path: Path,
+                                             sleepers: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in sleepers]
+    a, b, c = pids
     db = tmp_path / "pmm.db"
     p = subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(db),
                           "--pid", str(a), "--pid", str(b), str(c), "--interval", "50ms",
@@ -139,14 +131,14 @@ def test_pid_repeated_and_listed_samples_each(tmp_path: Path, sleepers: list[int
             line = p.stderr.readline()
         assert "3 pid(s) from /proc every 50ms" in line
         end = time.monotonic() + 20
-        while sampled() != sorted(sleepers) and time.monotonic() < end:
+        while sampled() != sorted(pids) and time.monotonic() < end:
             time.sleep(0.05)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) == 0
     finally:
         p.kill()
         p.wait()
-    assert sampled() == sorted(sleepers)
+    assert sampled() == sorted(pids)
 
 
 @pytest.mark.parametrize(("args", "says"), [

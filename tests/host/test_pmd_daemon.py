@@ -30,14 +30,6 @@ def pmd(*args: str, **kw: object) -> subprocess.Popen[str]:
     return p
 
 
-@pytest.fixture()
-def sleeper() -> Iterator[int]:
-    p = subprocess.Popen(["sleep", "120"])
-    yield p.pid
-    p.kill()
-    p.wait()
-
-
 def count(db: Path) -> int:
     if not db.exists():
         return 0
@@ -65,9 +57,9 @@ def cpu_s(pid: int) -> float:
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_sigterm_flushes_and_exits_0(tmp_path: Path, sleeper: int) -> None:
+def test_sigterm_flushes_and_exits_0(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     db = tmp_path / "pmm.db"
-    p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.05",
+    p = pmd("--db", str(db), "--pid", str(sleeper.pid), "--interval", "0.05",
             "--commit-interval", "3600")
     assert p.stderr is not None
     try:
@@ -88,13 +80,14 @@ def test_sigterm_flushes_and_exits_0(tmp_path: Path, sleeper: int) -> None:
     assert n >= 10
     assert f"SIGTERM: wrote {n} samples in all, exiting" in err
     c = sqlite3.connect(db)
-    assert c.execute("SELECT DISTINCT pid, source FROM samples").fetchall() == [(sleeper, "proc")]
+    assert (c.execute("SELECT DISTINCT pid, source FROM samples").fetchall()
+            == [(sleeper.pid, "proc")])
     assert c.execute("SELECT comm, cmdline FROM processes").fetchall() == [("sleep", "sleep 120")]
 
 
-def test_kill_9_keeps_committed_samples(tmp_path: Path, sleeper: int) -> None:
+def test_kill_9_keeps_committed_samples(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     db = tmp_path / "pmm.db"
-    p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.02",
+    p = pmd("--db", str(db), "--pid", str(sleeper.pid), "--interval", "0.02",
             "--commit-interval", "0.1")
     try:
         wait_for(lambda: count(db) >= 30)
@@ -148,10 +141,11 @@ def test_read_only_file_system(tmp_path: Path) -> None:
         assert len(err.strip().splitlines()) == 1
 
 
-def test_disk_full_no_busy_loop_then_recovers(tmp_path: Path, sleeper: int) -> None:
+def test_disk_full_no_busy_loop_then_recovers(tmp_path: Path,
+                                              sleeper: subprocess.Popen[bytes]) -> None:
     with small_tmpfs(tmp_path / "full", "2m") as mnt:
         db = mnt / "pmm.db"
-        p = pmd("--db", str(db), "--pid", str(sleeper), "--interval", "0.01",
+        p = pmd("--db", str(db), "--pid", str(sleeper.pid), "--interval", "0.01",
                 "--commit-interval", "0.2")
         assert p.stderr is not None
         os.set_blocking(p.stderr.fileno(), False)
@@ -261,12 +255,12 @@ def test_a_failing_loop_leaves_pmd_down_in_the_textfile(
 
 
 def test_pmd_drops_the_ambient_capabilities_its_helpers_would_inherit(
-        tmp_path: Path, sleeper: int) -> None:
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     # as its unit starts it: capabilities in the ambient set
     db = tmp_path / "pmm.db"
     p = subprocess.Popen(["setpriv", "--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace",
                           sys.executable, "-m", "pmd.main", "--no-genl", "--db", str(db),
-                          "--pid", str(sleeper)], cwd=TOP, stderr=subprocess.PIPE, text=True)
+                          "--pid", str(sleeper.pid)], cwd=TOP, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: count(db) >= 1, 30)
         status = Path(f"/proc/{p.pid}/status").read_text()

@@ -216,14 +216,6 @@ MDWE_PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.fixture()
-def sleeper() -> Iterator[int]:
-    p = subprocess.Popen(["sleep", "120"])
-    yield p.pid
-    p.kill()
-    p.wait()
-
-
 def mdwe(tmp_path: Path, *argv: str) -> list[str]:
     helper = tmp_path / "mdwe.py"
     helper.write_text(MDWE_HELPER)
@@ -253,10 +245,11 @@ def wait_for_samples(db: Path, timeout: float) -> int:
     return n
 
 
-def test_pmd_records_without_writable_code(tmp_path: Path, sleeper: int) -> None:
+def test_pmd_records_without_writable_code(tmp_path: Path,
+                                           sleeper: subprocess.Popen[bytes]) -> None:
     db = tmp_path / "pmm.db"
     p = subprocess.Popen(mdwe(tmp_path, "-m", "pmd.main", "--db", str(db), "--pid",
-                              str(sleeper), "--interval", "100ms", "--commit-interval",
+                              str(sleeper.pid), "--interval", "100ms", "--commit-interval",
                               "200ms"), cwd=TOP, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for_samples(db, 30) >= 2
@@ -285,13 +278,14 @@ def syscall_group(name: str, seen: set[str] | None = None) -> set[str]:
     return calls
 
 
-def test_pmd_calls_only_system_service_calls(tmp_path: Path, sleeper: int) -> None:
+def test_pmd_calls_only_system_service_calls(tmp_path: Path,
+                                             sleeper: subprocess.Popen[bytes]) -> None:
     # strace sees every system call of pmd's process and threads: the module's
     # netlink family (absent here: its socket is opened and refused), /proc,
     # SQLite, the detector's imports and thread
     trace, db = tmp_path / "trace", tmp_path / "pmm.db"
     p = subprocess.Popen(["strace", "-f", "-qq", "-o", str(trace), sys.executable, "-m",
-                          "pmd.main", "--db", str(db), "--pid", str(sleeper), "--interval",
+                          "pmd.main", "--db", str(db), "--pid", str(sleeper.pid), "--interval",
                           "100ms", "--commit-interval", "200ms", "--detect-every", "1"],
                          cwd=TOP, stderr=subprocess.DEVNULL)
     try:
@@ -360,12 +354,13 @@ def test_sdnotify_without_systemd_is_a_silent_no_op(monkeypatch: pytest.MonkeyPa
     assert sdnotify.ready() is False
 
 
-def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path, sleeper: int) -> None:
+def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path,
+                                                sleeper: subprocess.Popen[bytes]) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(tmp_path / "notify"))
     sock.settimeout(10)
     p = subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", "--db",
-                          str(tmp_path / "pmm.db"), "--pid", str(sleeper), "--interval",
+                          str(tmp_path / "pmm.db"), "--pid", str(sleeper.pid), "--interval",
                           "100ms"], cwd=TOP, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify")))
     try:
@@ -453,13 +448,14 @@ def test_syslog_priority_of_each_level() -> None:
         [7, 7, 7, 6, 6, 4, 3, 2, 2]
 
 
-def test_pmd_logs_with_priorities_to_the_journal_stream(tmp_path: Path, sleeper: int) -> None:
+def test_pmd_logs_with_priorities_to_the_journal_stream(tmp_path: Path,
+                                                        sleeper: subprocess.Popen[bytes]) -> None:
     err = tmp_path / "stderr"
     with open(err, "w") as f:
         st = os.fstat(f.fileno())
         env = dict(os.environ, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
         p = subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", "--db",
-                              str(tmp_path / "pmm.db"), "--pid", str(sleeper), "--pid",
+                              str(tmp_path / "pmm.db"), "--pid", str(sleeper.pid), "--pid",
                               "999999999"], cwd=TOP, stderr=f, env=env)
         p.wait(timeout=60)
     # pmd's one-line refusal to start is an error too
@@ -467,7 +463,7 @@ def test_pmd_logs_with_priorities_to_the_journal_stream(tmp_path: Path, sleeper:
     assert lines == ["<3>pmd: no such process: pid 999999999"], lines
     with open(err, "w") as f:
         p = subprocess.Popen([sys.executable, "-m", "pmd.main", "--no-genl", "--db",
-                              str(tmp_path / "pmm.db"), "--pid", str(sleeper)],
+                              str(tmp_path / "pmm.db"), "--pid", str(sleeper.pid)],
                              cwd=TOP, stderr=f, env=env)
         try:
             assert wait_for_samples(tmp_path / "pmm.db", 30) >= 2

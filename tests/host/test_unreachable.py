@@ -211,8 +211,9 @@ def test_stop_and_copy_leave_a_waiting_process_as_it_was(empty_table: Path) -> N
 # -- refusals -----------------------------------------------------------------------
 
 
-def sleeper(*wrap: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """unreach waiting on its stdin, under wrap."""
+def unreach_waiting(*wrap: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """unreach waiting on its stdin, under wrap: a target with the blocks
+    the tests scan for (conftest's sleeper is a plain sleep)."""
     p = subprocess.Popen([*wrap, str(BIN / "unreach")], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=env or clean_env())
@@ -225,7 +226,7 @@ def sleeper(*wrap: str, env: dict[str, str] | None = None) -> subprocess.Popen[b
 
 @pytest.fixture
 def target() -> Iterator[subprocess.Popen[bytes]]:
-    p = sleeper()
+    p = unreach_waiting()
     yield p
     p.kill()
     p.wait()
@@ -275,7 +276,7 @@ os.execv(sys.argv[1], sys.argv[1:])
 
 
 def test_refuses_a_seccomp_filter_unless_allowed(empty_table: Path) -> None:
-    p = sleeper("python3", "-c", SECCOMP_ALLOW_ALL)
+    p = unreach_waiting("python3", "-c", SECCOMP_ALLOW_ALL)
     try:
         assert "Seccomp:\t2" in Path(f"/proc/{p.pid}/status").read_text()
         r = run_scan(p.pid, empty_table)
@@ -308,7 +309,7 @@ def test_refuses_pid_1_of_a_namespace(empty_table: Path) -> None:
 
 
 def test_refuses_sampled_mode_and_no_hook(empty_table: Path) -> None:
-    p = sleeper(env=clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_SAMPLE="4096",
+    p = unreach_waiting(env=clean_env(LD_PRELOAD=str(FAKE), PMM_START="1", PMM_SAMPLE="4096",
                               PMM_QUIET="1"))
     try:
         r = run_scan(p.pid, empty_table)
@@ -316,7 +317,7 @@ def test_refuses_sampled_mode_and_no_hook(empty_table: Path) -> None:
     finally:
         p.kill()
         p.wait()
-    p = sleeper()
+    p = unreach_waiting()
     try:
         with open("/dev/null", "rb") as dev:  # a device: the registry is asked for first
             r = subprocess.run([str(SCAN), "--device-fd", str(dev.fileno()), str(p.pid)],
@@ -341,7 +342,7 @@ def test_refuses_without_permission(target: subprocess.Popen[bytes], empty_table
 def test_no_room_to_fork_is_refused_and_the_target_runs_on(empty_table: Path) -> None:
     """The target's user may run one process (RLIMIT_NPROC 1): the clone
     fails with EAGAIN, the scan says so, and the target is as it was."""
-    p = sleeper("setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups",
+    p = unreach_waiting("setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups",
                 "prlimit", "--nproc=1", "--")
     try:
         r = run_scan(p.pid, empty_table)

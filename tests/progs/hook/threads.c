@@ -217,8 +217,13 @@ int main(int argc, char **argv)
 		pthread_create(&a, NULL, free_slot, NULL);	/* its exit flushes */
 		pthread_join(a, NULL);
 	} else if (!strcmp(argv[1], "cross")) {
-		pthread_create(&a, NULL, alloc_and_wait, (void *)1);
+		/*
+		 * B first: pthread_create callocs, and one that came while A
+		 * allocated could take the tag slot of one of A's blocks,
+		 * whose free then goes untagged (a collision, as tags.h says)
+		 */
 		pthread_create(&b, NULL, free_all, NULL);
+		pthread_create(&a, NULL, alloc_and_wait, (void *)1);
 		pthread_join(b, NULL);	/* B exited: its frees are flushed */
 		pthread_mutex_lock(&lock);
 		freed = 1;

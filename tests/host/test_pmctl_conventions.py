@@ -25,7 +25,7 @@ import typer
 from typer.testing import CliRunner
 
 import pmm
-from pmctl import cli
+from pmctl import cli, options
 from pmm.blockstream import pages_of
 from pmm.device import Device
 from pmm.errors import PmmError
@@ -215,7 +215,7 @@ def test_attach_timeout_takes_units(module: FakeModule, monkeypatch: pytest.Monk
 
 def test_logs_since_takes_units(module: FakeModule, monkeypatch: pytest.MonkeyPatch) -> None:
     now = 1000 * S
-    monkeypatch.setattr(cli, "now_monotonic_ns", lambda: now)
+    monkeypatch.setattr(options, "now_monotonic_ns", lambda: now)
     monkeypatch.setattr("pmm.symbolize.capture_maps", lambda pid: None)
     me = os.getpid()
     module.pids = [pid_info(me, state=1)]
@@ -268,7 +268,7 @@ def test_sizes_in_binary_units(module: FakeModule, monkeypatch: pytest.MonkeyPat
     assert rows["kernel memory"] == "3.0 MiB"
     # leaks: the header and the BYTES column
     now = 1000 * S
-    monkeypatch.setattr(cli, "now_monotonic_ns", lambda: now)
+    monkeypatch.setattr(options, "now_monotonic_ns", lambda: now)
     module.blocks = [Block(ptr=0x1000, prev_ptr=0, size=4000, time_ns=now - S, site=0,
                            weight=1, op=1),
                      Block(ptr=0x2000, prev_ptr=0, size=1000, time_ns=now - S, site=0,
@@ -336,9 +336,11 @@ def test_help_has_no_private_words() -> None:
 
 def test_library_texts_have_no_private_words() -> None:
     """Messages and docs of the files pmctl's commands print from."""
-    for rel in ("pmctl/cli.py", "pmctl/exitcodes.py", "src/pmm/model.py", "src/pmm/leaks.py",
+    commands = sorted(str(f.relative_to(TOP)) for f in (TOP / "pmctl").glob("*.py"))
+    for rel in (*commands, "src/pmm/model.py", "src/pmm/leaks.py",
                 "src/pmm/stats.py", "src/pmm/output.py", "src/pmm/procfs.py",
-                "src/pmm/device.py"):
+                "src/pmm/device.py", "src/pmm/statusview.py", "src/pmm/blocklog.py",
+                "src/pmm/alertlist.py"):
         text = (TOP / rel).read_text()
         found = re.findall(r"PMMM|article's|\(START_PID\)|\(STOP_PID\)", text)
         assert found == [], (rel, found)

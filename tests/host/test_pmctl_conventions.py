@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 import pmm
 from pmctl import cli, options
+from pmctl.exitcodes import handle_errors
 from pmm.blockstream import pages_of
 from pmm.device import Device
 from pmm.errors import PmmError
@@ -238,6 +239,41 @@ def test_format_duration_uses_the_largest_unit() -> None:
              5400: "90m", 604800: "7d", 1: "1s"}
     assert {x: format_duration(x) for x in cases} == cases
     assert all(parse_duration(format_duration(x)) == x for x in cases)
+
+
+def test_parse_duration_checks_the_range_it_is_given() -> None:
+    """The one parser of both front ends: the bounds, 0 as "none", and the
+    refusal's wording as each option says it."""
+    from pmm.units import parse_duration
+
+    assert parse_duration("5ms") == 0.005  # no range: any duration
+    assert parse_duration("1h", 0.01, 3600) == 3600.0
+    for text, lo, hi, said in [("5ms", 0.01, 3600, "5ms is out of range: 10ms to 1h"),
+                               ("2h", 0.01, 3600, "2h is out of range: 10ms to 1h"),
+                               ("0", 0.001, None, "0 is out of range: at least 1ms"),
+                               ("2d", None, 86400, "2d is out of range: at most 1d")]:
+        with pytest.raises(ValueError) as e:
+            parse_duration(text, lo, hi)
+        assert str(e.value) == said
+    assert parse_duration("0", 0.01, zero_ok=True) == 0.0
+    with pytest.raises(ValueError, match="^'5ms' is shorter than 10ms$"):
+        parse_duration("5ms", 0.01, out_of_range="{text!r} is shorter than {minimum}")
+
+
+def test_one_error_wrapper_for_both_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    """pmctl's handle_errors and pmd's are pmm.errors.error_handler: the
+    same line on stderr, each front end's exit status."""
+    from pmd import main as pmd_main
+    from pmm.errors import NoSuchPid
+
+    def fails() -> None:
+        raise NoSuchPid("no such process: pid 9 does not exist")
+
+    for wrap, prog, code in [(handle_errors, "pmctl", 5), (pmd_main.handle_errors, "pmd", 1)]:
+        with pytest.raises(typer.Exit) as e:
+            wrap(fails)()
+        assert e.value.exit_code == code
+        assert capsys.readouterr().err == f"{prog}: no such process: pid 9 does not exist\n"
 
 
 def test_durations_print_with_units(module: FakeModule) -> None:

@@ -35,23 +35,18 @@ code  name                   meaning
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from enum import IntEnum
-from typing import ParamSpec, TypeVar
 
 import typer
 
 from pmm import errors
 from pmm.attach import AttachError, AttachFailure
-from pmm.errors import PmmError
+from pmm.errors import error_handler
 from pmm.run import CommandNotRunnable
 from pmm.text import printable
+from pmm.trend import Verdict
 from pmm.unreachable import ScanError, ScanFailure
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 class ExitCode(IntEnum):
@@ -82,6 +77,15 @@ class ExitCode(IntEnum):
     SCAN_NOT_STOPPED = 35
     SCAN_UNSUPPORTED = 36
 
+
+# `pmctl trend`'s exit status for each verdict
+BY_VERDICT: dict[Verdict, int] = {
+    Verdict.STABLE: 0,
+    Verdict.LEAK: 10,
+    Verdict.GROWING: 11,
+    Verdict.NOT_ENOUGH_DATA: 12,
+    Verdict.INCONCLUSIVE: 13,
+}
 
 _BY_CLASS: dict[type[errors.PmmError], ExitCode] = {
     errors.ModuleNotLoaded: ExitCode.NO_MODULE,
@@ -138,25 +142,7 @@ def err(msg: str) -> None:
     sys.stderr.flush()
 
 
-def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turns PmmError (and anything unexpected) into one line on stderr and
-    its exit code; never a traceback. Every command wears it."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PmmError as e:
-            err(str(e))
-            raise typer.Exit(exit_code_for(e)) from None
-        except (typer.Exit, typer.Abort, typer.TyperException):
-            raise
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        except BrokenPipeError:
-            raise typer.Exit(int(ExitCode.GENERIC)) from None
-        except Exception as e:  # noqa: BLE001 - the CLI's last resort
-            err(f"internal error: {type(e).__name__}: {e} (please report this)")
-            raise typer.Exit(int(ExitCode.GENERIC)) from None
-
-    return wrapper
+# Every command wears it: PmmError (and anything unexpected) as one line on
+# stderr and its exit code, never a traceback.
+handle_errors = error_handler(err, exit_code_for, typer.Exit,
+                              (typer.Exit, typer.Abort, typer.TyperException))

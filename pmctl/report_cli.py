@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pmctl.exitcodes import handle_errors
+from pmctl.options import DbOpt, PidArg
 from pmctl.paths import check_output
 from pmm.errors import ModuleNotLoaded, PmmError
 from pmm.output import dump_json
@@ -35,8 +36,6 @@ from pmm.units import human_bytes
 if TYPE_CHECKING:
     from pmm.device import Device
     from pmm.store import Store
-
-
 
 
 
@@ -70,16 +69,11 @@ def _open_store(db: Path | None) -> tuple[Store | None, str]:
 
 @handle_errors
 def report_command(
-    pid: Annotated[int, typer.Argument(
-        metavar="PID", help="Process id (the tgid).", min=1, show_default=False)],
+    pid: PidArg,
     output: Annotated[Path, typer.Option(
         "--output", "-o", metavar="FILE.html", show_default=False,
         help="The HTML file to write (replaced whole, or not at all).")],
-    db: Annotated[Path | None, typer.Option(
-        "--db", envvar="PMM_DB", metavar="PATH", show_default=False, readable=False,
-        help="pmd's database (default: $PMM_DB, else the system database "
-        "/var/lib/pmm/pmm.db when this user may read it, else ~/.local/share/pmm/pmm.db).")
-    ] = None,
+    db: DbOpt = None,
     start_time: Annotated[int | None, typer.Option(
         "--start-time", metavar="NS", show_default=False,
         help="Which process, when the pid was reused (start time in ns, as `pmctl trend "

@@ -52,23 +52,21 @@ kind_evidence: {"kind", "reason", "advice", "heap_known", "also", "parts":
 
 from __future__ import annotations
 
-import enum
 import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
-from pmctl.exitcodes import handle_errors
+from pmctl.exitcodes import BY_VERDICT, handle_errors
+from pmctl.options import DbOpt, JsonOpt, PidArg, duration_parser, given, refuse
 from pmctl.paths import check_output
-from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
+from pmm.errors import NoSuchPid, PmmError
 from pmm.installed import python_hint
 from pmm.output import dump_json, human_age
+from pmm.stoprequest import StopRequest
 from pmm.text import printable
-from pmm.trend import Params, Verdict
+from pmm.trend import Params
 from pmm.trendreport import (
     PlotFormatUnknown,
     Report,
@@ -80,96 +78,16 @@ from pmm.trendreport import (
     watch_header,
     watch_line,
 )
-from pmm.trendsource import (
-    Data,
-    WatchEnd,
-    from_db,
-    from_kmod,
-    from_watch,
-    live_start,
-    planned_samples,
-)
-from pmm.units import format_duration, parse_duration
-
-EXIT_STABLE = 0
-EXIT_LEAK = 10
-EXIT_GROWING = 11
-EXIT_NOT_ENOUGH_DATA = 12
-EXIT_INCONCLUSIVE = 13
-
-EXIT_CODES: dict[Verdict, int] = {
-    Verdict.STABLE: EXIT_STABLE,
-    Verdict.LEAK: EXIT_LEAK,
-    Verdict.GROWING: EXIT_GROWING,
-    Verdict.NOT_ENOUGH_DATA: EXIT_NOT_ENOUGH_DATA,
-    Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE,
-}
+from pmm.trendsource import Data, Source, WatchEnd, from_watch, live_start, planned_samples, stored
+from pmm.units import format_duration
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_REPORT_EVERY = 1.0
-# what the no-samples hints suggest: long enough for the detector's 30 samples
-SUGGESTED_WATCH = "--watch DURATION (e.g. --watch 30s)"
-
-
-class Source(enum.StrEnum):
-    auto = "auto"
-    db = "db"
-    kmod = "kmod"
-    proc = "proc"
-
-
-def _duration(minimum: float, allow_zero: bool = False) -> Callable[[str], float]:
-    """A typer parser of durations ('100ms', '5s', '2m'; bare: seconds) of at
-    least `minimum` seconds (or exactly 0 when allow_zero)."""
-
-    def parse(text: str | float) -> float:
-        if isinstance(text, float | int):  # the default, already a number
-            return float(text)
-        try:
-            seconds = parse_duration(text)
-        except ValueError as e:  # it says what is accepted
-            raise typer.BadParameter(str(e)) from None
-        if seconds < minimum and not (allow_zero and seconds == 0):
-            raise typer.BadParameter(f"{text!r} is shorter than {format_duration(minimum)}")
-        return seconds
-
-    return parse
-
-
-# -- signals ------------------------------------------------------------------------
-
-
-class _StopRequest:
-    """Set by SIGINT or SIGTERM while a watch runs: the watch then ends with
-    the samples so far instead of pmctl dying without a verdict."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __call__(self) -> bool:
-        return self.signum is not None
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-
-    @contextmanager
-    def installed(self) -> Iterator[_StopRequest]:
-        old: dict[int, Any] = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                # a signal ignored on purpose (a background job's SIGINT) stays ignored
-                if signal.getsignal(sig) is not signal.SIG_IGN:
-                    old[sig] = signal.signal(sig, self.handle)
-        except ValueError:  # not the main thread: no handlers there
-            pass
-        try:
-            yield self
-        finally:
-            for signum, handler in old.items():
-                signal.signal(signum, handler)
-
-
-# -- the command -------------------------------------------------------------------
+# the durations of a watch: at least 10ms; --report-every 0 prints no lines
+WATCH_DURATION = duration_parser(0.01, out_of_range="{text!r} is shorter than {minimum}")
+REPORT_EVERY = duration_parser(0.01, zero_ok=True,
+                               out_of_range="{text!r} is shorter than {minimum}")
+SINCE = duration_parser(0.0, out_of_range="{text!r} is shorter than {minimum}")
 
 
 def _escaped(text: str) -> str:
@@ -177,43 +95,34 @@ def _escaped(text: str) -> str:
     return text.replace("[", "\\[")
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option was given on the command line (not a default or $ENV)."""
-    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
-
-
-def _refuse(option: str, why: str) -> typer.BadParameter:
-    return typer.BadParameter(why, param_hint=f"'{option}'")
-
-
 def _check_options(ctx: typer.Context, source: Source, watch: float | None,
                    json_: bool) -> None:
     """Options that do not apply to the chosen source are refused (exit 2)."""
     if source == Source.proc and watch is None:
-        raise _refuse("--source", "proc needs --watch DURATION (how long to sample /proc)")
+        raise refuse("--source", "proc needs --watch DURATION (how long to sample /proc)")
     if watch is not None:
         if source in (Source.db, Source.kmod):
-            raise _refuse("--watch", f"does not apply with --source {source}: a watch "
-                          "samples /proc/PID itself (leave out --source, or say proc)")
-        if _given(ctx, "since"):
-            raise _refuse("--since", "does not apply to --watch: a watch samples from now "
-                          "on, for the duration --watch gives")
-        if _given(ctx, "start_time"):
-            raise _refuse("--start-time", "does not apply to --watch: a watch samples the "
-                          "live process of that pid")
-        if _given(ctx, "db"):
-            raise _refuse("--db", "does not apply to --watch: a watch samples /proc/PID, "
-                          "not pmd's database")
-        if json_ and _given(ctx, "report_every"):
-            raise _refuse("--report-every", "does not apply to --json: the running report "
-                          "is for people; --json prints one document at the end")
+            raise refuse("--watch", f"does not apply with --source {source}: a watch "
+                         "samples /proc/PID itself (leave out --source, or say proc)")
+        if given(ctx, "since"):
+            raise refuse("--since", "does not apply to --watch: a watch samples from now "
+                         "on, for the duration --watch gives")
+        if given(ctx, "start_time"):
+            raise refuse("--start-time", "does not apply to --watch: a watch samples the "
+                         "live process of that pid")
+        if given(ctx, "db"):
+            raise refuse("--db", "does not apply to --watch: a watch samples /proc/PID, "
+                         "not pmd's database")
+        if json_ and given(ctx, "report_every"):
+            raise refuse("--report-every", "does not apply to --json: the running report "
+                         "is for people; --json prints one document at the end")
     else:
         for name, option in (("interval", "--interval"), ("report_every", "--report-every")):
-            if _given(ctx, name):
-                raise _refuse(option, "applies only to --watch DURATION")
-        if source == Source.kmod and _given(ctx, "db"):
-            raise _refuse("--db", "does not apply with --source kmod: the samples come "
-                          "from the module's ring")
+            if given(ctx, name):
+                raise refuse(option, "applies only to --watch DURATION")
+        if source == Source.kmod and given(ctx, "db"):
+            raise refuse("--db", "does not apply with --source kmod: the samples come "
+                         "from the module's ring")
 
 
 def _check_watch(watch: float, interval: float, quiet: bool) -> None:
@@ -221,8 +130,8 @@ def _check_watch(watch: float, interval: float, quiet: bool) -> None:
     single sample (exit 2), a warning on stderr (unless quiet) when it takes
     fewer than the detector needs."""
     if interval > watch:
-        raise _refuse("--interval", f"{format_duration(interval)} is longer than --watch "
-                      f"{format_duration(watch)}: the watch would take a single sample")
+        raise refuse("--interval", f"{format_duration(interval)} is longer than --watch "
+                     f"{format_duration(watch)}: the watch would take a single sample")
     taken = planned_samples(watch, interval)
     need = Params().min_samples
     if taken < need and not quiet:
@@ -233,48 +142,6 @@ def _check_watch(watch: float, interval: float, quiet: bool) -> None:
                    "--interval", err=True)
 
 
-def _stored(pid: int, path: Path, named: bool, source: Source, start_time: int | None,
-            since: float | None) -> Data:
-    """The samples pmd or the module kept of pid; NotMonitored/NoSuchPid when
-    there are none, ModuleNotLoaded for --source kmod without the module.
-
-    A database that was `named` (--db, $PMM_DB) must exist: its absence is
-    the store's error. The default one may be missing in auto mode (pmd has
-    not run), and the module is asked then."""
-    d: Data | None = None
-    module_missing = False
-    db_missing = source == Source.auto and not named and not path.exists()
-    if source in (Source.auto, Source.db) and not db_missing:
-        d = from_db(path, pid, start_time, since, missing_ok=False)
-    if d is None and source in (Source.auto, Source.kmod):
-        try:
-            d = from_kmod(pid, since, start_time)
-        except ModuleNotLoaded:
-            if source == Source.kmod:
-                raise
-            module_missing = True
-    if d is not None:
-        return d
-    alive = live_start(pid) is not None
-    what = {Source.auto: f"no samples of pid {pid} in {path} nor in the module's ring",
-            Source.db: f"no samples of pid {pid} in {path}",
-            Source.kmod: f"no samples of pid {pid} in the module's ring"}[source]
-    if db_missing:
-        what = (f"no samples of pid {pid}: there is no pmd database at {path} (pmd writes "
-                "it), and " + ("the module is not loaded" if module_missing
-                               else "none in the module's ring"))
-    elif module_missing:
-        what = f"no samples of pid {pid} in {path}, and the module is not loaded"
-    if not alive:
-        hint = "the process does not exist"
-    elif module_missing:  # `pmctl start` needs the module
-        hint = f"use {SUGGESTED_WATCH}, or run pmd"
-    else:
-        hint = f"run pmd, or `pmctl start {pid}`, or use {SUGGESTED_WATCH}"
-    cls = NotMonitored if alive else NoSuchPid
-    raise cls(f"{what}: {hint}")
-
-
 def _watched(pid: int, duration: float, interval: float, report_every: float,
              quiet: bool) -> Data:
     """pid sampled from /proc for `duration`, with a line every `report_every`
@@ -282,7 +149,7 @@ def _watched(pid: int, duration: float, interval: float, report_every: float,
     live = live_start(pid)
     if live is None:
         raise NoSuchPid(f"no such process: pid {pid} does not exist")
-    stop = _StopRequest()
+    stop = StopRequest()
     next_report = report_every
     report = not quiet and report_every > 0
 
@@ -327,31 +194,26 @@ def _document(rep: Report, code: int) -> dict[str, Any]:
 @handle_errors
 def trend_command(
     ctx: typer.Context,
-    pid: Annotated[int, typer.Argument(
-        metavar="PID", help="Process id (the tgid).", min=1, show_default=False)],
-    db: Annotated[Path | None, typer.Option(
-        "--db", envvar="PMM_DB", metavar="PATH", show_default=False, readable=False,
-        help="pmd's database (default: $PMM_DB, else the system database "
-        "/var/lib/pmm/pmm.db when this user may read it, else ~/.local/share/pmm/pmm.db).")
-    ] = None,
+    pid: PidArg,
+    db: DbOpt = None,
     source: Annotated[Source, typer.Option(
         "--source", help="Where the samples come from: auto (pmd's database, then the "
         "module), db, kmod, or proc (with --watch).")] = Source.auto,
     watch: Annotated[float | None, typer.Option(
-        "--watch", metavar="DURATION", parser=_duration(0.01), show_default=False,
+        "--watch", metavar="DURATION", parser=WATCH_DURATION, show_default=False,
         help="Sample /proc/PID now, for DURATION (e.g. 30s, 10m), printing a line per "
         "report interval; Ctrl-C ends it early with the verdict so far. Needs neither "
         "pmd nor the module.")] = None,
     interval: Annotated[float, typer.Option(
-        "--interval", metavar="DURATION", parser=_duration(0.01), show_default=False,
+        "--interval", metavar="DURATION", parser=WATCH_DURATION, show_default=False,
         help="Time between the samples of --watch (default 100ms).")] = DEFAULT_INTERVAL,
     report_every: Annotated[float, typer.Option(
-        "--report-every", metavar="DURATION", parser=_duration(0.01, allow_zero=True),
+        "--report-every", metavar="DURATION", parser=REPORT_EVERY,
         show_default=False,
         help="Time between the lines --watch prints (time, rss, vm, growth rate so "
         "far; default 1s, 0: none).")] = DEFAULT_REPORT_EVERY,
     since: Annotated[float | None, typer.Option(
-        "--since", metavar="DURATION", parser=_duration(0.0), show_default=False,
+        "--since", metavar="DURATION", parser=SINCE, show_default=False,
         help="Only use the samples of the last DURATION (e.g. 2m, 1h).")] = None,
     start_time: Annotated[int | None, typer.Option(
         "--start-time", metavar="NS", show_default=False,
@@ -363,9 +225,7 @@ def trend_command(
         "(or .svg, .pdf, .jpg, ...: a format matplotlib writes, checked before the watch; "
         "without an extension, .png is added; needs matplotlib: "
         f"{_escaped(python_hint('matplotlib', 'python3-matplotlib', 'plot'))}).")] = None,
-    json_: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON document with stable keys instead of a table.")
-    ] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Say whether PID is leaking: rss and vm over time, the growth rate with its
     confidence interval, the verdict, the kind of growth (the live heap, memory
@@ -385,13 +245,13 @@ def trend_command(
         try:
             plot_target(plot)  # imports matplotlib: says so when it is missing
         except PlotFormatUnknown as e:
-            raise _refuse("--plot", str(e)) from None
+            raise refuse("--plot", str(e)) from None
     if watch is not None:
         d = _watched(pid, watch, interval, report_every, quiet=json_)
     else:
-        d = _stored(pid, db or default_db_path(), db is not None, source, start_time, since)
+        d = stored(pid, db or default_db_path(), db is not None, source, start_time, since)
     rep = analyse(d)
-    code = EXIT_CODES[rep.trend.verdict]
+    code = BY_VERDICT[rep.trend.verdict]
     if plot is not None:
         try:
             plot = plot_png(rep, plot)

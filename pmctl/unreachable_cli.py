@@ -26,34 +26,22 @@ from typing import Annotated
 import typer
 
 from pmctl.exitcodes import handle_errors
+from pmctl.options import JsonOpt, PidArg, duration_parser
 from pmctl.paths import check_output
 from pmm.output import dump_json
-from pmm.units import format_duration, parse_duration
+from pmm.unreachable import MIN_AGE_S
 
-
-def _age(value: str | float) -> float:
-    from pmm.unreachable import MIN_AGE_S
-
-    if isinstance(value, float):
-        return value
-    try:
-        s = parse_duration(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
-    if s < MIN_AGE_S:
-        raise typer.BadParameter(f"{value} is too young: at least "
-                                 f"{format_duration(MIN_AGE_S)} (the hook's stamps run a "
-                                 "few jiffies off the clock)")
-    return s
+# blocks younger than this are not judged (pmm.unreachable.MIN_AGE_S)
+AGE = duration_parser(MIN_AGE_S, out_of_range="{text} is too young: at least {minimum} (the "
+                      "hook's stamps run a few jiffies off the clock)")
 
 
 @handle_errors
 def unreachable_command(
-    pid: Annotated[int, typer.Argument(help="Process id (the tgid).", min=1, metavar="PID",
-                                       show_default=False)],
+    pid: PidArg,
     age: Annotated[
         float,
-        typer.Option("--age", parser=_age, metavar="DURATION", show_default=False,
+        typer.Option("--age", parser=AGE, metavar="DURATION", show_default=False,
                      help="Blocks younger than this are not judged: a pointer to them may be "
                      "in flight (default 1s; 100ms, 5s, 2m; at least 50ms)."),
     ] = 1.0,
@@ -78,11 +66,7 @@ def unreachable_command(
                      help="Scan a process with a seccomp filter all the same (the filter "
                      "may refuse the clone, or kill the process for it)."),
     ] = False,
-    json_: Annotated[
-        bool,
-        typer.Option("--json", help="Print one JSON document with stable keys instead of a "
-                     "table."),
-    ] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Show PID's blocks that nothing reaches any more, by call site: definitely lost.
 

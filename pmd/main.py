@@ -17,21 +17,20 @@ only success, failure and misuse apart.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import pwd
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 import typer
 
 import pmm
 from pmm.daemon import DEFAULT_MIN_SPAN, DEFAULT_RETAIN, Options, serve
-from pmm.errors import PmmError
+from pmm.errors import error_handler
 from pmm.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.store import default_db_path
 from pmm.text import printable
@@ -41,8 +40,6 @@ from pmm.units import format_duration, parse_duration
 log = logging.getLogger("pmd")
 
 USAGE = 2
-P = ParamSpec("P")
-R = TypeVar("R")
 MIN_INTERVAL, MAX_INTERVAL = 0.01, 3600.0
 
 app = typer.Typer(
@@ -57,13 +54,9 @@ def duration(text: str) -> float:
     """A duration option's value: '100ms', '2s', '1m'; a bare number is
     seconds; between MIN_INTERVAL and MAX_INTERVAL."""
     try:
-        seconds = parse_duration(text)
+        return parse_duration(text, MIN_INTERVAL, MAX_INTERVAL)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
-        raise typer.BadParameter(f"{text} is out of range: {format_duration(MIN_INTERVAL)} to "
-                                 f"{format_duration(MAX_INTERVAL)}")
-    return seconds
 
 
 def span(text: str) -> float:
@@ -100,27 +93,10 @@ def err(msg: str) -> None:
     sys.stderr.flush()
 
 
-def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turns a PmmError (a database that cannot be opened, a --pid that names
-    no process) and anything unexpected into one line on stderr and exit 1;
-    never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PmmError as e:
-            err(str(e))
-            raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, typer.TyperException):
-            raise
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        except Exception as e:  # noqa: BLE001 - the daemon's last resort
-            err(f"internal error: {type(e).__name__}: {e} (please report this)")
-            raise typer.Exit(1) from None
-
-    return wrapper
+# a PmmError (a database that cannot be opened, a --pid that names no
+# process) and anything unexpected: one line on stderr and exit 1
+handle_errors = error_handler(err, lambda e: 1, typer.Exit,
+                              (typer.Exit, typer.Abort, typer.TyperException))
 
 
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4

@@ -1,14 +1,21 @@
 """Errors of the pmm library.
 
 Every error is one line that says what happened and what to do. The library
-raises them; the front ends turn them into a message and an exit status
-(pmctl/exitcodes.py maps each class to pmctl's documented code).
+raises them; the front ends turn them into a message and an exit status with
+`error_handler` (pmctl/exitcodes.py maps each class to pmctl's documented
+code, pmd exits 1).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class PmmError(Exception):
@@ -112,3 +119,38 @@ def from_errno(err: int, what: str, pid: int | None = None, path: str = "/dev/pm
             err,
         )
     return PmmError(f"{what}: {reason} ({name})", err)
+
+
+def error_handler(say: Callable[[str], None], exit_code_for: Callable[[PmmError], int],
+                  exit_with: Callable[[int], BaseException],
+                  passthrough: tuple[type[BaseException], ...],
+                  ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The decorator both front ends put on their commands: a PmmError (and
+    anything unexpected) becomes one line through `say` and `exit_with` its
+    exit status (`exit_code_for`; 1 for the unexpected), never a traceback.
+    What the front end passes: its exit exception (typer.Exit) and the
+    framework's own exceptions that pass through (exits, usage errors); the
+    library imports no CLI framework. Ctrl-C exits 130, a closed stdout
+    (`| head`) 1."""
+
+    def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(*args, **kwargs)
+            except PmmError as e:
+                say(str(e))
+                raise exit_with(exit_code_for(e)) from None
+            except passthrough:
+                raise
+            except KeyboardInterrupt:
+                raise exit_with(130) from None
+            except BrokenPipeError:
+                raise exit_with(1) from None
+            except Exception as e:  # noqa: BLE001 - a front end's last resort
+                say(f"internal error: {type(e).__name__}: {e} (please report this)")
+                raise exit_with(1) from None
+
+        return wrapper
+
+    return handle_errors

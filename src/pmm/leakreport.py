@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pmm import leaks as leaks_mod
+from pmm.output import format_table, human_age
 from pmm.pprof import UNKNOWN_STACK, PprofFrame, PprofLine, PprofSample
 from pmm.symbolize import Frame
 from pmm.uapi import MAX_FRAMES
+from pmm.units import human_bytes
 
 if TYPE_CHECKING:
     from pmm.device import Device
@@ -175,3 +177,26 @@ def frames_as_text(frames: Sequence[Mapping[str, Any]]) -> list[str]:
                 "(inlined)" for loc in f.lines[:-1]]
         out.append(f"#{i} {f.describe()}")
     return out
+
+
+def render(report: LeakReport, depth: int) -> str:
+    """`pmctl leaks`'s table (the report's sites, each with depth frames);
+    the empty string when it has none."""
+    if not report.sites:
+        return ""
+    headers = ["BYTES", "BLOCKS", "OLDEST", *leaks_mod.AGE_LABELS, "SITE"]
+    rows: list[list[str]] = []
+    for e in report.sites:
+        rows.append(
+            [
+                human_bytes(e["bytes"]),
+                str(e["blocks"]),
+                human_age(e["oldest_age_s"]),
+                *(str(v) for v in e["histogram"].values()),
+                e["where"],
+            ]
+        )
+        if depth > 1:
+            for line in frames_as_text(e["frames"][:depth]):
+                rows.append([""] * 8 + [f"  {line}"])
+    return format_table(headers, rows, right=set(range(8)))

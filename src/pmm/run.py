@@ -40,7 +40,9 @@ from typing import Any
 
 from pmm.errors import PmmError
 from pmm.installed import hook_hint
+from pmm.model import PidInfo
 from pmm.symbolize import read_live_maps, save_maps
+from pmm.units import format_duration
 
 HOOKLIB_NAME = "libpmmhook.so"
 # the libpmmhook package's: a preloaded library needs no soname in a
@@ -340,3 +342,28 @@ class CommandNotRunnable(PmmError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+def next_steps(info: PidInfo, exited_ttl_s: int, follow_fork: bool) -> list[str]:
+    """What `pmctl run` says once the command ended: how long the module keeps
+    its records and the commands that read them (each works on an exited
+    process's entry)."""
+    pid = info.pid
+    cmds = [
+        (f"pmctl leaks {pid}", "live blocks by allocation site, largest first"),
+        (f"pmctl logs {pid}", "live blocks, oldest first"),
+        (f"pmctl stats {pid}", "allocations by size"),
+    ]
+    if info.samples:  # the module's sampler took some: a verdict on them
+        cmds.append((f"pmctl trend {pid} --source kmod",
+                     f"whether its memory grew ({info.samples} "
+                     f"sample{'s' if info.samples != 1 else ''})"))
+    if follow_fork:
+        cmds.append(("pmctl status", "its children monitored with it"))
+    width = max(len(c) for c, _ in cmds)
+    return [
+        f"pmctl: pid {pid} was monitored; the module keeps its records for "
+        f"{format_duration(exited_ttl_s)} after its exit or their last read, "
+        f"or until `pmctl stop {pid}`. To see them:",
+        *(f"  {c.ljust(width)}  {what}" for c, what in cmds),
+    ]

@@ -2,6 +2,8 @@
 
 - `from_db`: pmd's SQLite database (samples, per-site snapshots, site names);
 - `from_kmod`: the module's sample ring of a monitored process;
+- `stored`: the first two in the order `pmctl trend --source` asks, and
+  an error that says where it looked and what to do when neither has any;
 - `from_watch`: /proc/PID sampled now, for a while, with a callback after
   each sample and a `stop` check, so a front end can print a running report
   and end the watch early (on Ctrl-C) with the samples so far. It needs
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from pmm.device import Device
 
 from pmm import smaps
-from pmm.errors import NoSuchPid, NotMonitored, PmmError
+from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
 from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
 from pmm.store import SampleRow, Store, start_key
 
@@ -473,3 +475,62 @@ def _watch_loop(d: Data, pid: int, start: int, seconds: float, interval: float,
     d.watch.elapsed_s = time.monotonic() - began
     d.watch.ended = ended
     d.exited = ended == WatchEnd.EXITED
+
+
+# -- the stored samples, by source ----------------------------------------------
+
+
+class Source(enum.StrEnum):
+    """Where `pmctl trend` takes the samples from (auto: pmd's database, then
+    the module; proc: a watch)."""
+
+    auto = "auto"
+    db = "db"
+    kmod = "kmod"
+    proc = "proc"
+
+
+# what the no-samples hints suggest: long enough for the detector's 30 samples
+SUGGESTED_WATCH = "--watch DURATION (e.g. --watch 30s)"
+
+
+def stored(pid: int, path: Path, named: bool, source: Source, start_time: int | None,
+           since: float | None) -> Data:
+    """The samples pmd or the module kept of pid; NotMonitored/NoSuchPid when
+    there are none, ModuleNotLoaded for Source.kmod without the module.
+
+    A database that was `named` (--db, $PMM_DB) must exist: its absence is
+    the store's error. The default one may be missing in auto mode (pmd has
+    not run), and the module is asked then."""
+    d: Data | None = None
+    module_missing = False
+    db_missing = source == Source.auto and not named and not path.exists()
+    if source in (Source.auto, Source.db) and not db_missing:
+        d = from_db(path, pid, start_time, since, missing_ok=False)
+    if d is None and source in (Source.auto, Source.kmod):
+        try:
+            d = from_kmod(pid, since, start_time)
+        except ModuleNotLoaded:
+            if source == Source.kmod:
+                raise
+            module_missing = True
+    if d is not None:
+        return d
+    alive = live_start(pid) is not None
+    what = {Source.auto: f"no samples of pid {pid} in {path} nor in the module's ring",
+            Source.db: f"no samples of pid {pid} in {path}",
+            Source.kmod: f"no samples of pid {pid} in the module's ring"}[source]
+    if db_missing:
+        what = (f"no samples of pid {pid}: there is no pmd database at {path} (pmd writes "
+                "it), and " + ("the module is not loaded" if module_missing
+                               else "none in the module's ring"))
+    elif module_missing:
+        what = f"no samples of pid {pid} in {path}, and the module is not loaded"
+    if not alive:
+        hint = "the process does not exist"
+    elif module_missing:  # `pmctl start` needs the module
+        hint = f"use {SUGGESTED_WATCH}, or run pmd"
+    else:
+        hint = f"run pmd, or `pmctl start {pid}`, or use {SUGGESTED_WATCH}"
+    cls = NotMonitored if alive else NoSuchPid
+    raise cls(f"{what}: {hint}")

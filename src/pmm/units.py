@@ -14,17 +14,30 @@ _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min|h|d)?\s*", re.IG
 _SECONDS_PER = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, minimum: float | None = None, maximum: float | None = None,
+                   *, zero_ok: bool = False,
+                   out_of_range: str = "{text} is out of range: {bounds}") -> float:
     """'100ms' -> 0.1, '5s' -> 5.0, '2m' -> 120.0, '7' -> 7.0 (seconds).
 
-    Raises ValueError with a message that says what is accepted."""
+    minimum and maximum (seconds, None: no bound) are the range the option
+    accepts; zero_ok also accepts exactly 0 below the minimum (0: "none").
+    Raises ValueError with a message that says what is accepted: for a value
+    out of the range, out_of_range formatted with the text, the bounds as
+    written ({minimum}, {maximum}) and {bounds} ("10ms to 1h", "at least 1ms")."""
     m = _DURATION.fullmatch(text)
     if m is None:
         raise ValueError(
             f"{text!r} is not a duration: write a number with a unit, "
             "e.g. 100ms, 5s, 2m, 1h (a bare number is seconds)"
         )
-    return float(m.group(1)) * _SECONDS_PER[(m.group(2) or "s").lower()]
+    seconds = float(m.group(1)) * _SECONDS_PER[(m.group(2) or "s").lower()]
+    too_short = minimum is not None and seconds < minimum and not (zero_ok and seconds == 0)
+    if too_short or (maximum is not None and seconds > maximum):
+        lo = format_duration(minimum) if minimum is not None else None
+        hi = format_duration(maximum) if maximum is not None else None
+        bounds = f"{lo} to {hi}" if lo and hi else f"at least {lo}" if lo else f"at most {hi}"
+        raise ValueError(out_of_range.format(text=text, minimum=lo, maximum=hi, bounds=bounds))
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pmctl import cli
-from pmm import blockstream, leaks, uapi
+from pmctl import cli, options
+from pmm import blocklog, blockstream, leaks, uapi
 from pmm.blockstream import BlockPage, BlockSorter, SiteGrouper, pages_of
 from pmm.device import BLOCK_OFFSETS, Device, block_from_c
 from pmm.model import SITE_F_SOURCE, Block, PidInfo, Site
@@ -167,7 +167,7 @@ def test_select_blocks_keeps_its_contract() -> None:
     blocks = random_blocks(random.Random(3), 500, 2, sampled=False, wild=False)
     for since_s, limit in [(None, None), (20.0, None), (None, 7), (500.0, 3)]:
         cut = None if since_s is None else NOW - int(since_s * 1e9)
-        assert cli.select_blocks(blocks, NOW, since_s, limit) == \
+        assert blocklog.select_blocks(blocks, NOW, since_s, limit) == \
             reference_sorted(blocks, cut, limit)
 
 
@@ -275,7 +275,7 @@ def logs_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> list[Block]:
     monkeypatch.setattr(Device, "block_pages", lambda self, pid: pages_of(blocks, 500))
     monkeypatch.setattr(Device, "sites", lambda self, pid: sites)
     monkeypatch.setattr("pmm.symbolize.capture_maps", lambda pid: None)
-    monkeypatch.setattr(cli, "now_monotonic_ns", lambda: NOW)
+    monkeypatch.setattr(options, "now_monotonic_ns", lambda: NOW)
     monkeypatch.setattr("time.time_ns", lambda: 1_700_000_000 * S)
     monkeypatch.setattr(blockstream, "SORT_RUN", 256)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
@@ -308,5 +308,5 @@ def test_logs_streams_what_it_printed_before(logs_module: list[Block],
     assert r.exit_code == 0, r.output
     want = ("PID: 77, Comp: big, PPID: 1, State: 1, Log count: 3000\n"
             "Dropped: 0, Unmatched frees: 3, Pending frees: 0, Older frees: 0\n"
-            + "".join(cli.proc_line(d, NOW, 1_700_000_000 * S) + "\n" for d in dicts))
+            + "".join(blocklog.proc_line(d, NOW, 1_700_000_000 * S) + "\n" for d in dicts))
     assert r.stdout == want

@@ -25,7 +25,8 @@ import typer
 from typer.testing import CliRunner
 
 import pmm
-from pmctl import cli
+from pmctl import cli, options
+from pmctl.exitcodes import handle_errors
 from pmm.blockstream import pages_of
 from pmm.device import Device
 from pmm.errors import PmmError
@@ -215,7 +216,7 @@ def test_attach_timeout_takes_units(module: FakeModule, monkeypatch: pytest.Monk
 
 def test_logs_since_takes_units(module: FakeModule, monkeypatch: pytest.MonkeyPatch) -> None:
     now = 1000 * S
-    monkeypatch.setattr(cli, "now_monotonic_ns", lambda: now)
+    monkeypatch.setattr(options, "now_monotonic_ns", lambda: now)
     monkeypatch.setattr("pmm.symbolize.capture_maps", lambda pid: None)
     me = os.getpid()
     module.pids = [pid_info(me, state=1)]
@@ -238,6 +239,41 @@ def test_format_duration_uses_the_largest_unit() -> None:
              5400: "90m", 604800: "7d", 1: "1s"}
     assert {x: format_duration(x) for x in cases} == cases
     assert all(parse_duration(format_duration(x)) == x for x in cases)
+
+
+def test_parse_duration_checks_the_range_it_is_given() -> None:
+    """The one parser of both front ends: the bounds, 0 as "none", and the
+    refusal's wording as each option says it."""
+    from pmm.units import parse_duration
+
+    assert parse_duration("5ms") == 0.005  # no range: any duration
+    assert parse_duration("1h", 0.01, 3600) == 3600.0
+    for text, lo, hi, said in [("5ms", 0.01, 3600, "5ms is out of range: 10ms to 1h"),
+                               ("2h", 0.01, 3600, "2h is out of range: 10ms to 1h"),
+                               ("0", 0.001, None, "0 is out of range: at least 1ms"),
+                               ("2d", None, 86400, "2d is out of range: at most 1d")]:
+        with pytest.raises(ValueError) as e:
+            parse_duration(text, lo, hi)
+        assert str(e.value) == said
+    assert parse_duration("0", 0.01, zero_ok=True) == 0.0
+    with pytest.raises(ValueError, match="^'5ms' is shorter than 10ms$"):
+        parse_duration("5ms", 0.01, out_of_range="{text!r} is shorter than {minimum}")
+
+
+def test_one_error_wrapper_for_both_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    """pmctl's handle_errors and pmd's are pmm.errors.error_handler: the
+    same line on stderr, each front end's exit status."""
+    from pmd import main as pmd_main
+    from pmm.errors import NoSuchPid
+
+    def fails() -> None:
+        raise NoSuchPid("no such process: pid 9 does not exist")
+
+    for wrap, prog, code in [(handle_errors, "pmctl", 5), (pmd_main.handle_errors, "pmd", 1)]:
+        with pytest.raises(typer.Exit) as e:
+            wrap(fails)()
+        assert e.value.exit_code == code
+        assert capsys.readouterr().err == f"{prog}: no such process: pid 9 does not exist\n"
 
 
 def test_durations_print_with_units(module: FakeModule) -> None:
@@ -268,7 +304,7 @@ def test_sizes_in_binary_units(module: FakeModule, monkeypatch: pytest.MonkeyPat
     assert rows["kernel memory"] == "3.0 MiB"
     # leaks: the header and the BYTES column
     now = 1000 * S
-    monkeypatch.setattr(cli, "now_monotonic_ns", lambda: now)
+    monkeypatch.setattr(options, "now_monotonic_ns", lambda: now)
     module.blocks = [Block(ptr=0x1000, prev_ptr=0, size=4000, time_ns=now - S, site=0,
                            weight=1, op=1),
                      Block(ptr=0x2000, prev_ptr=0, size=1000, time_ns=now - S, site=0,
@@ -336,9 +372,11 @@ def test_help_has_no_private_words() -> None:
 
 def test_library_texts_have_no_private_words() -> None:
     """Messages and docs of the files pmctl's commands print from."""
-    for rel in ("pmctl/cli.py", "pmctl/exitcodes.py", "src/pmm/model.py", "src/pmm/leaks.py",
+    commands = sorted(str(f.relative_to(TOP)) for f in (TOP / "pmctl").glob("*.py"))
+    for rel in (*commands, "src/pmm/model.py", "src/pmm/leaks.py",
                 "src/pmm/stats.py", "src/pmm/output.py", "src/pmm/procfs.py",
-                "src/pmm/device.py"):
+                "src/pmm/device.py", "src/pmm/statusview.py", "src/pmm/blocklog.py",
+                "src/pmm/alertlist.py"):
         text = (TOP / rel).read_text()
         found = re.findall(r"PMMM|article's|\(START_PID\)|\(STOP_PID\)", text)
         assert found == [], (rel, found)

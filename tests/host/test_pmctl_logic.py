@@ -8,7 +8,7 @@ import pytest
 
 from pmctl import cli
 from pmctl.exitcodes import exit_code_for
-from pmm import errors, leaks, procfs, stats, units
+from pmm import blocklog, errors, leaks, procfs, stats, units
 from pmm.model import Block, Bucket, Site, StatsInfo
 from pmm.output import format_table, human_age, human_bytes
 
@@ -177,12 +177,12 @@ def test_logs_line_is_proc_format() -> None:
     site = Site(site=1, flags=1, frames=(0x10000E60,), file="pmd.c", func="main", line=207)
     b = Block(ptr=0x10012008, prev_ptr=0, size=100, time_ns=1000 * S, site=1, weight=1, op=1)
     d = b.to_dict(site, now_mono)
-    assert cli.proc_line(d, now_mono, now_real) == (
+    assert blocklog.proc_line(d, now_mono, now_real) == (
         "{MALLOC @06:57:11} Sz: 100B Pointer: 0x10012008 Caller: 0x10000e60 main() 207 pmd.c")
     r = Block(ptr=0x10012010, prev_ptr=0x10012008, size=200, time_ns=1010 * S, site=9,
               weight=1, op=3)
     d = r.to_dict(None, now_mono)
-    line = cli.proc_line(d, now_mono, now_real)
+    line = blocklog.proc_line(d, now_mono, now_real)
     assert line == ("{REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 "
                     "Pointer: 0x10012010 Caller: 0x0")
     parsed = procfs.parse_block(line)
@@ -193,10 +193,10 @@ def test_logs_line_is_proc_format() -> None:
 def test_select_blocks() -> None:
     bl = [blk(3, 1, 30, 1), blk(1, 1, 10, 1), blk(2, 1, 20, 1), blk(4, 1, 20, 1)]
     now = 40 * S
-    assert [b.ptr for b in cli.select_blocks(bl, now, None, None)] == [1, 2, 4, 3]
-    assert [b.ptr for b in cli.select_blocks(bl, now, 20, None)] == [2, 4, 3]
-    assert [b.ptr for b in cli.select_blocks(bl, now, None, 2)] == [1, 2]
-    assert [b.ptr for b in cli.select_blocks(bl, now, 15, 1)] == [3]
+    assert [b.ptr for b in blocklog.select_blocks(bl, now, None, None)] == [1, 2, 4, 3]
+    assert [b.ptr for b in blocklog.select_blocks(bl, now, 20, None)] == [2, 4, 3]
+    assert [b.ptr for b in blocklog.select_blocks(bl, now, None, 2)] == [1, 2]
+    assert [b.ptr for b in blocklog.select_blocks(bl, now, 15, 1)] == [3]
 
 
 # -- errors and output -----------------------------------------------------
@@ -281,13 +281,15 @@ def test_models_to_dict() -> None:
 
 
 def test_commands_print_the_models_json() -> None:
-    """cli.py builds no JSON of its own for the models: it calls to_dict."""
+    """pmctl's commands (and pmm.blocklog, which writes `logs`) build no JSON of
+    their own for the models: they call to_dict."""
     import ast
     from pathlib import Path
 
-    from pmm import leakreport
+    from pmm import blocklog, leakreport
 
-    src = Path(cli.__file__).read_text()
+    src = "\n".join(f.read_text() for f in sorted(Path(cli.__file__).parent.glob("*.py")))
+    src += Path(blocklog.__file__).read_text()
     names = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
     assert not names & {"config_dict", "pid_dict", "block_dict", "site_dict"}
     for call in ("cfg.to_dict()", "p.to_dict(now)", "b.to_dict(sites.get(b.site), now)",

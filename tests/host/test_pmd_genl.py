@@ -171,7 +171,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
     for ev in decode_datagram(msg(uapi.Cmd.SAMPLE, u32(A.PID, 1)) + sample_msg(rss=12288), FAM):
         d.handle_event(ev)
     d.flush_now()
-    assert d.malformed == 1
+    assert d.events.malformed == 1
     warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warn == ["malformed event skipped: command 1 (pid 1): missing PMM_A_START_TIME, "
                     "PMM_A_TIME, PMM_A_VM, PMM_A_RSS"]
@@ -185,7 +185,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
 def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
-    d.detector_ready.set()  # run() would warm the detector up in a thread first
+    d.detector.ready.set()  # run() would warm the detector up in a thread first
     caplog.set_level(logging.INFO, logger="pmd")
     pid, start = 4_000_001, 5_000_000_000
     sites = []
@@ -211,7 +211,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "fastest site 5 +2.3 MiB/min" in a.message
     # a restarted pmd does not alert again for the same process
     d2 = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
-    d2.detector_ready.set()
+    d2.detector.ready.set()
     for i in range(200, 260):
         d2.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start,
                               time=10_000_000_000 + i * 100_000_000, vm=1 << 30,
@@ -224,7 +224,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
 def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=30))
-    d.detector_ready.set()
+    d.detector.ready.set()
     pid, start = 4_000_002, 7_000_000_000
     for i in range(30):
         t = 10_000_000_000 + i * 100_000_000

@@ -32,8 +32,8 @@ import pytest
 from as_user import as_user
 from prometheus_client.parser import text_string_to_metric_families
 
-from pmm import metrics
-from pmm.metrics import (
+from pmm.daemon import metrics
+from pmm.daemon.metrics import (
     MAX_CONNECTIONS,
     Exporter,
     ProcessFigures,
@@ -1000,7 +1000,7 @@ def prometheus_as(uid: int, target: str) -> Iterator[str]:
 
 
 def test_one_user_cannot_take_every_slot() -> None:
-    from pmm.metrics import PEER_CONNECTIONS, RESERVED_CONNECTIONS
+    from pmm.daemon.metrics import PEER_CONNECTIONS, RESERVED_CONNECTIONS
 
     ex = Exporter(address=("127.0.0.1", 0), allowed_uids=frozenset({ALLOWED_UID}))
     assert ex.server is not None
@@ -1043,7 +1043,7 @@ def test_one_user_cannot_take_every_slot() -> None:
 
 
 def test_remote_addresses_have_their_own_caps() -> None:
-    from pmm.metrics import PEER_CONNECTIONS, REMOTE_CONNECTIONS
+    from pmm.daemon.metrics import PEER_CONNECTIONS, REMOTE_CONNECTIONS
 
     ex = Exporter(address=("127.0.0.1", 0))
     assert ex.server is not None

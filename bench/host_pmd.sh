@@ -93,7 +93,7 @@ def msg(pid, t):
     return struct.pack("=IHHII", 16 + len(body), FAM, 0, 0, 0) + body
 st = Store.open(sys.argv[1])
 d = Daemon(st, Options(db=sys.argv[1], pids=[], genl=False))
-d.detector_ready.set()
+d.detector.ready.set()
 T.detect(range(30), [float(i) for i in range(30)])  # warmed up, as pmd's thread does
 N = 60
 data = [[msg(4_000_000 + i, (s + 10) * 10**9) for i in range(64)] for s in range(N)]

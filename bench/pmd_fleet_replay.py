@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pmm import uapi
 from pmm.daemon import Daemon, Options
+from pmm.daemon.metrics import Exporter
 from pmm.genl import decode_datagram
-from pmm.metrics import Exporter
 from pmm.store import Store
 from pmm.trend import detect
 
@@ -66,7 +66,7 @@ def main() -> None:
     url = f"http://{exporter.server.url_host()}/metrics"
     daemon = Daemon(store, Options(db=Path(db), pids=[], genl=False), exporter=exporter)
     detect(range(30), [float(i) for i in range(30)])  # warmed up, as pmd's thread does
-    daemon.detector_ready.set()
+    daemon.detector.ready.set()
     rng = random.Random(1)
     noise = [rng.randrange(-(200 << 10), 200 << 10) for _ in range(4096)]
     rss_before = vm_kib("VmRSS")

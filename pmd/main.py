@@ -30,8 +30,8 @@ import typer
 
 import pmm
 from pmm.daemon import DEFAULT_MIN_SPAN, DEFAULT_RETAIN, Options, serve
+from pmm.daemon.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.errors import error_handler
-from pmm.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.store import default_db_path
 from pmm.text import printable
 from pmm.trend import Params
@@ -236,14 +236,14 @@ def pmd(
         raise typer.Exit(USAGE) from None
     address = None
     if metrics is not None:
-        from pmm.metrics import parse_address
+        from pmm.daemon.metrics import parse_address
 
         try:
             address = parse_address(metrics)
         except ValueError as e:
             err(f"--metrics: {e} (see `pmd --help`)")
             raise typer.Exit(USAGE) from None
-    from pmm.metrics import parse_host
+    from pmm.daemon.metrics import parse_host
 
     try:
         host_names = frozenset(parse_host(h) for h in metrics_host or [])

@@ -2,11 +2,12 @@
 
 - `PmmMsg` is the pyroute2 message class of family "pmm" (attributes as in
   kmod/uapi/pmm.h, mirrored by pmm.uapi.Attr).
-- `decode(msg)` turns one pyroute2-parsed message into an `Event`, checking
-  every attribute's type; anything wrong raises `MalformedEvent` (pmd logs
-  it and goes on). `decode_datagram(data, family_id)` parses a whole
-  datagram with `parse_message`, the same checks read straight from the
-  bytes (pyroute2's generic decoder was 3/4 of pmd's cost per sample event).
+- `decode_datagram(data, family_id)` turns a whole datagram into `Event`s
+  with `parse_message`, which checks every attribute's size and type as it
+  reads the bytes with struct (pyroute2's generic decoder was 3/4 of pmd's
+  cost per sample event); anything wrong gives a `MalformedEvent` (pmd logs
+  it and goes on). A dump's replies, which pyroute2 receives, are read by
+  the same parser (`from_pyroute2`).
 - `Listener` resolves the family, joins the "events" group and reads
   datagrams without blocking from a select loop. It also listens to nlctrl's
   "notify" group: when the module is unloaded (CTRL_CMD_DELFAMILY) it drops
@@ -22,8 +23,7 @@ blocks) that large are not real, and live_bytes sums what the process itself
 reported: they are clamped to 2^63-1 (logged once per process and
 attribute) so that the process's other values still count. A start time or
 sample time that large would be a key that names nothing: that message is
-malformed. Both decoders (`decode`, `parse_message`) end in `_event`, which
-does this.
+malformed. `_event`, where parse_message ends, does this.
 
 pyroute2 only resolves, joins and parses here: datagrams are read with
 recv(MSG_DONTWAIT) on its socket so that the select loop sees every one
@@ -145,12 +145,6 @@ class Event:
         return heap_figures(self.allocator, self.heap_free, self.heap_top)
 
 
-_FIELDS: dict[str, tuple[str, type]] = {
-    f"PMM_A_{a.name}": (a.name.lower(), str if a == uapi.Attr.COMM else int)
-    for a in uapi.Attr
-    if a not in (uapi.Attr.UNSPEC, uapi.Attr.SITE, uapi.Attr.SITE_ID, uapi.Attr.PAD)
-}
-
 I64_MAX = (1 << 63) - 1
 _KEYS = ("start_time", "time")  # keys of stored rows: never clamped
 _clamped: set[tuple[int, str]] = set()  # (pid, attribute) already logged
@@ -180,16 +174,6 @@ _REQUIRED: dict[int, tuple[str, ...]] = {
 }
 
 
-def _typed(name: str, value: Any, want: type) -> Any:
-    if want is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise MalformedEvent(f"attribute {name} is not an integer: {value!r}")
-        return value
-    if not isinstance(value, str):
-        raise MalformedEvent(f"attribute {name} is not a string: {value!r}")
-    return value
-
-
 def _event(cmd: int, values: dict[str, Any], sites: list[SiteLive]) -> Event:
     """The Event of a known command, once its PID and required attributes are there."""
     if "pid" not in values or values["pid"] <= 0:
@@ -210,33 +194,6 @@ def _event(cmd: int, values: dict[str, Any], sites: list[SiteLive]) -> Event:
     sites = [SiteLive(s.site, _clamp(pid, "live_bytes", s.live_bytes),
                       _clamp(pid, "live_blocks", s.live_blocks)) for s in sites]
     return Event(cmd=cmd, sites=tuple(sites), **values)
-
-
-def decode(msg: Any) -> Event:
-    """An Event from a decoded PmmMsg; MalformedEvent if it breaks the ABI."""
-    cmd = msg.get("cmd")
-    if not isinstance(cmd, int) or cmd not in _REQUIRED:
-        raise MalformedEvent(f"unknown command {cmd!r}")
-    values: dict[str, Any] = {}
-    sites: list[SiteLive] = []
-    for item in msg.get("attrs", ()):
-        name, value = item[0], item[1]
-        if name == "PMM_A_SITE":
-            if not hasattr(value, "get_attr"):
-                raise MalformedEvent(f"attribute PMM_A_SITE is not nested: {value!r}")
-            sid = _typed("PMM_A_SITE_ID", value.get_attr("PMM_A_SITE_ID"), int)
-            lb = _typed("PMM_A_LIVE_BYTES", value.get_attr("PMM_A_LIVE_BYTES"), int)
-            lk = _typed("PMM_A_LIVE_BLOCKS", value.get_attr("PMM_A_LIVE_BLOCKS", 0), int)
-            sites.append(SiteLive(sid, lb, lk))
-        elif name in _FIELDS:
-            key, want = _FIELDS[name]
-            values[key] = _typed(name, value, want)
-        elif name in ("PMM_A_PAD", "PMM_A_UNSPEC", "PMM_A_SITE_ID"):
-            continue
-        else:
-            # unknown attribute numbers come from a newer module: ignored
-            log.debug("ignoring attribute %r", name)
-    return _event(cmd, values, sites)
 
 
 _NLMSGHDR = struct.Struct("=IHHII")
@@ -306,15 +263,15 @@ def _site(buf: bytes, off: int, end: int) -> SiteLive:
 def parse_message(buf: bytes) -> Event:
     """One message of family "pmm" (netlink header included) to an Event: one
     walk that checks each attribute as `check_attrs` does and reads the values
-    with struct. It gives what `decode` over pyroute2's PmmMsg gives (a host
-    test holds the two to the same results) at a fraction of the cost (pmd
-    decodes every sample event)."""
+    with struct. It gives what pyroute2's PmmMsg reads from the same bytes
+    (a host test holds the two to the same results) at a fraction of the
+    cost (pmd decodes every sample event)."""
     start = _NLMSGHDR.size + _GENLHDR.size
     if len(buf) < start:
         raise MalformedEvent(f"message of {len(buf)} bytes has no genl header")
     cmd = _GENLHDR.unpack_from(buf, _NLMSGHDR.size)[0]
     values: dict[str, Any] = {}
-    site_spans: list[tuple[int, int]] = []  # read after the walk, as decode does
+    site_spans: list[tuple[int, int]] = []  # read after the walk has checked all
     off, end = start, len(buf)
     while off < end:
         if off + _NLA.size > end:
@@ -370,6 +327,14 @@ def decode_datagram(data: bytes, family_id: int) -> list[Event | MalformedEvent]
     if off < len(data):
         out.append(MalformedEvent(f"{len(data) - off} trailing bytes"))
     return out
+
+
+def from_pyroute2(msg: Any) -> Event:
+    """The Event of a PmmMsg that pyroute2 parsed from a datagram (a dump's
+    reply), read from the message's own bytes by parse_message: one decoder
+    for everything the module sends."""
+    length = msg["header"]["length"]
+    return parse_message(bytes(msg.data[msg.offset : msg.offset + length]))
 
 
 def _ctrl_changes(data: bytes) -> list[tuple[int, str]]:
@@ -559,7 +524,7 @@ class Listener:
             for m in sock.nlm_request(req, msg_type=sock.prid,
                                       msg_flags=NLM_F_REQUEST | NLM_F_DUMP):
                 try:
-                    out.append(decode(m))
+                    out.append(from_pyroute2(m))
                 except MalformedEvent as e:
                     log.warning("malformed entry of the list of monitored processes skipped: %s", e)
             return out

@@ -15,7 +15,7 @@ from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from pmm import uapi
-from pmm.genl import PmmMsg, decode
+from pmm.genl import PmmMsg, from_pyroute2
 
 
 def genl_join(listen: float = 0.0) -> dict[str, object]:
@@ -49,7 +49,7 @@ def genl_dump() -> dict[str, object]:
         req["cmd"] = uapi.Cmd.GET_PIDS
         req["version"] = uapi.GENL_VERSION
         msgs = list(s.nlm_request(req, msg_type=s.prid, msg_flags=NLM_F_REQUEST | NLM_F_DUMP))
-        return {"pids": sorted(decode(m).pid for m in msgs)}
+        return {"pids": sorted(from_pyroute2(m).pid for m in msgs)}
     except Exception as e:  # noqa: BLE001 - the errno is the answer
         return {"errno": getattr(e, "code", None) or getattr(e, "errno", None)}
     finally:

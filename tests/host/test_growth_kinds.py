@@ -1,7 +1,7 @@
 """The kind of growth (pmm.growthkind) on synthetic series: each kind from the
 part that grows, its evidence, and the edges (nothing grows, the heap
 unknown, too few samples); the mappings that grew (pmm.smaps) from real
-smaps text; pmd's tracker (pmm.kindtrack) on SampleRows."""
+smaps text; pmd's tracker (pmm.daemon.kindtrack) on SampleRows."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from pmm import smaps
+from pmm.daemon.kindtrack import Tracker
 from pmm.growthkind import Kind, classify, split_point
-from pmm.kindtrack import Tracker
 from pmm.store import SampleRow
 
 MIB = 1 << 20

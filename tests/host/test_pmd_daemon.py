@@ -198,7 +198,7 @@ def test_warm_up_says_its_duration_as_durations_are_written(
     caplog.set_level(logging.INFO, logger="pmd")
     st = Store.open(tmp_path / "pmm.db")
     try:
-        Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False))._warm_up()
+        Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False)).detector.warm_up()
     finally:
         st.close()
     said = [r.getMessage() for r in caplog.records if "warm up" in r.getMessage()]
@@ -206,7 +206,7 @@ def test_warm_up_says_its_duration_as_durations_are_written(
 
 
 def test_series_window_keeps_the_last_samples_in_order() -> None:
-    from pmm.daemon import SeriesWindow
+    from pmm.daemon.procstate import SeriesWindow
 
     w = SeriesWindow(4)
     for i in range(3):
@@ -225,14 +225,14 @@ def test_the_detector_runs_less_often_as_the_window_fills(tmp_path: Path) -> Non
     try:
         d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=20,
                                window=3600))
-        d.detector_ready.set()
+        d.detector.ready.set()
         runs: list[int] = []
-        d.run_detector = lambda st, now_ns: runs.append(len(st.series))  # type: ignore[method-assign]
+        d.detector.run = lambda st, now_ns: runs.append(len(st.series))  # type: ignore[method-assign]
         for i in range(3600):
             d.add_sample(SampleRow(7, 0, (i + 1) * 10**9, 1 << 30, 8 << 20), comm="x")
     finally:
         store.close()
-    assert [d.detect_interval(n) for n in (30, 400, 1200, 3600)] == [20, 20, 60, 180]
+    assert [d.detector.interval(n) for n in (30, 400, 1200, 3600)] == [20, 20, 60, 180]
     assert runs[:3] == [30, 50, 70]  # every 20 while the window is small
     gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
     assert 170 <= gaps[-1] <= max(gaps) <= 180  # then every held/20 samples
@@ -308,7 +308,7 @@ def test_a_warm_up_ramp_raises_no_alert_before_the_minimum_span(
     try:
         d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10,
                                   window=3600, min_span=min_span))
-        d.detector_ready.set()
+        d.detector.ready.set()
         _feed(d, 4_000_002, *_ramp_then_flat(1))
         d.flush_now()
         alerts = store.alerts(4_000_002)
@@ -346,7 +346,7 @@ def test_an_alert_resolves_when_the_verdict_clears(
     try:
         d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10,
                                   window=600, min_span=120.0))
-        d.detector_ready.set()
+        d.detector.ready.set()
         t, v = _leak_then_stop(2)
         _feed(d, pid, t[:300], v[:300])
         (a,) = store.alerts(pid)
@@ -379,11 +379,11 @@ def test_the_last_pid_target_gone_is_said(tmp_path: Path,
         store = Store.open(tmp_path / "pmm.db")
         try:
             d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[p.pid], genl=genl))
-            d.sample_targets()
-            assert not d.finished
+            d.processes.sample_targets()
+            assert not d.processes.finished
             p.kill()
             p.wait()
-            d.sample_targets()
+            d.processes.sample_targets()
         finally:
             store.close()
         said = caplog.records[-1]
@@ -391,12 +391,12 @@ def test_the_last_pid_target_gone_is_said(tmp_path: Path,
         if genl:
             assert said.getMessage() == ("the last --pid target has gone: pmd goes on "
                                          "recording the processes the module monitors")
-            assert not d.finished
+            assert not d.processes.finished
         else:
             assert said.getMessage() == ("the last --pid target has gone and --no-genl "
                                          "leaves nothing to watch: pmd writes what is "
                                          "pending and exits")
-            assert d.finished
+            assert d.processes.finished
 
 
 def test_pmd_without_genl_exits_when_its_last_target_exits(tmp_path: Path) -> None:
@@ -435,16 +435,16 @@ def test_retention_runs_in_steps_from_the_loop(tmp_path: Path,
         store.write([SampleRow(5, 0, int(t * 1e9), 1 << 20, 1 << 20) for t in old],
                     [ProcessRow(5, 0, "x")])
         d = Daemon(store, Options(db=tmp_path / "pmm.db", pids=[], genl=False, retain=3600.0))
-        clock = d.next_retain
+        clock = d.retention.next_retain
         steps = 0
         while store.sample_count(5, 0) > 0 and steps < 10:
-            d.maybe_retain(clock)
-            assert d.next_retain == pytest.approx(clock + 0.01)  # a backlog: soon again
-            clock = d.next_retain
+            d.retention.maybe_retain(clock)
+            assert d.retention.next_retain == pytest.approx(clock + 0.01)  # a backlog: soon again
+            clock = d.retention.next_retain
             steps += 1
         assert steps == 2  # 2000 samples a step
-        d.maybe_retain(clock)  # the round ends: said once
-        assert d.next_retain == pytest.approx(clock + 60.0)
+        d.retention.maybe_retain(clock)  # the round ends: said once
+        assert d.retention.next_retain == pytest.approx(clock + 60.0)
     finally:
         store.close()
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retention")]

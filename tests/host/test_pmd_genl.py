@@ -17,8 +17,8 @@ from pmm.genl import (
     MalformedEvent,
     PmmMsg,
     SiteLive,
+    _event,
     check_attrs,
-    decode,
     decode_datagram,
     parse_message,
 )
@@ -84,7 +84,7 @@ def test_sample_event_with_heap_and_cgroup() -> None:
     glibc, jemalloc = heap_msg(42, uapi.ALLOC_GLIBC, 3 << 20, 1 << 16, 9 << 20), \
         heap_msg(43, uapi.ALLOC_JEMALLOC, 2 << 20, 0, None)
     evs = decode_datagram(glibc + jemalloc + sample_msg(44), FAM)
-    assert [e if isinstance(e, MalformedEvent) else decode(_pyroute2_msg(m))
+    assert [e if isinstance(e, MalformedEvent) else _via_pyroute2(m)
             for e, m in zip(evs, (glibc, jemalloc, sample_msg(44)), strict=True)] == evs
     g, j, none = evs
     assert isinstance(g, Event) and isinstance(j, Event) and isinstance(none, Event)
@@ -94,12 +94,6 @@ def test_sample_event_with_heap_and_cgroup() -> None:
     assert g.heap_figures() == (3 << 20, 1 << 16, "glibc")
     assert j.heap_figures() == (2 << 20, None, "jemalloc") and j.cgroup_usage is None
     assert none.heap_figures() == (None, None, None) and none.cgroup_usage is None
-
-
-def _pyroute2_msg(m: bytes) -> PmmMsg:
-    pm = PmmMsg(m)
-    pm.decode()
-    return pm
 
 
 def test_daemon_stores_heap_and_cgroup_figures(tmp_path: Path) -> None:
@@ -171,7 +165,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
     for ev in decode_datagram(msg(uapi.Cmd.SAMPLE, u32(A.PID, 1)) + sample_msg(rss=12288), FAM):
         d.handle_event(ev)
     d.flush_now()
-    assert d.malformed == 1
+    assert d.events.malformed == 1
     warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warn == ["malformed event skipped: command 1 (pid 1): missing PMM_A_START_TIME, "
                     "PMM_A_TIME, PMM_A_VM, PMM_A_RSS"]
@@ -185,7 +179,7 @@ def test_daemon_logs_and_skips_malformed(tmp_path: Path,
 def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
-    d.detector_ready.set()  # run() would warm the detector up in a thread first
+    d.detector.ready.set()  # run() would warm the detector up in a thread first
     caplog.set_level(logging.INFO, logger="pmd")
     pid, start = 4_000_001, 5_000_000_000
     sites = []
@@ -211,7 +205,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "fastest site 5 +2.3 MiB/min" in a.message
     # a restarted pmd does not alert again for the same process
     d2 = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10))
-    d2.detector_ready.set()
+    d2.detector.ready.set()
     for i in range(200, 260):
         d2.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=start,
                               time=10_000_000_000 + i * 100_000_000, vm=1 << 30,
@@ -224,7 +218,7 @@ def test_daemon_alerts_once_on_leak(tmp_path: Path, caplog: pytest.LogCaptureFix
 def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=30))
-    d.detector_ready.set()
+    d.detector.ready.set()
     pid, start = 4_000_002, 7_000_000_000
     for i in range(30):
         t = 10_000_000_000 + i * 100_000_000
@@ -240,12 +234,28 @@ def test_alert_names_the_largest_site_before_growth_is_known(tmp_path: Path) -> 
 
 
 def _via_pyroute2(m: bytes) -> Event | str:
-    """The reference decoder: the policy check, pyroute2's PmmMsg, decode()."""
+    """The reference reading: the policy check, pyroute2's PmmMsg, and its
+    attributes made an Event by genl's own rules (_event)."""
+    known = {f"PMM_A_{a.name}": a.name.lower() for a in A
+             if a not in (A.UNSPEC, A.SITE, A.SITE_ID, A.PAD)}
     try:
         check_attrs(m, 20, len(m))
         pm = PmmMsg(m)
         pm.decode()
-        return decode(pm)
+        cmd = pm.get("cmd")
+        if cmd not in [*uapi.Cmd]:
+            return "malformed"
+        values: dict[str, object] = {}
+        sites = []
+        for name, value, *_ in pm.get("attrs", ()):
+            if name == "PMM_A_SITE":
+                sid, lb = value.get_attr("PMM_A_SITE_ID"), value.get_attr("PMM_A_LIVE_BYTES")
+                if not isinstance(sid, int) or not isinstance(lb, int):
+                    return "malformed"
+                sites.append(SiteLive(sid, lb, value.get_attr("PMM_A_LIVE_BLOCKS", 0)))
+            elif name in known:
+                values[known[name]] = value
+        return _event(cmd, values, sites)
     except MalformedEvent:
         return "malformed"
     except Exception:  # noqa: BLE001 - pyroute2 raises many kinds on bad input
@@ -257,6 +267,22 @@ def _via_parser(m: bytes) -> Event | str:
         return parse_message(m)
     except MalformedEvent:
         return "malformed"
+
+
+def test_a_dumps_replies_are_read_by_the_one_parser() -> None:
+    """dump_pids's replies come parsed by pyroute2, several to a datagram:
+    from_pyroute2 reads each one's own bytes with parse_message."""
+    from pyroute2.netlink.marshal import Marshal
+
+    from pmm.genl import from_pyroute2
+
+    first, second = msg(uapi.Cmd.GET_PIDS, u32(A.PID, 7), u64(A.START_TIME, 5)), \
+        sample_msg(pid=8)
+    marshal = Marshal()
+    marshal.msg_map = {FAM: PmmMsg}
+    got = [from_pyroute2(m) for m in marshal.parse(first + second)]
+    assert got == [parse_message(first), parse_message(second)]
+    assert [e.pid for e in got] == [7, 8]
 
 
 def test_one_pass_parser_matches_pyroute2() -> None:

@@ -32,19 +32,12 @@ import pytest
 from as_user import as_user
 from prometheus_client.parser import text_string_to_metric_families
 
-from pmm import metrics
-from pmm.metrics import (
-    MAX_CONNECTIONS,
-    Exporter,
-    ProcessFigures,
-    ProfileError,
-    Snapshot,
-    _Handler,
-    heap_profile,
-    peer_uid,
-    process_owner,
-    targets,
-)
+from pmm.daemon import metrics
+from pmm.daemon.metrics import Exporter, ProcessFigures, Snapshot, profiles, routes
+from pmm.daemon.metrics.access import peer_uid, process_owner
+from pmm.daemon.metrics.profiles import ProfileError, heap_profile, targets
+from pmm.daemon.metrics.routes import _Handler
+from pmm.daemon.metrics.server import MAX_CONNECTIONS
 from pmm.model import ConfigInfo
 from pmm.procsampler import read_stat
 from pmm.trendsource import mem_available
@@ -646,7 +639,7 @@ def test_remote_peer_refused_before_proc_is_read(monkeypatch: pytest.MonkeyPatch
         raise AssertionError("/proc read for a remote peer")
 
     for name in ("peer_uid", "process_owner", "live_start_time"):
-        monkeypatch.setattr(metrics, name, no)
+        monkeypatch.setattr(routes, name, no)
     pid = os.getpid()
     h, sent = fake_handler(own_figures(pid, read_stat(pid).start_time), "192.0.2.7")
     h._heap({"pid": [str(pid)]})
@@ -654,8 +647,8 @@ def test_remote_peer_refused_before_proc_is_read(monkeypatch: pytest.MonkeyPatch
 
 
 def test_one_profile_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "peer_uid", lambda *_: 0)
-    monkeypatch.setattr(metrics, "heap_profile", lambda *_: b"profile")
+    monkeypatch.setattr(routes, "peer_uid", lambda *_: 0)
+    monkeypatch.setattr(routes, "heap_profile", lambda *_: b"profile")
     pid = os.getpid()
     h, sent = fake_handler(own_figures(pid, read_stat(pid).start_time), "127.0.0.1")
     h.server.profile_lock.acquire()
@@ -714,7 +707,7 @@ def test_profile_bound_to_the_process_start_time(monkeypatch: pytest.MonkeyPatch
     pid = os.getpid()
     start = read_stat(pid).start_time
     # the snapshot's process is not the one now at that pid: 404 before any access check
-    monkeypatch.setattr(metrics, "peer_uid", lambda *_: 0)
+    monkeypatch.setattr(routes, "peer_uid", lambda *_: 0)
     h, sent = fake_handler(own_figures(pid, start + 10_000_000), "127.0.0.1")
     h._heap({"pid": [str(pid)]})
     assert sent and sent[0][0] == 404 and "no longer" in sent[0][1]
@@ -756,7 +749,7 @@ def test_profile_bound_to_the_process_start_time(monkeypatch: pytest.MonkeyPatch
     # the pid changed hands while the profile was built: it is discarded
     Info.start_time_ns = start
     looks = iter([start, start + 10_000_000])
-    monkeypatch.setattr(metrics, "live_start_time", lambda _pid: next(looks))
+    monkeypatch.setattr(profiles, "live_start_time", lambda _pid: next(looks))
     with pytest.raises(ProfileError) as e:
         heap_profile(pid, snap)
     assert e.value.status == 404 and built == [1, 1]
@@ -1000,7 +993,7 @@ def prometheus_as(uid: int, target: str) -> Iterator[str]:
 
 
 def test_one_user_cannot_take_every_slot() -> None:
-    from pmm.metrics import PEER_CONNECTIONS, RESERVED_CONNECTIONS
+    from pmm.daemon.metrics.server import PEER_CONNECTIONS, RESERVED_CONNECTIONS
 
     ex = Exporter(address=("127.0.0.1", 0), allowed_uids=frozenset({ALLOWED_UID}))
     assert ex.server is not None
@@ -1043,7 +1036,7 @@ def test_one_user_cannot_take_every_slot() -> None:
 
 
 def test_remote_addresses_have_their_own_caps() -> None:
-    from pmm.metrics import PEER_CONNECTIONS, REMOTE_CONNECTIONS
+    from pmm.daemon.metrics.server import PEER_CONNECTIONS, REMOTE_CONNECTIONS
 
     ex = Exporter(address=("127.0.0.1", 0))
     assert ex.server is not None

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from test_pmd_genl import FAM, A, msg, u32, u64
 
-from pmm import daemon, procsampler, uapi
-from pmm.daemon import Daemon, Options
+from pmm import procsampler, uapi
+from pmm.daemon import Daemon, Options, loop
 from pmm.genl import Event, MalformedEvent, SiteLive, decode_datagram
 from pmm.store import TICK_NS, SampleRow, Store, start_key
 
@@ -77,7 +77,7 @@ class FakeListener:
 
 @pytest.fixture()
 def fake_listener(monkeypatch: pytest.MonkeyPatch) -> type[FakeListener]:
-    monkeypatch.setattr(daemon, "Listener", FakeListener)
+    monkeypatch.setattr(loop, "Listener", FakeListener)
     FakeListener.batches = []
     FakeListener.lost_at = {}
     FakeListener.connects_at = {}
@@ -129,7 +129,7 @@ def test_loop_survives_what_arrives_and_records_the_next_samples(
     rows = c.execute("SELECT time, rss, live_bytes FROM samples ORDER BY time").fetchall()
     assert rows == [(200_000_000_000, 12288, I64_MAX)] + [
         (300_000_000_000 + i, 16384, None) for i in range(5)]
-    assert (d.malformed, d.failed_events, d.bad_rows) == (1, 1, 1)
+    assert (d.events.malformed, d.events.failed_events, d.rows.bad_rows) == (1, 1, 1)
     text = "\n".join(caplog.messages)
     assert "event skipped (1 so far): AssertionError" in text
     assert "skipped a sample row: the database refused a row: OverflowError" in text
@@ -140,14 +140,14 @@ def test_refused_rows_are_isolated_and_the_rest_written(tmp_path: Path) -> None:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False))
     for i in range(100):
-        d.pending_samples.append(SampleRow(PID, KEY, 10 + i, 1, 2))
+        d.rows.samples.append(SampleRow(PID, KEY, 10 + i, 1, 2))
         if i in (17, 64):
-            d.pending_samples.append(SampleRow(PID, KEY, 1000 + i, 1, 2, live_bytes=1 << 63))
-    d.pending_snaps.append((PID, KEY, 5, 1, 1 << 64, 1))
-    d.pending_snaps.append((PID, KEY, 5, 2, 100, 1))
-    d.flush()
-    assert d.write_failures == 0 and d.pending() == 0
-    assert (d.bad_rows, d.written) == (3, 100)
+            d.rows.samples.append(SampleRow(PID, KEY, 1000 + i, 1, 2, live_bytes=1 << 63))
+    d.rows.snaps.append((PID, KEY, 5, 1, 1 << 64, 1))
+    d.rows.snaps.append((PID, KEY, 5, 2, 100, 1))
+    d.rows.flush()
+    assert d.rows.write_failures == 0 and d.rows.pending() == 0
+    assert (d.rows.bad_rows, d.rows.written) == (3, 100)
     assert st.sample_count() == 100
     assert st.site_snapshots(PID, KEY) == [(2, 5, 100, 1)]
     st.close()
@@ -163,12 +163,12 @@ def test_pending_rows_stay_bounded_while_writes_fail(tmp_path: Path) -> None:
         d.handle_event(Event(cmd=uapi.Cmd.SITES, pid=key[0], start_time=key[1], time=7,
                              sites=(SiteLive(1, 10, 1), SiteLive(2, 20, 2))))
         d.handle_event(Event(cmd=uapi.Cmd.EXITED, pid=key[0], start_time=key[1], time=8))
-    d.flush()
-    assert d.write_failures == 1
-    assert (len(d.pending_procs), len(d.pending_exits), len(d.pending_snaps)) == (50, 50, 50)
-    assert d.dropped_rows == 150 + 150 + 350
+    d.rows.flush()
+    assert d.rows.write_failures == 1
+    assert (len(d.rows.procs), len(d.rows.exits), len(d.rows.snaps)) == (50, 50, 50)
+    assert d.rows.dropped_rows == 150 + 150 + 350
     # the newest are kept
-    assert d.pending_exits[-1] == (PID + 199, KEY, 8)
+    assert d.rows.exits[-1] == (PID + 199, KEY, 8)
     st.db.conn.execute("PRAGMA query_only=OFF")
     d.flush_now()
     assert len(st.processes()) == 50

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pmm import daemon
-from pmm.daemon import Daemon, Options, ProcState, ScanDone
+from pmm.daemon import Daemon, Options, scans
+from pmm.daemon.procstate import ProcState
+from pmm.daemon.worker import ScanDone
 from pmm.store import ScanRow, ScanSiteRow, Store
 
 TOP = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def test_a_scan_is_stored_logged_and_in_the_metrics(tmp_path: Path,
     d, store = make_daemon(tmp_path)
     st = state(d)
     with caplog.at_level(logging.INFO, logger="pmd"):
-        d._scanned(ScanDone(st.key, "server", ROW))
+        d.scans.scanned(ScanDone(st.key, "server", ROW))
     (got,) = store.scans(PID, START)
     assert got == ROW
     assert (st.lost_bytes, st.indirect_bytes) == (560, 1280)
@@ -65,13 +66,13 @@ def test_a_refused_ptrace_is_explained_once(tmp_path: Path,
                   error="ptrace of process 4000301 refused (Operation not permitted): scan "
                         "as its user or root")
     with caplog.at_level(logging.DEBUG, logger="pmd"):
-        d._scanned(ScanDone((PID, START), "server", err))
-        d._scanned(ScanDone((PID, START), "server", ScanRow(PID, START, 7_000, 1.7e9,
+        d.scans.scanned(ScanDone((PID, START), "server", err))
+        d.scans.scanned(ScanDone((PID, START), "server", ScanRow(PID, START, 7_000, 1.7e9,
                                                                error=err.error)))
     said = [r for r in caplog.records if "SystemCallFilter=@debug" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.ERROR
     assert [s.error for s in store.scans(PID, START)] == [err.error, err.error]
-    assert d.scan_failures == 2
+    assert d.scans.scan_failures == 2
 
 
 def test_leak_alert_asks_for_a_scan_unless_not_permitted(
@@ -81,13 +82,13 @@ def test_leak_alert_asks_for_a_scan_unless_not_permitted(
     st = state(d)
     asked: list[tuple[int, int]] = []
     monkeypatch.setattr(d.worker, "scan", lambda key, comm, age: asked.append(key))
-    monkeypatch.setattr(daemon, "ptrace_refusal", lambda pid: "")
-    d.request_scan(st)
+    monkeypatch.setattr(scans, "ptrace_refusal", lambda pid: "")
+    d.scans.request(st)
     assert asked == [st.key]
-    monkeypatch.setattr(daemon, "ptrace_refusal", lambda pid: "no CAP_SYS_PTRACE")
+    monkeypatch.setattr(scans, "ptrace_refusal", lambda pid: "no CAP_SYS_PTRACE")
     with caplog.at_level(logging.WARNING, logger="pmd"):
-        d.request_scan(st)
-        d.request_scan(st)
+        d.scans.request(st)
+        d.scans.request(st)
     assert asked == [st.key]
     assert caplog.text.count("--scan-on-leak: no CAP_SYS_PTRACE") == 1
 
@@ -95,7 +96,7 @@ def test_leak_alert_asks_for_a_scan_unless_not_permitted(
 def test_ptrace_refusal_names_the_missing_capability() -> None:
     """As nobody (no capability): pid 1 (root's) is refused with what to do;
     its own process is not."""
-    code = ("import os, sys; from pmm.daemon import ptrace_refusal; "
+    code = ("import os, sys; from pmm.daemon.scans import ptrace_refusal; "
             "print(repr(ptrace_refusal(1))); print(repr(ptrace_refusal(os.getpid())))")
     r = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
                         sys.executable, "-c", code], capture_output=True, text=True,

@@ -2,9 +2,9 @@
 exposure (`systemd-analyze security --offline=yes`) and `verify`, what
 pmd's sandbox refuses (the unit's MemoryDenyWriteExecute= filter applied
 here by hand; the system calls pmd makes against @system-service), the
-/etc/default/pmd file, the sd_notify messages (pmm.sdnotify) on a real
+/etc/default/pmd file, the sd_notify messages (pmm.daemon.sdnotify) on a real
 AF_UNIX datagram socket, and the journal's "<N>" priority prefixes
-(pmm.journal) when stderr is $JOURNAL_STREAM.
+(pmm.daemon.journal) when stderr is $JOURNAL_STREAM.
 
 (The capabilities the unit grants, with the real module: tests/guest/test_pmd_caps.py.)
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from pmm import journal, sdnotify
+from pmm.daemon import journal, sdnotify
 
 TOP = Path(__file__).resolve().parents[2]
 UNIT = TOP / "pmd" / "pmd.service"
@@ -336,7 +336,7 @@ def test_sdnotify_sends_ready_status_stopping(notify_socket: socket.socket) -> N
 
 
 def test_sdnotify_from_another_process(notify_socket: socket.socket) -> None:
-    r = subprocess.run([sys.executable, "-c", "from pmm import sdnotify; "
+    r = subprocess.run([sys.executable, "-c", "from pmm.daemon import sdnotify; "
                         "print(sdnotify.notify('STATUS=from a child'))"],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout == "True\n", r.stderr
@@ -385,7 +385,7 @@ def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path,
 
 LOGGING_PROGRAM = textwrap.dedent("""
     import logging, sys
-    from pmm.journal import formatter_for
+    from pmm.daemon.journal import formatter_for
     log = logging.getLogger("pmd")
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(formatter_for(sys.stderr.fileno(), "pmd"))

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from pmm import daemon, postmortem, uapi
-from pmm.daemon import Daemon, Options
+from pmm import postmortem, uapi
+from pmm.daemon import Daemon, Options, loop
 from pmm.errors import NotMonitored
 from pmm.genl import Event, SiteLive
 from pmm.leaks import AGE_LABELS
@@ -310,7 +310,7 @@ def test_exited_event_keeps_sites_named_by_file_line_and_no_address(
                          comm="leak"))
     assert d.wait_for_worker(60)
     d.flush_now()
-    assert (d.harvests, d.harvest_failures, module.block_reads) == (1, 0, 1)
+    assert (d.harvests.harvests, d.harvests.failures, module.block_reads) == (1, 0, 1)
 
     rows = {r.site: r for r in st.exit_sites(PID, KEY)}
     assert sorted(rows) == [1, 2, 3, 7]
@@ -382,7 +382,7 @@ def test_the_device_is_closed_while_symbolizing(program: Program, tmp_path: Path
                          time=module.entries[PID].info.exit_time_ns, comm="leak"))
     assert d.wait_for_worker(60)
     d.flush_now()
-    assert d.harvests == 1 and seen == [False]
+    assert d.harvests.harvests == 1 and seen == [False]
     st.close()
 
 
@@ -429,7 +429,7 @@ def test_restarted_pmd_harvests_an_exited_entry_once(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(daemon, "Listener", DumpListener)
+    monkeypatch.setattr(loop, "Listener", DumpListener)
 
     def harvested() -> bool:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
@@ -449,7 +449,7 @@ def test_restarted_pmd_harvests_an_exited_entry_once(
         d = Daemon(st, Options(db=db, pids=[], commit_interval=0.01), open_device=module.open)
         assert d.run() == 0
         st.close()
-        assert (run, d.harvests) == (run, 1 - run)
+        assert (run, d.harvests.harvests) == (run, 1 - run)
     assert module.block_reads == 1
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT pid, start_time FROM exit_info").fetchall() == [(PID, KEY)]
@@ -545,7 +545,7 @@ def test_a_failed_harvest_is_logged_once_and_pmd_goes_on(
     d.handle_event(Event(cmd=uapi.Cmd.SAMPLE, pid=PID + 9, start_time=START_NS, time=7,
                          vm=1 << 20, rss=4096))
     d.flush_now()
-    assert (d.harvests, d.harvest_failures) == (0, 2)
+    assert (d.harvests.harvests, d.harvests.failures) == (0, 2)
     said = [r.getMessage() for r in caplog.records
             if "sites" in r.getMessage() and r.levelno >= logging.INFO]
     assert said == [
@@ -567,7 +567,7 @@ def test_running_sites_are_described_and_named_in_the_alert(program: Program,
     module = FakeModule({PID: make_entry(program, state=STATE_RUNNING)})
     d = Daemon(st, Options(db=db, pids=[], genl=False, detect_every=10),
                open_device=module.open)
-    d.detector_ready.set()
+    d.detector.ready.set()
     d.handle_event(Event(cmd=uapi.Cmd.SITES, pid=PID, start_time=START_NS, time=1,
                          sites=(SiteLive(1, 1400, 5), SiteLive(2, 64, 1))))
     assert d.wait_for_worker(60)

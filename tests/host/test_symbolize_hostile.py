@@ -839,7 +839,7 @@ def new_daemon(tmp_path: Path, module: FakeModule) -> Any:
     st = Store.open(tmp_path / "pmm.db")
     d = Daemon(st, Options(db=tmp_path / "pmm.db", pids=[], genl=False, detect_every=10),
                open_device=module.open)
-    d.detector_ready.set()
+    d.detector.ready.set()
     return d
 
 

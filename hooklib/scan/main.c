@@ -42,10 +42,6 @@
 
 #include "scan.h"
 
-const char *g_prog = "pmm-scan";
-const char *g_verb = "scan";
-int g_status_fd = -1;
-struct tracee_exits g_exits = { EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_GONE };
 
 void *xcalloc(size_t n, size_t size)
 {
@@ -77,7 +73,7 @@ uint64_t mono_ns(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: %s [--device-fd N | --blocks FILE] [--age MS] [--allow-seccomp] "
-		"PID\n", g_prog);
+		"PID\n", tracee_program_name());
 	exit(EXIT_USAGE);
 }
 
@@ -235,6 +231,10 @@ static void wake(int sig)
 
 int main(int argc, char **argv)
 {
+	static const struct tracee_program program = {
+		.name = "pmm-scan", .verb = "scan",
+		.no_process = EXIT_NO_PROCESS, .permission = EXIT_PERMISSION, .gone = EXIT_GONE,
+	};
 	struct options o = { .dev_fd = -1, .age_ns = 1000000000ULL };
 	struct target_info t;
 	struct snapshot s;
@@ -245,6 +245,7 @@ int main(int argc, char **argv)
 	pid_t sweeper, w;
 	int i, st;
 
+	tracee_program_set(&program);
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--device-fd") && i + 1 < argc)
 			o.dev_fd = (int)number(argv[++i], 0, 1 << 20);

@@ -60,6 +60,14 @@ void die(int code, const char *fmt, ...)
 	exit(code);
 }
 
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t now_us(void)
 {
 	struct timespec ts;

@@ -37,8 +37,10 @@ const char *tracee_program_name(void);
 void die_to_status_fd(int fd);
 
 __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
+/* CLOCK_MONOTONIC, in ms, us or ns */
 uint64_t now_ms(void);
 uint64_t now_us(void);
+uint64_t now_ns(void);
 /* A line of /proc/PID/status: its value after "Key:", or NULL. */
 char *status_field(pid_t pid, const char *key, char *buf, size_t size);
 /* ptrace of pid refused with err: dies saying why (Yama's scope, or the user). */

@@ -18,8 +18,19 @@
  * that holds nothing else: as nobody when we are root, not dumpable, no
  * new privileges, a memory limit and a system call filter that allows no
  * open; the target wrote every byte it reads. Output: report.c's JSON.
- * Exit codes: scan.h's EXIT_*, each refusal one line on stderr; the
+ * Exit codes: exit_codes.h's EXIT_*, each refusal one line on stderr; the
  * target is left as it was by every one of them.
+ *
+ * Its parts, each with its own header: main.c (options, checks, the order
+ * of things), target.c (the running process: its objects, the hook's registry, a
+ * syscall instruction), snapshot.c (every thread stopped, a copy made by
+ * a clone system call, the threads let go), table.c (the module's block
+ * table, the hook's unsent records), snapmem.c (the copy's maps and
+ * memory, read through /proc/PID/mem), glibc.c (glibc's heaps walked chunk
+ * by chunk), sweep.c (mark and sweep, valgrind's categories), report.c
+ * (the JSON that pmctl reads). tracee.c and elfmem.c come from ../inject/;
+ * xalloc.c ends the scan when memory runs out. exit_codes.h: its exit
+ * codes; result.h: the objects and what the scan found.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,35 +51,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scan.h"
+#include "../../kmod/uapi/pmm.h"
+#include "../inject/tracee.h"
+#include "../scanreg.h"
+#include "exit_codes.h"
+#include "glibc.h"
+#include "report.h"
+#include "result.h"
+#include "snapmem.h"
+#include "snapshot.h"
+#include "sweep.h"
+#include "table.h"
+#include "target.h"
+#include "xalloc.h"
+
+#define AGE_MIN_MS	50		/* records' stamps run up to a few jiffies off */
+#define SWEEP_TIMEOUT_S	600
+#define WINDOWS_CAP	(8UL << 20)	/* the copy's memory kept: heaps are walked in order */
 
 
-void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size ? size : 1);
-
-	if (!p)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	return p;
-}
-
-void *xrealloc(void *p, size_t n, size_t size)
-{
-	if (size && n > SIZE_MAX / size)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	p = realloc(p, n && size ? n * size : 1);
-	if (!p)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	return p;
-}
-
-uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void usage(void)
 {

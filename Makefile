@@ -4,7 +4,7 @@
 #   make test       install what is missing, run the host tests, then the in-guest suite in one VM
 #   make demo       the main job: find a leak, end to end
 #   make bench      benchmarks (figures, not pass/fail)
-#   make check      linters: W=1, sparse, checkpatch, ruff, mypy
+#   make check      linters: include circles, W=1, sparse, checkpatch, ruff, mypy
 #   make deb        Debian packages in build/deb/: pmm-dkms, libpmmhook(-dbgsym),
 #                   pmm-tools
 #   make test-debug the in-guest suite on a KASAN/lockdep/kmemleak/UBSAN kernel
@@ -64,6 +64,7 @@ test-kernels: setup
 	scripts/test-kernels.sh
 
 check: setup
+	scripts/include-graph.py
 	$(MAKE) -C kmod KVER=$(KVER) check
 	.venv/bin/ruff check src pmctl pmd tests bench
 	.venv/bin/mypy --strict src/pmm

@@ -26,15 +26,15 @@
 #include <link.h>
 #include <string.h>
 
-#include "env.h"
-#include "got.h"
 #include "control.h"
 #include "device.h"
+#include "env.h"
+#include "got.h"
 #include "init.h"
 #include "interpose.h"
 #include "mode.h"
 #include "real.h"
-#include "thread.h"
+#include "thread_state.h"
 
 #define CONF_BYTES	4096
 #define CONF_LINES	64
@@ -152,7 +152,7 @@ static int conf_read(const char *conf)
 PMM_EXPORT int pmm_attach(const char *conf)
 {
 	static int busy;	/* two injectors, each in a thread of its own */
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int r, saved = errno;
 	uint64_t mask;
 

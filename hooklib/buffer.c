@@ -9,7 +9,7 @@
  *
  * Owns: the buffers (struct tstate's buf, n, full, cross, first_ns,
  * merge_skip, pin) and g_key. Only the owning thread touches its buffer,
- * with the guard held (thread.h).
+ * with the guard held (thread_state.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,7 +24,7 @@
 #include "env.h"
 #include "heap.h"
 #include "real.h"
-#include "sampler.h"
+#include "sampled_mode.h"
 #include "scanreg.h"
 
 static pthread_key_t g_key;	/* its destructor flushes an exiting thread */
@@ -328,7 +328,7 @@ __attribute__((noinline)) void record_alone(uint16_t op, const void *ptr, const 
 	r.flags = flags;
 	r.alloc_tag = tag >= 0 ? (uint32_t)tag : 0;
 	if (slot && op != PMM_OP_FREE)
-		slot_note(slot, (uintptr_t)ptr, now, NOT_BUFFERED, t_st.id);
+		slot_note(slot, (uintptr_t)ptr, now, NOT_BUFFERED, this_thread.id);
 	send_one(&r);
 }
 

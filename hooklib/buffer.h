@@ -13,7 +13,7 @@
 #include "hook.h"
 #include "mode.h"
 #include "tags.h"
-#include "thread.h"
+#include "thread_state.h"
 
 PMM_HIDDEN_BEGIN
 

@@ -10,7 +10,7 @@
 
 #include "env.h"
 #include "hook.h"
-#include "thread.h"
+#include "thread_state.h"
 
 PMM_HIDDEN_BEGIN
 

@@ -37,10 +37,10 @@
 #include "env.h"
 #include "mode.h"
 #include "real.h"
-#include "sampler.h"
+#include "sampled_mode.h"
 #include "scanreg.h"
 #include "tags.h"
-#include "thread.h"
+#include "thread_state.h"
 
 #define MAX_ERRORS	8	/* consecutive refusals before giving up */
 
@@ -83,7 +83,7 @@ int pmm_mine(void)
 {
 	pid_t me;
 
-	if (vfork_child_runs(&t_st))
+	if (vfork_child_runs(&this_thread))
 		return 0;
 	me = (pid_t)syscall(SYS_getpid);
 	if (likely(me == __atomic_load_n(&g_pid, __ATOMIC_RELAXED)))
@@ -171,8 +171,8 @@ void start_monitoring(void)
 		__atomic_store_n(&g_starting, 0, __ATOMIC_RELEASE);
 		return;
 	}
-	t_st.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
-	t_st.sampling = 0;
+	this_thread.budget = 0;	/* this thread's malloc: the others' see it when their budget is spent */
+	this_thread.sampling = 0;
 	/*
 	 * The module's table starts empty: every block now live is older. Zero
 	 * pages, and the memory given back; before the mode lets any record
@@ -236,7 +236,7 @@ int start_self(void)
  */
 void at_fork_child(void)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 
 	__atomic_store_n(&g_pid, (pid_t)syscall(SYS_getpid), __ATOMIC_RELAXED);
 	if (g_fork_marker)

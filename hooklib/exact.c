@@ -7,15 +7,16 @@
  * with every test that the key answers left out: a malloc or realloc whose
  * return address is in the site cache, and a free that cancels against its
  * allocation in the thread's buffer (most frees). Other cases take the
- * general code (general.c) from where the fast path stands. The guard is
+ * general code (slowpath.c) from where the fast path stands. The guard is
  * held while they touch the buffer, as the general path holds it.
  *
  * Owns nothing: the buffer and the site cache are the thread's.
  */
-#include "general.h"
+#include "exact.h"
 #include "mode.h"
-#include "note.h"
+#include "monitored.h"
 #include "real.h"
+#include "slowpath.h"
 
 static inline int exact_fast(const struct tstate *t)
 {
@@ -34,8 +35,8 @@ static inline uint64_t exact_stamp(struct tstate *t, uint64_t at)
  * (malloc_exact took the guard). */
 __attribute__((noinline)) static void *exact_malloc_miss(size_t n, void *ra)
 {
-	struct tstate *t = &t_st;
-	struct src s = SRC(ra, NULL);	/* one-frame sites: no walk */
+	struct tstate *t = &this_thread;
+	struct src s = CALLER_SRC(ra, NULL);	/* one-frame sites: no walk */
 	void *p;
 
 	/* malloc_exact's frame is gone: what this calls must run below the
@@ -62,7 +63,7 @@ __attribute__((noinline, cold)) static void exact_malloc_failed(struct tstate *t
  */
 __attribute__((noinline)) void *malloc_exact(size_t n, void *ra)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
 	struct pmm_record *r;
 	struct tag_slot *slot;
@@ -87,7 +88,7 @@ __attribute__((noinline)) void *malloc_exact(size_t n, void *ra)
 	r->flags = 0;
 	r->alloc_tag = 0;
 	p = real.malloc(n);
-	t = &t_st;
+	t = &this_thread;
 	if (unlikely(!p)) {
 		exact_malloc_failed(t);
 		t->guard = 0;
@@ -110,7 +111,7 @@ __attribute__((noinline)) void *malloc_exact(size_t n, void *ra)
 /* free_exact's free that does not cancel: the general path. */
 __attribute__((noinline)) static void exact_free_miss(void *p)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 
 	guard_hold(t);
 	note_free(t, PMM_OP_FREE, p, 0, NULL);
@@ -125,7 +126,7 @@ __attribute__((noinline)) static void exact_free_miss(void *p)
  */
 void free_exact(void *p)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	struct tag_slot *slot;
 	int cancelled;
 
@@ -199,7 +200,7 @@ __attribute__((noinline, cold)) static void exact_realloc_failed(struct tstate *
  */
 __attribute__((noinline)) void *realloc_exact(void *p, size_t n, void *ra)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	unsigned int i = ((uintptr_t)ra >> 2) % SITE_CACHE;
 	struct pmm_record *r;
 	struct tag_slot *slot;
@@ -230,7 +231,7 @@ __attribute__((noinline)) void *realloc_exact(void *p, size_t n, void *ra)
 	if (p)
 		exact_prev(t, r, (uintptr_t)p);
 	q = real.realloc(p, n);
-	t = &t_st;
+	t = &this_thread;
 	if (unlikely(!q)) {
 		exact_realloc_failed(t);
 		t->guard = 0;

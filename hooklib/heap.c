@@ -35,7 +35,7 @@
 #include "device.h"
 #include "heap.h"
 #include "real.h"
-#include "thread.h"
+#include "thread_state.h"
 
 /* Before the module's interval is known, or when it says none. */
 #define HEAP_DEFAULT_MS	10000

@@ -32,7 +32,7 @@
 #include "init.h"
 #include "notice.h"
 #include "real.h"
-#include "sampler.h"
+#include "sampled_mode.h"
 #include "site.h"
 #include "tags.h"
 
@@ -141,7 +141,7 @@ int init_device(char **env)
 
 void pmm_init(void)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int expected = 0, saved = errno, r, fd, resolved;
 	uint64_t mask;
 	char **env = NULL;
@@ -200,7 +200,7 @@ __attribute__((constructor)) static void pmm_ctor(void)
 /* Process exit: this thread's records go now; later ones one by one. */
 __attribute__((destructor)) static void pmm_fini(void)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 
 	guard_take(t);
 	if (t->buf && g_fast.mode >= MODE_MONITORED)

@@ -6,12 +6,12 @@
  *
  * This file is the library's export surface: each entry point's common
  * case (a few instructions, then libc) and a tail call to the code for the
- * rest. Below it: general.c and mapping.c (the general code), exact.c
- * (exact mode's fast paths), note.h (what a monitored call records),
+ * rest. Below it: slowpath.c and mapping.c (the general code), exact.c
+ * (exact mode's fast paths), monitored.h (what a monitored call records),
  * buffer.c (each thread's records and their batches), site.c and
  * unwind.c (call sites), control.c and device.c (the module), init.c,
- * and the state they share: mode.c, thread.c, clock.c, tags.c, aset.c,
- * sampler.c, arena.c, real.c, env.c, notice.c. Each header says what its
+ * and the state they share: mode.c, thread_state.c, clock.c, tags.c, aset.c,
+ * sampled_mode.c, arena.c, real.c, env.c, notice.c. Each header says what its
  * file offers; hook.h what they all share.
  *
  * Interposes malloc, free, calloc, realloc, reallocarray, posix_memalign,
@@ -79,14 +79,16 @@
 #include "arena.h"
 #include "aset.h"
 #include "buffer.h"
-#include "general.h"
+#include "exact.h"
 #include "heap.h"
 #include "init.h"
 #include "interpose.h"
+#include "mapping.h"
 #include "mode.h"
 #include "real.h"
 #include "site.h"
-#include "thread.h"
+#include "slowpath.h"
+#include "thread_state.h"
 
 /*
  * t->budget -= n; 1 if it was more than n (unsigned: a size of 2^63 or more
@@ -103,14 +105,14 @@ static inline __attribute__((always_inline)) int budget_take(size_t n)
 	asm goto("subq %1, %0\n\t"
 		 "jbe %l[spent]\n\t"
 		 "js %l[spent]"
-		 : : "m"(t_st.budget), "r"(n) : "cc", "memory" : spent);
+		 : : "m"(this_thread.budget), "r"(n) : "cc", "memory" : spent);
 	return 1;
 spent:
 	return 0;
 #else
-	uint64_t left = t_st.budget;
+	uint64_t left = this_thread.budget;
 
-	t_st.budget = left - n;
+	this_thread.budget = left - n;
 	return left > n && left - n < (1ULL << 63);
 #endif
 }
@@ -139,7 +141,7 @@ PMM_EXPORT void free(void *p)
 PMM_EXPORT void *calloc(size_t n, size_t m)
 {
 	if (likely(g_fast.mode == MODE_PASS)) {
-		if (poll_due(&t_st))
+		if (poll_due(&this_thread))
 			return calloc_poll(n, m);
 		return real.calloc(n, m);
 	}
@@ -159,7 +161,7 @@ PMM_EXPORT void *realloc(void *p, size_t n)
 	uint32_t mode = g_fast.mode_no_arena;
 
 	if (likely(mode == MODE_PASS)) {
-		if (poll_due(&t_st))
+		if (poll_due(&this_thread))
 			return realloc_poll(p, n);
 		return real.realloc(p, n);
 	}
@@ -176,42 +178,42 @@ PMM_EXPORT void *realloc(void *p, size_t n)
 
 PMM_EXPORT void *reallocarray(void *p, size_t n, size_t m)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_reallocarray(p, n, m, &s);
 }
 
 PMM_EXPORT int posix_memalign(void **out, size_t align, size_t n)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_posix_memalign(out, align, n, &s);
 }
 
 PMM_EXPORT void *aligned_alloc(size_t align, size_t n)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_aligned(PMM_OP_ALIGNED_ALLOC, align, n, &s);
 }
 
 PMM_EXPORT void *memalign(size_t align, size_t n)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_aligned(PMM_OP_MEMALIGN, align, n, &s);
 }
 
 PMM_EXPORT void *valloc(size_t n)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_aligned(PMM_OP_VALLOC, 0, n, &s);
 }
 
 PMM_EXPORT void *pvalloc(size_t n)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_aligned(PMM_OP_PVALLOC, 0, n, &s);
 }
@@ -227,14 +229,14 @@ PMM_EXPORT size_t malloc_usable_size(void *p)
 
 PMM_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_mmap(real.mmap, addr, len, prot, flags, fd, off, &s);
 }
 
 PMM_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 
 	return hook_mmap(real.mmap64, addr, len, prot, flags, fd, off, &s);
 }
@@ -246,7 +248,7 @@ PMM_EXPORT int munmap(void *addr, size_t len)
 
 PMM_EXPORT void *mremap(void *old, size_t old_len, size_t len, int flags, ...)
 {
-	struct src s = SRC(__builtin_return_address(0), __builtin_frame_address(0));
+	struct src s = CALLER_SRC(__builtin_return_address(0), __builtin_frame_address(0));
 	void *want = NULL;
 	va_list ap;
 
@@ -306,7 +308,7 @@ PMM_EXPORT void *pmm_fake_arena_alloc(size_t n)
  * the allocator's report if one is due (heap.h). */
 PMM_EXPORT void pmm_flush(void)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 
 	if (g_fast.mode < MODE_MONITORED || enter(t) != ENTER_TAKEN)
 		return;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Anonymous mappings (general.h): what mmap, mmap64, munmap and mremap
+ * Anonymous mappings (mapping.h): what mmap, mmap64, munmap and mremap
  * note while monitored. Only anonymous mappings are recorded, as
  * PMM_OP_MMAP, MUNMAP and MREMAP records, and the hook keeps the set of
  * those it recorded (g_mapped), so that an unmapping of any other memory
@@ -13,9 +13,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "general.h"
 #include "init.h"
-#include "note.h"
+#include "mapping.h"
+#include "monitored.h"
 
 /*
  * A mapping's hook while monitored. With the guard held a mapping made
@@ -32,7 +32,7 @@ static inline int enter_map(struct tstate *t)
 void *hook_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
 		size_t len, int prot, int flags, int fd, off_t off, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	void *p;
 	int saved;
 
@@ -54,7 +54,7 @@ void *hook_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr,
 
 int hook_munmap(void *addr, size_t len)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int r, saved, how;
 
 	if (g_fast.mode == MODE_BOOT && booting())
@@ -75,7 +75,7 @@ int hook_munmap(void *addr, size_t len)
 void *hook_mremap(void *old, size_t old_len, size_t len, int flags, void *want,
 		  const struct src *s)
 {
-	struct tstate *t = &t_st, *by;
+	struct tstate *t = &this_thread, *by;
 	int saved, was, how;
 	void *p;
 

@@ -72,21 +72,19 @@ void entries_follow_mode(void);
 
 /*
  * The targets, defined above this file: free's general code and malloc's
- * when its budget is spent (general.c), free's in sampled mode, and exact
+ * when its budget is spent (slowpath.c), free's in sampled mode, and exact
  * mode's fast paths (exact.c). mode.c only stores their addresses: g_fast
  * must point at them before the library's constructor runs (a hook can come
  * first), so it is initialised with them, not told them at run time.
+ * Declared here, the contract mode.c dispatches to, not in their files'
+ * headers: mode.c including those would close a circle through every file
+ * the general code uses (scripts/include-graph.py allows these alone).
  */
 void hook_free(void *p);
 void *malloc_spent(size_t n, void *ra);
 void free_sampled(void *p);
 void free_exact(void *p);
 void *malloc_exact(size_t n, void *ra);
-/* realloc() calls these directly (it tests the mode itself): exact's fast
- * path (exact.c), and sampled mode's once malloc's budget is spent
- * (general.c). */
-void *realloc_exact(void *p, size_t n, void *ra);
-void *realloc_spent(void *p, size_t n, void *ra);
 
 PMM_HIDDEN_END
 

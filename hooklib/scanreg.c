@@ -17,7 +17,7 @@
 #include "mode.h"
 #include "scanreg.h"
 #include "tags.h"
-#include "thread.h"
+#include "thread_state.h"
 
 _Static_assert(MODE_EXACT == PMM_SCANREG_MODE_EXACT && MODE_SAMPLED == PMM_SCANREG_MODE_SAMPLED,
 	       "pmm-scan reads the modes by number");

@@ -19,7 +19,9 @@ struct src {
 	int line;
 };
 
-#define SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
+/* The src of an entry point's caller: its return address and the entry
+ * point's frame (no file, function, line: those are pmm_hooks.h's). */
+#define CALLER_SRC(ra_, fr_) { .ra = (ra_), .frame = (fr_) }
 
 /*
  * The site id of a call site: 1, 2, 3... in order of first use (a number

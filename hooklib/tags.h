@@ -29,7 +29,7 @@
 
 #include "clock.h"
 #include "hook.h"
-#include "thread.h"
+#include "thread_state.h"
 
 #define TAG_TABLE_BITS	14
 #define SEEN_BITS	20

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <unwind.h>
 
-#include "thread.h"
+#include "thread_state.h"
 #include "unwind.h"
 
 static __thread uintptr_t t_stack_lo

@@ -35,7 +35,15 @@
  * (elfmem.c), its call chains unwound in a confined child (unwinder.c), its
  * memfd taken by pidfd_getfd and checked before a byte is written.
  *
- * Exit codes: inject.h's EXIT_*, each with one line on stderr; the target
+ * Its parts, each with its header: this file (the process: checks, its
+ * threads, main), objects.c (the target's objects: what a safe point must
+ * avoid, libc's dlopen), attach_thread.c (one thread: stopped, judged, made
+ * to call, restored), unwinder.c, startup.c (--exec: a program started
+ * with the hook, attached at its entry point); tracee.c, shared with
+ * pmm-scan, what any ptrace of a process needs. target.h's struct target,
+ * main's, is passed to each; none keeps a global another file reads.
+ *
+ * Exit codes: exit_codes.h's EXIT_*, each with one line on stderr; the target
  * is left as it was by every refusal.
  */
 #define _GNU_SOURCE
@@ -60,18 +68,13 @@
 #include <time.h>
 #include <unistd.h>
 
-
-#include "inject.h"
-
-const char *g_prog = "pmm-inject";
-const char *g_verb = "attach";
-int g_status_fd = -1;
-struct tracee_exits g_exits = { EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_GONE };
-
-
-
-
-
+#include "attach_thread.h"
+#include "exit_codes.h"
+#include "objects.h"
+#include "startup.h"
+#include "target.h"
+#include "tracee.h"
+#include "unwinder.h"
 
 /*
  * Is lib the same file at the same path in the target's mount namespace?
@@ -156,19 +159,24 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: %s [--lib PATH] [--timeout MS] [--allow-seccomp] PID "
 		"[PMM_X=V...]\n       %s [--lib PATH] [--status-fd N] --exec [PMM_X=V...] "
-		"-- PROG [ARG...]\n", g_prog, g_prog);
+		"-- PROG [ARG...]\n", tracee_program_name(), tracee_program_name());
 	exit(EXIT_USAGE);
 }
 
 int main(int argc, char **argv)
 {
+	static const struct tracee_program program = {
+		.name = "pmm-inject", .verb = "attach",
+		.no_process = EXIT_NO_PROCESS, .permission = EXIT_PERMISSION, .gone = EXIT_GONE,
+	};
 	struct target t = { .hold_fd = -1 };
 	char conf[2048] = "", why[512] = "", lib[PATH_MAX];
 	long timeout_ms = 2000;
-	int i, allow_seccomp = 0, result = 0, tried = 0, exec_mode = 0;
+	int i, allow_seccomp = 0, result = 0, tried = 0, exec_mode = 0, status_fd = -1;
 	uint64_t deadline, stopped_ms = 0;
 	pid_t tids[4096];
 
+	tracee_program_set(&program);
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--lib") && i + 1 < argc)
 			t.lib = argv[++i];
@@ -177,7 +185,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--allow-seccomp"))
 			allow_seccomp = 1;
 		else if (!strcmp(argv[i], "--status-fd") && i + 1 < argc)
-			g_status_fd = atoi(argv[++i]);
+			status_fd = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--exec")) {
 			exec_mode = 1;
 			i++;
@@ -186,8 +194,9 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (g_status_fd >= 0 && fcntl(g_status_fd, F_SETFD, FD_CLOEXEC))
-		g_status_fd = -1;	/* not open: say it on stderr */
+	if (status_fd >= 0 && fcntl(status_fd, F_SETFD, FD_CLOEXEC))
+		status_fd = -1;	/* not open: say it on stderr */
+	die_to_status_fd(status_fd);
 	if (exec_mode) {
 		/* the settings up to --, then the program */
 		if (allow_seccomp)
@@ -228,7 +237,7 @@ int main(int argc, char **argv)
 			usage();	/* no -- PROG */
 		if (access(t.lib, R_OK))
 			die(EXIT_USAGE, "%s: %s", t.lib, strerror(errno));
-		exec_program(&t, conf, argv + i + 1, g_status_fd);
+		exec_program(&t, conf, argv + i + 1, status_fd);
 	}
 	check_target(&t, allow_seccomp);
 	scan_objects(&t);

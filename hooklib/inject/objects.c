@@ -30,7 +30,10 @@
 
 
 #include "elfmem.h"
-#include "inject.h"
+#include "exit_codes.h"
+#include "objects.h"
+#include "target.h"
+#include "tracee.h"
 
 /* The target's memory, for elfmem.c: ctx is its pid. */
 static ssize_t read_target(void *ctx, uintptr_t addr, void *buf, size_t len)

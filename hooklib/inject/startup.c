@@ -9,7 +9,7 @@
  * the first byte of its entry point (AT_ENTRY). When it traps there, ld.so
  * has loaded and initialised every library, its one thread holds no lock
  * and is in none of them, and none of the program's own code has run: the
- * byte is put back, and thread.c's attach_thread makes the same calls the
+ * byte is put back, and attach_thread.c's attach_thread makes the same calls the
  * attach of a running process makes (dlopen, dlsym, pmm_attach) from the
  * entry point, restores every register and detaches. Its constructors,
  * main and everything after are monitored.
@@ -48,7 +48,12 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "inject.h"
+#include "attach_thread.h"
+#include "exit_codes.h"
+#include "objects.h"
+#include "startup.h"
+#include "target.h"
+#include "tracee.h"
 
 static volatile pid_t g_child;
 static volatile int g_child_fd = -1;	/* its pidfd: never a process that reused its pid */
@@ -208,7 +213,7 @@ static void say(int status_fd, const char *word, const char *msg)
 	if (status_fd >= 0)
 		dprintf(status_fd, "%s %s\n", word, msg);
 	else
-		fprintf(stderr, "%s: %s\n", g_prog, msg);
+		fprintf(stderr, "%s: %s\n", tracee_program_name(), msg);
 }
 
 /* AT_ENTRY of pid's auxiliary vector, or 0. */
@@ -406,7 +411,7 @@ void exec_program(struct target *t, const char *conf, char **argv, int status_fd
 		if (t->hold_fd < 0)
 			dprintf(status_fd, "pid %d\n", pid);
 		close(status_fd);
-		g_status_fd = -1;
+		die_to_status_fd(-1);
 	}
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)

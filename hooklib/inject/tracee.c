@@ -27,6 +27,23 @@
 
 #include "tracee.h"
 
+static struct tracee_program g_program;
+static int g_status_fd = -1;
+
+void tracee_program_set(const struct tracee_program *p)
+{
+	g_program = *p;
+}
+
+const char *tracee_program_name(void)
+{
+	return g_program.name;
+}
+
+void die_to_status_fd(int fd)
+{
+	g_status_fd = fd;
+}
 
 void die(int code, const char *fmt, ...)
 {
@@ -39,8 +56,16 @@ void die(int code, const char *fmt, ...)
 	if (g_status_fd >= 0)
 		dprintf(g_status_fd, "error %s\n", msg);
 	else
-		fprintf(stderr, "%s: %s\n", g_prog, msg);
+		fprintf(stderr, "%s: %s\n", g_program.name, msg);
 	exit(code);
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t now_us(void)
@@ -95,13 +120,13 @@ void perm_denied(pid_t pid, int err)
 		scope[strcspn(scope, "\n")] = '\0';
 	}
 	if (scope[0] && strcmp(scope, "0"))
-		die(g_exits.permission, "ptrace of process %d refused (%s; "
+		die(g_program.permission, "ptrace of process %d refused (%s; "
 		    "kernel.yama.ptrace_scope is %s: %s)", pid, strerror(err), scope,
 		    !strcmp(scope, "3") ? "no process may be attached to" :
 		    !strcmp(scope, "2") ? "only CAP_SYS_PTRACE may attach" :
 		    "only a parent or CAP_SYS_PTRACE may attach");
-	die(g_exits.permission, "ptrace of process %d refused (%s): %s as its user or root",
-	    pid, strerror(err), g_verb);
+	die(g_program.permission, "ptrace of process %d refused (%s): %s as its user or root",
+	    pid, strerror(err), g_program.verb);
 }
 
 /*
@@ -122,20 +147,20 @@ int open_target(pid_t pid)
 	if (err == ENOSYS) {
 		/* before 5.3: no pidfd, and no memfd copy (pidfd_getfd) */
 		if (kill(pid, 0) && errno == ESRCH)
-			die(g_exits.no_process, "no process %d", pid);
+			die(g_program.no_process, "no process %d", pid);
 		return -1;
 	}
 	if (err == EINVAL && status_field(pid, "Tgid", buf, sizeof(buf)))
-		die(g_exits.no_process, "%d is a thread of process %s, not a process: %s %s",
-		    pid, buf, g_verb, buf);
+		die(g_program.no_process, "%d is a thread of process %s, not a process: %s %s",
+		    pid, buf, g_program.verb, buf);
 	snprintf(path, sizeof(path), "/proc/%d", pid);
 	if (err == ESRCH && !stat(path, &st))
-		die(g_exits.no_process, "process %d is in /proc but not in this pid namespace "
+		die(g_program.no_process, "process %d is in /proc but not in this pid namespace "
 		    "(/proc is another namespace's): %s it from the process's pid "
-		    "namespace", pid, g_verb);
+		    "namespace", pid, g_program.verb);
 	if (err == ESRCH)
-		die(g_exits.no_process, "no process %d", pid);
-	die(g_exits.permission, "process %d: %s", pid, strerror(err));
+		die(g_program.no_process, "no process %d", pid);
+	die(g_program.permission, "process %d: %s", pid, strerror(err));
 }
 
 int list_tids(pid_t pid, pid_t *tids, int max)

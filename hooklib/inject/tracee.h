@@ -21,19 +21,26 @@
 #define SYS_pidfd_getfd	438
 #endif
 
-/* Set by each program's main: its name for messages, the verb a refusal
+/* Who speaks: each program's name for messages, the verb a refusal
  * advises ("attach", "scan"), its exit codes for tracee.c's refusals. */
-extern const char *g_prog;
-extern const char *g_verb;
-extern int g_status_fd;	/* >= 0: die() writes "error MESSAGE" there */
-struct tracee_exits {
+struct tracee_program {
+	const char *name;
+	const char *verb;
 	int no_process, permission, gone;
 };
-extern struct tracee_exits g_exits;
+/* Set by each program's main before anything here can refuse. */
+void tracee_program_set(const struct tracee_program *p);
+/* The program's name, for its own messages. */
+const char *tracee_program_name(void);
+/* Where die() says its message: "error MESSAGE" on fd, or with fd -1 (the
+ * default) "NAME: MESSAGE" on stderr. */
+void die_to_status_fd(int fd);
 
 __attribute__((noreturn, format(printf, 2, 3))) void die(int code, const char *fmt, ...);
+/* CLOCK_MONOTONIC, in ms, us or ns */
 uint64_t now_ms(void);
 uint64_t now_us(void);
+uint64_t now_ns(void);
 /* A line of /proc/PID/status: its value after "Key:", or NULL. */
 char *status_field(pid_t pid, const char *key, char *buf, size_t size);
 /* ptrace of pid refused with err: dies saying why (Yama's scope, or the user). */

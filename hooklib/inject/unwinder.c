@@ -7,7 +7,7 @@
  * nobody (when we are root), with no new privileges, not dumpable, a
  * memory limit and a system call filter that allows no open, and each
  * thread gets a time budget. A child that dies or overruns costs only the
- * exact judgement: thread.c falls back to its own stack scan.
+ * exact judgement: attach_thread.c falls back to its own stack scan.
  *
  * libunwind is given accessors that read memory and registers and find
  * unwind tables where the loader mapped them (objects.c, elfmem.c): its
@@ -35,7 +35,10 @@
 
 #include <libunwind.h>
 
-#include "inject.h"
+#include "elfmem.h"
+#include "target.h"
+#include "tracee.h"
+#include "unwinder.h"
 
 #define UNWIND_BUDGET_MS	2000
 #define UNWINDER_MEMORY		(512UL << 20)

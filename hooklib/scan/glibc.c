@@ -24,7 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scan.h"
+#include "glibc.h"
+#include "result.h"
+#include "snapmem.h"
+#include "table.h"
+#include "xalloc.h"
 
 #define HEAP_MAX	(64UL << 20)	/* HEAP_MAX_SIZE: 2 * DEFAULT_MMAP_THRESHOLD_MAX */
 #define MINSIZE		32

@@ -18,8 +18,19 @@
  * that holds nothing else: as nobody when we are root, not dumpable, no
  * new privileges, a memory limit and a system call filter that allows no
  * open; the target wrote every byte it reads. Output: report.c's JSON.
- * Exit codes: scan.h's EXIT_*, each refusal one line on stderr; the
+ * Exit codes: exit_codes.h's EXIT_*, each refusal one line on stderr; the
  * target is left as it was by every one of them.
+ *
+ * Its parts, each with its own header: main.c (options, checks, the order
+ * of things), target.c (the running process: its objects, the hook's registry, a
+ * syscall instruction), snapshot.c (every thread stopped, a copy made by
+ * a clone system call, the threads let go), table.c (the module's block
+ * table, the hook's unsent records), snapmem.c (the copy's maps and
+ * memory, read through /proc/PID/mem), glibc.c (glibc's heaps walked chunk
+ * by chunk), sweep.c (mark and sweep, valgrind's categories), report.c
+ * (the JSON that pmctl reads). tracee.c and elfmem.c come from ../inject/;
+ * xalloc.c ends the scan when memory runs out. exit_codes.h: its exit
+ * codes; result.h: the objects and what the scan found.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,44 +51,30 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scan.h"
+#include "../../kmod/uapi/pmm.h"
+#include "../inject/tracee.h"
+#include "../scanreg.h"
+#include "exit_codes.h"
+#include "glibc.h"
+#include "report.h"
+#include "result.h"
+#include "snapmem.h"
+#include "snapshot.h"
+#include "sweep.h"
+#include "table.h"
+#include "target.h"
+#include "xalloc.h"
 
-const char *g_prog = "pmm-scan";
-const char *g_verb = "scan";
-int g_status_fd = -1;
-struct tracee_exits g_exits = { EXIT_NO_PROCESS, EXIT_PERMISSION, EXIT_GONE };
+#define AGE_MIN_MS	50		/* records' stamps run up to a few jiffies off */
+#define SWEEP_TIMEOUT_S	600
+#define WINDOWS_CAP	(8UL << 20)	/* the copy's memory kept: heaps are walked in order */
 
-void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size ? size : 1);
 
-	if (!p)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	return p;
-}
-
-void *xrealloc(void *p, size_t n, size_t size)
-{
-	if (size && n > SIZE_MAX / size)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	p = realloc(p, n && size ? n * size : 1);
-	if (!p)
-		die(EXIT_FAILED, "out of memory (%zu x %zu bytes)", n, size);
-	return p;
-}
-
-uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void usage(void)
 {
 	fprintf(stderr, "usage: %s [--device-fd N | --blocks FILE] [--age MS] [--allow-seccomp] "
-		"PID\n", g_prog);
+		"PID\n", tracee_program_name());
 	exit(EXIT_USAGE);
 }
 
@@ -235,6 +232,10 @@ static void wake(int sig)
 
 int main(int argc, char **argv)
 {
+	static const struct tracee_program program = {
+		.name = "pmm-scan", .verb = "scan",
+		.no_process = EXIT_NO_PROCESS, .permission = EXIT_PERMISSION, .gone = EXIT_GONE,
+	};
 	struct options o = { .dev_fd = -1, .age_ns = 1000000000ULL };
 	struct target_info t;
 	struct snapshot s;
@@ -245,6 +246,7 @@ int main(int argc, char **argv)
 	pid_t sweeper, w;
 	int i, st;
 
+	tracee_program_set(&program);
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--device-fd") && i + 1 < argc)
 			o.dev_fd = (int)number(argv[++i], 0, 1 << 20);

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scan.h"
+#include "report.h"
+#include "result.h"
+#include "snapmem.h"
+#include "xalloc.h"
 
 #define EXAMPLE_BYTES	32
 

@@ -22,7 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "scan.h"
+#include "../inject/tracee.h"
+#include "exit_codes.h"
+#include "snapmem.h"
+#include "xalloc.h"
 
 #define WIN_SHIFT	18
 #define WIN		(1UL << WIN_SHIFT)

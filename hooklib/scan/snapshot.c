@@ -32,7 +32,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "scan.h"
+#include "../inject/tracee.h"
+#include "exit_codes.h"
+#include "snapshot.h"
+#include "xalloc.h"
+
+#define STOP_TIMEOUT_MS	2000		/* a thread in D state: give up */
 
 #define XSTATE_MAX	16384
 
@@ -263,7 +268,7 @@ void snapshot_take(struct snapshot *s, uint64_t syscall_insn)
 	copy_registers(s);
 	t_all = now_us();
 	s->stop_all_us = t_all - t0;
-	s->t1_ns = mono_ns();
+	s->t1_ns = now_ns();
 	/* the leader if it is there: its stack is the biggest, its registers the usual */
 	for (i = 0; i < s->n && s->t[i].tid != s->pid; i++)
 		;

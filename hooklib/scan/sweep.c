@@ -34,7 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scan.h"
+#include "../inject/tracee.h"
+#include "result.h"
+#include "snapmem.h"
+#include "snapshot.h"
+#include "sweep.h"
+#include "table.h"
+#include "xalloc.h"
 
 #define PAGE_SHIFT	12
 #define CLUSTER_GAP	(16ULL << 20)

@@ -24,7 +24,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "scan.h"
+#include "../../kmod/uapi/pmm.h"
+#include "../inject/tracee.h"
+#include "../scanreg.h"
+#include "exit_codes.h"
+#include "result.h"
+#include "snapmem.h"
+#include "snapshot.h"
+#include "table.h"
+#include "xalloc.h"
 
 #define TABLE_MAX	(64UL << 20)	/* blocks: the module keeps at most 16M a process */
 #define TAG_MASK	((1ULL << PMM_ALLOC_TAG_BITS) - 1)

@@ -16,7 +16,11 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "scan.h"
+#include "../inject/elfmem.h"
+#include "../inject/tracee.h"
+#include "../scanreg.h"
+#include "exit_codes.h"
+#include "target.h"
 
 #define MAX_OBJECTS	512
 #define TEXT_MAX	(64 << 20)

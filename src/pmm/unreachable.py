@@ -45,7 +45,7 @@ SCAN_TIMEOUT_S = 900  # pmm-scan gives its sweep 600 s
 
 
 class ScanFailure(Enum):
-    """Why pmm-scan refused (its exit codes, hooklib/scan/scan.h)."""
+    """Why pmm-scan refused (its exit codes, hooklib/scan/exit_codes.h)."""
 
     TRACED = 5  # traced already: a debugger, an attach in progress
     STATIC = 6  # statically linked: no hook can be in it

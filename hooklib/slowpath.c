@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The entry points' general code (general.h): what each allocation entry
+ * The entry points' general code (slowpath.h): what each allocation entry
  * point of interpose.c does when its few-instruction common case does not
  * apply. Before init, the bootstrap arena (booting); not monitored, libc's
  * call and the poll that asks the module once a second (pass_poll);
- * monitored, libc's call noted under the guard (note.h), or noted alone
+ * monitored, libc's call noted under the guard (monitored.h), or noted alone
  * for a signal handler's call that interrupted the hook.
  *
  * The *_slow functions are noinline and reached by tail calls: the
@@ -12,7 +12,7 @@
  * stands where its entry point's would (saved frame pointer, then the
  * caller's return address), which is where a frame-pointer walk starts.
  *
- * Owns nothing: the state is thread.c's, buffer.c's and control.c's.
+ * Owns nothing: the state is thread_state.c's, buffer.c's and control.c's.
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,10 +21,10 @@
 #include "arena.h"
 #include "control.h"
 #include "device.h"
-#include "general.h"
 #include "init.h"
-#include "note.h"
+#include "monitored.h"
 #include "real.h"
+#include "slowpath.h"
 
 /* Not monitored: every POLL_EVERY calls, see whether it is time to ask. */
 __attribute__((noinline)) static void pass_poll(struct tstate *t)
@@ -59,8 +59,8 @@ __attribute__((noinline)) static void pass_poll(struct tstate *t)
 
 static inline void pass_tick(void)
 {
-	if (poll_due(&t_st))
-		pass_poll(&t_st);
+	if (poll_due(&this_thread))
+		pass_poll(&this_thread);
 }
 
 /* A signal handler's allocation (enter: ENTER_ALONE). */
@@ -72,7 +72,7 @@ __attribute__((noinline)) static void note_alloc_alone(uint16_t op, void *p, uin
 
 static inline __attribute__((always_inline)) void *do_malloc(size_t n, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	void *p;
 	int how;
 
@@ -98,7 +98,7 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n, const str
  */
 __attribute__((noinline)) void *malloc_slow(size_t n, void *ra)
 {
-	struct src s = SRC(ra, __builtin_frame_address(0));
+	struct src s = CALLER_SRC(ra, __builtin_frame_address(0));
 
 	return do_malloc(n, &s);
 }
@@ -112,7 +112,7 @@ __attribute__((noinline)) void *malloc_slow(size_t n, void *ra)
  */
 __attribute__((noinline)) void *malloc_spent(size_t n, void *ra)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int mode = g_fast.mode;
 	int64_t rest;
 
@@ -154,7 +154,7 @@ __attribute__((noinline)) static void note_free_alone(void *p)
 
 void hook_free(void *p)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int how;
 
 	if (in_arena(p))
@@ -187,7 +187,7 @@ void free_sampled(void *p)
 
 static void *do_calloc(size_t n, size_t m, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	size_t bytes;
 	void *p;
 	int how;
@@ -217,13 +217,13 @@ static void *do_calloc(size_t n, size_t m, const struct src *s)
 
 __attribute__((noinline, cold)) void *calloc_poll(size_t n, size_t m)
 {
-	pass_poll(&t_st);
+	pass_poll(&this_thread);
 	return real.calloc(n, m);
 }
 
 __attribute__((noinline)) void *calloc_slow(size_t n, size_t m, void *ra)
 {
-	struct src s = SRC(ra, __builtin_frame_address(0));
+	struct src s = CALLER_SRC(ra, __builtin_frame_address(0));
 
 	return do_calloc(n, m, &s);
 }
@@ -308,7 +308,7 @@ static void *monitored_realloc(struct tstate *t, void *p, size_t n, const struct
 
 static void *do_realloc(void *p, size_t n, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	void *q;
 	int how;
 
@@ -329,13 +329,13 @@ static void *do_realloc(void *p, size_t n, const struct src *s)
 
 __attribute__((noinline, cold)) void *realloc_poll(void *p, size_t n)
 {
-	pass_poll(&t_st);
+	pass_poll(&this_thread);
 	return real.realloc(p, n);
 }
 
 __attribute__((noinline)) void *realloc_slow(void *p, size_t n, void *ra)
 {
-	struct src s = SRC(ra, __builtin_frame_address(0));
+	struct src s = CALLER_SRC(ra, __builtin_frame_address(0));
 
 	return do_realloc(p, n, &s);
 }
@@ -349,7 +349,7 @@ __attribute__((noinline)) void *realloc_slow(void *p, size_t n, void *ra)
  */
 __attribute__((noinline)) void *realloc_spent(void *p, size_t n, void *ra)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int64_t rest;
 
 	if (likely(!t->guard && t->budget + n < 1ULL << 63 && g_fast.mode == MODE_SAMPLED)) {
@@ -368,7 +368,7 @@ __attribute__((noinline)) void *realloc_spent(void *p, size_t n, void *ra)
 /* reallocarray: as realloc, n * m bytes; libc's own where it has one. */
 void *hook_reallocarray(void *p, size_t n, size_t m, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	size_t bytes;
 	void *q;
 	int how;
@@ -394,7 +394,7 @@ void *hook_reallocarray(void *p, size_t n, size_t m, const struct src *s)
 /* The aligned family: op, alignment, size; boot: from the arena. */
 void *hook_aligned(uint16_t op, size_t align, size_t n, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	void *p;
 	int how;
 
@@ -426,7 +426,7 @@ void *hook_aligned(uint16_t op, size_t align, size_t n, const struct src *s)
 
 int hook_posix_memalign(void **out, size_t align, size_t n, const struct src *s)
 {
-	struct tstate *t = &t_st;
+	struct tstate *t = &this_thread;
 	int r, how;
 
 	if (g_fast.mode == MODE_BOOT && booting()) {

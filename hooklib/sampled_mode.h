@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * sampler.c: sampled mode (PMM_SAMPLE=BYTES). Sample points form a Poisson
+ * sampled_mode.c: sampled mode (PMM_SAMPLE=BYTES); kmod/sampler.c is the
+ * module's sampler thread, another thing. Sample points form a Poisson
  * process over the bytes a thread allocates, one per BYTES on average, as
  * tcmalloc's and jemalloc's samplers do; an allocation is recorded if a
  * point falls in it, with the weight 1/p. malloc's budget (tstate.budget)
  * runs to the next point, so that most calls never reach the hook's code.
  */
-#ifndef PMM_SAMPLER_H
-#define PMM_SAMPLER_H
+#ifndef PMM_SAMPLED_MODE_H
+#define PMM_SAMPLED_MODE_H
 
 #include <sys/types.h>
 
 #include "hook.h"
-#include "thread.h"
+#include "thread_state.h"
 
 PMM_HIDDEN_BEGIN
 
@@ -77,4 +78,4 @@ void alone_reseed(pid_t pid);
 
 PMM_HIDDEN_END
 
-#endif /* PMM_SAMPLER_H */
+#endif /* PMM_SAMPLED_MODE_H */

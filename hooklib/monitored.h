@@ -4,10 +4,10 @@
  * allocation, note_free before a free, in either mode (exact records every
  * one, sampled those of the sample and of blocks it holds), with the site
  * from the thread's cache or site.c. Inline: the entry points' general
- * code (general.c, mapping.c) and exact's misses (exact.c) are built on it.
+ * code (slowpath.c, mapping.c) and exact's misses (exact.c) are built on it.
  */
-#ifndef PMM_NOTE_H
-#define PMM_NOTE_H
+#ifndef PMM_MONITORED_H
+#define PMM_MONITORED_H
 
 #include <string.h>
 
@@ -15,9 +15,9 @@
 #include "buffer.h"
 #include "env.h"
 #include "hook.h"
-#include "sampler.h"
+#include "sampled_mode.h"
 #include "site.h"
-#include "thread.h"
+#include "thread_state.h"
 
 PMM_HIDDEN_BEGIN
 
@@ -104,4 +104,4 @@ note_free(struct tstate *t, uint16_t op, void *p, uint64_t size, struct aset *ms
 
 PMM_HIDDEN_END
 
-#endif /* PMM_NOTE_H */
+#endif /* PMM_MONITORED_H */

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * general.c and mapping.c: what the entry points (interpose.c) call when
+ * slowpath.c: what the entry points (interpose.c) call when
  * their common case does not apply, and exact's fast paths (exact.c) when
  * theirs does not. free's general code (hook_free) and malloc's once its
  * budget is spent (malloc_spent) are mode.h's jump targets.
  */
-#ifndef PMM_GENERAL_H
-#define PMM_GENERAL_H
+#ifndef PMM_SLOWPATH_H
+#define PMM_SLOWPATH_H
 
 #include <sys/types.h>
 
@@ -29,14 +29,10 @@ void *hook_aligned(uint16_t op, size_t align, size_t n, const struct src *s);
 void *hook_malloc(size_t n, const struct src *s);
 void *hook_calloc(size_t n, size_t m, const struct src *s);
 void *hook_realloc(void *p, size_t n, const struct src *s);
-
-/* mapping.c: fn is libc's mmap or mmap64. */
-void *hook_mmap(void *(*fn)(void *, size_t, int, int, int, off_t), void *addr, size_t len,
-		int prot, int flags, int fd, off_t off, const struct src *s);
-int hook_munmap(void *addr, size_t len);
-void *hook_mremap(void *old, size_t old_len, size_t len, int flags, void *want,
-		  const struct src *s);
+/* realloc() calls it directly (it tests the mode itself): sampled mode's
+ * realloc once malloc's budget is spent. */
+void *realloc_spent(void *p, size_t n, void *ra);
 
 PMM_HIDDEN_END
 
-#endif /* PMM_GENERAL_H */
+#endif /* PMM_SLOWPATH_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * thread.c: each thread's hook state (t_st) and the reentrancy guard that
- * protects it. A hook that finds the guard held was called by the hook's
+ * thread_state.c: each thread's hook state (this_thread) and the
+ * reentrancy guard that protects it. A hook that finds the guard held was called by the hook's
  * own calls of others' code (pmm_internal), or by a signal handler that
  * interrupted the hook, whose call is recorded alone (record_alone), or
  * the guard was left held by a handler that left the hook with longjmp
@@ -10,8 +10,8 @@
  * every one reaches the hook, which decides it on its own (sampled mode:
  * sample_alone).
  */
-#ifndef PMM_THREAD_H
-#define PMM_THREAD_H
+#ifndef PMM_THREAD_STATE_H
+#define PMM_THREAD_STATE_H
 
 #include <linux/futex.h>
 #include <sys/types.h>
@@ -77,7 +77,7 @@ struct tstate {
 	} pin;
 };
 
-extern __thread struct tstate t_st __attribute__((tls_model("initial-exec")));
+extern __thread struct tstate this_thread __attribute__((tls_model("initial-exec")));
 
 /*
  * Non-zero while the hook calls code of others that may allocate (dlsym,
@@ -161,7 +161,7 @@ static inline void guard_drop(struct tstate *t)
 	t->guard = 0;
 }
 
-/* 1 if a longjmp left the guard held and it is given up now (thread.c). */
+/* 1 if a longjmp left the guard held and it is given up now (thread_state.c). */
 int guard_stale(struct tstate *t, uintptr_t cfa);
 
 /*
@@ -206,4 +206,4 @@ static inline void tbuf_reset(struct tstate *t)
 
 PMM_HIDDEN_END
 
-#endif /* PMM_THREAD_H */
+#endif /* PMM_THREAD_STATE_H */

@@ -28,23 +28,21 @@
 #include <unistd.h>
 
 
-#include "inject.h"
+#include "attach_thread.h"
+#include "exit_codes.h"
+#include "tracee.h"
+#include "unwinder.h"
+
+#define STACK_SCAN	(256 * 1024)	/* bytes of stack above sp searched */
+#define CALL_TIMEOUT_MS	10000
+#define SCRATCH		4096		/* below the red zone: the calls' strings */
+#define STACK_NEED	(64 * 1024)	/* stack below sp that dlopen and pmm_attach may use */
 
 struct saved {
 	struct user_regs_struct regs;
 	unsigned char xstate[16384];
 	struct iovec xiov;
 };
-
-int in_ranges(const struct range *r, int n, uintptr_t a)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (a >= r[i].lo && a < r[i].hi)
-			return 1;
-	return 0;
-}
 
 
 /* a is where a call returns to: the instruction before it is a call */

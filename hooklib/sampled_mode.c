@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Sampled mode's draws (sampler.h): each thread's own generator for its
+ * Sampled mode's draws (sampled_mode.h): each thread's own generator for its
  * sample gaps, and a process-wide one for calls made alone (a signal
  * handler's, which must not touch the thread's gap).
  *
@@ -11,7 +11,7 @@
 
 #include "clock.h"
 #include "env.h"
-#include "sampler.h"
+#include "sampled_mode.h"
 
 static inline uint64_t rng_next(struct tstate *t)
 {

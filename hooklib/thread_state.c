@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Each thread's hook state and its reentrancy guard (thread.h), and what
+ * Each thread's hook state and its reentrancy guard (thread_state.h), and what
  * undoes a guard that a signal handler's longjmp out of the hook left held.
  *
- * Owns: t_st, pmm_internal.
+ * Owns: this_thread, pmm_internal.
  */
 #include <signal.h>
 
-#include "thread.h"
+#include "thread_state.h"
 
-__thread struct tstate t_st __attribute__((tls_model("initial-exec")));
+__thread struct tstate this_thread __attribute__((tls_model("initial-exec")));
 __thread int pmm_internal __attribute__((tls_model("initial-exec")));
 
 /*

@@ -185,12 +185,12 @@ def test_names_that_mean_something_in_a_uri(shared: Path, name: str) -> None:
 def system_db(shared: Path, group: int, monkeypatch: pytest.MonkeyPatch) -> Path:
     """pmd's system database (/var/lib/pmm/pmm.db) as pmd.service leaves it:
     0640 in a 0750 directory, both given to the group."""
-    import pmm.store
+    import pmm.store.files
 
     db = shared / "lib" / "pmm" / "pmm.db"
     db.parent.parent.mkdir()
     fill(db).close()
-    monkeypatch.setattr(pmm.store, "SYSTEM_DB_PATH", db)
+    monkeypatch.setattr(pmm.store.files, "SYSTEM_DB_PATH", db)
     return db
 
 

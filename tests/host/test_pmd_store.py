@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pmm import errors, procsampler, store
+from pmm import errors, procsampler
 from pmm.store import (
     TICK_NS,
     AlertRow,
@@ -24,6 +24,7 @@ from pmm.store import (
     default_db_path,
     start_key,
 )
+from pmm.store import files as store_files
 
 
 def test_schema_wal_and_keys(tmp_path: Path) -> None:
@@ -147,11 +148,11 @@ def test_default_db_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert default_db_path() == Path("/var/lib/pmm/pmm.db")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(store, "_readable", lambda path: False)  # not in group pmm
+    monkeypatch.setattr(store_files, "_readable", lambda path: False)  # not in group pmm
     monkeypatch.setenv("HOME", "/home/u")
     assert default_db_path() == Path("/home/u/.local/share/pmm/pmm.db")
     # a member of the group reads the system database; its own pmd writes its own
-    monkeypatch.setattr(store, "_readable", lambda path: path == Path("/var/lib/pmm/pmm.db"))
+    monkeypatch.setattr(store_files, "_readable", lambda path: path == Path("/var/lib/pmm/pmm.db"))
     assert default_db_path() == Path("/var/lib/pmm/pmm.db")
     assert default_db_path(writer=True) == Path("/home/u/.local/share/pmm/pmm.db")
     monkeypatch.setenv("PMM_DB", "/tmp/x.db")

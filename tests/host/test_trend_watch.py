@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from pmctl import trend_cli
 from pmctl.cli import app
+from pmm import trendsource
 
 runner = CliRunner()
 PMCTL = Path(sys.executable).parent / "pmctl"  # the venv's console script
@@ -324,8 +325,9 @@ def test_options_that_do_not_apply(args: list[str], option: str, why: str,
     # under 0.9 s instead, which the first command line of a process, with
     # its lazy imports, could take on a busy machine)
     sampled: list[str] = []
-    for source in ("from_watch", "from_db", "from_kmod"):
-        monkeypatch.setattr(trend_cli, source,
+    for owner, source in ((trend_cli, "from_watch"), (trend_cli, "stored"),
+                          (trendsource, "from_db"), (trendsource, "from_kmod")):
+        monkeypatch.setattr(owner, source,
                             lambda *_a, _name=source, **_k: sampled.append(_name))
     r = runner.invoke(app, ["trend", str(os.getpid()), *args], env=NO_DEVICE)
     assert r.exit_code == 2, r.output

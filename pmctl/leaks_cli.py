@@ -14,7 +14,7 @@ import typer
 
 from pmctl import options
 from pmctl.exitcodes import handle_errors
-from pmctl.options import DbOptUser, JsonOpt, PidArg, echo_json
+from pmctl.options import DbOptUser, JsonOpt, PidArg, ShownDepthOpt, echo_json
 from pmctl.paths import check_output
 from pmm import stats as stats_mod
 from pmm.device import Device
@@ -38,11 +38,7 @@ def open_db_for(db: Path | None) -> Callable[[], Store]:
 @handle_errors
 def leaks(
     pid: PidArg,
-    depth: Annotated[
-        int,
-        typer.Option("--depth", help="Frames shown per site (1 = the allocating call only).",
-                     min=1, max=32),
-    ] = 1,
+    depth: ShownDepthOpt = 1,
     limit: Annotated[
         int,
         typer.Option("--limit", help="Show the N sites with most live bytes (0: all).", min=0,

@@ -42,6 +42,12 @@ DbOptUser = Annotated[Path | None, db_option(f"{DB_HELP}, where a pmd of this us
 
 # -- the hook's settings, for `run` and `attach` -----------------------------
 
+# the frames a command shows per site (leaks, unreachable)
+ShownDepthOpt = Annotated[
+    int,
+    typer.Option("--depth", help="Frames shown per site (1 = the allocating call only).",
+                 min=1, max=32),
+]
 DepthOpt = Annotated[
     int | None,
     typer.Option("--depth", help="Frames recorded per site, 1-32 (PMM_DEPTH).", min=1, max=32,

@@ -26,7 +26,7 @@ from typing import Annotated
 import typer
 
 from pmctl.exitcodes import handle_errors
-from pmctl.options import JsonOpt, PidArg, duration_parser
+from pmctl.options import JsonOpt, PidArg, ShownDepthOpt, duration_parser
 from pmctl.paths import check_output
 from pmm.output import dump_json
 from pmm.unreachable import MIN_AGE_S
@@ -45,11 +45,7 @@ def unreachable_command(
                      help="Blocks younger than this are not judged: a pointer to them may be "
                      "in flight (default 1s; 100ms, 5s, 2m; at least 50ms)."),
     ] = 1.0,
-    depth: Annotated[
-        int,
-        typer.Option("--depth", help="Frames shown per site (1 = the allocating call only).",
-                     min=1, max=32),
-    ] = 1,
+    depth: ShownDepthOpt = 1,
     limit: Annotated[
         int,
         typer.Option("--limit", help="Show the N worst sites (0: all).", min=0, metavar="N"),

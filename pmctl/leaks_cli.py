@@ -1,6 +1,6 @@
 """`pmctl leaks PID` and `pmctl stats PID`: live blocks by site and
 allocations by size, from the module while it keeps the process, else from
-what pmd saved at its exit (pmm.leakreport, pmm.postmortem). JSON keys:
+what pmd saved at its exit (read through pmm.procview). JSON keys:
 pmctl/cli.py's docstring."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pmctl.options import DbOptUser, JsonOpt, PidArg, ShownDepthOpt, echo_json
 from pmctl.paths import check_output
 from pmm import stats as stats_mod
 from pmm.device import Device
-from pmm.model import StatsInfo
 from pmm.text import printable
 from pmm.units import human_bytes
 
@@ -101,17 +100,11 @@ def stats(pid: PidArg, db: DbOptUser = None, json_: JsonOpt = False) -> None:
     failed allocations. From the module while it keeps the process, else from
     what pmd saved when the process exited.
     """
-    from pmm import postmortem
+    from pmm import postmortem, procview
 
-    def read_module() -> StatsInfo:
-        with Device.open() as dev:
-            dev.require_monitored(pid)
-            return dev.stats(pid)
-
-    st = postmortem.module_else_database(
-        read_module, lambda store: postmortem.stats_from_db(store, pid), open_db_for(db),
-        db_named=db is not None, pid=pid)
+    st = procview.read(pid, Device.open, open_db_for(db), lambda entry: entry.stats(),
+                       lambda store: postmortem.stats_from_db(store, pid), db_named=db is not None)
     if json_:
         echo_json(st.to_dict())
     else:
-        typer.echo(stats_mod.render(stats_mod.build_table(st)))
+        typer.echo(stats_mod.render(st.table()))

@@ -64,6 +64,7 @@ from pmctl.paths import check_output
 from pmm.errors import NoSuchPid, PmmError
 from pmm.installed import python_hint
 from pmm.output import dump_json, human_age
+from pmm.procview import live_start
 from pmm.stoprequest import StopRequest
 from pmm.text import printable
 from pmm.trend import Params
@@ -78,7 +79,7 @@ from pmm.trendreport import (
     watch_header,
     watch_line,
 )
-from pmm.trendsource import Data, Source, WatchEnd, from_watch, live_start, planned_samples, stored
+from pmm.trendsource import Data, Source, WatchEnd, from_watch, planned_samples, stored
 from pmm.units import format_duration
 
 DEFAULT_INTERVAL = 0.1

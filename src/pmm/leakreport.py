@@ -2,15 +2,14 @@
 
 The module is asked first: it holds a process's live blocks while it runs and
 for exited_ttl_s after it exited. After that (or after a reboot) pmd's
-database holds what pmd harvested at the exit (pmm.postmortem). Either way the
-result is one `LeakReport`: the process, its sites largest first as
-`pmctl leaks --json` prints them (with all their frames, symbolized), and
-where it came from. `pprof_samples` turns it into pprof's samples.
+database holds what pmd harvested at the exit (pmm.postmortem); pmm.procview
+makes the choice. Either way the result is one `LeakReport`: the process,
+its sites largest first as `pmctl leaks --json` prints them (with all their
+frames, symbolized), and where it came from. `pprof_samples` turns it into pprof's samples.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pmm import leaks as leaks_mod
 from pmm.output import format_table, human_age
 from pmm.pprof import UNKNOWN_STACK, PprofFrame, PprofLine, PprofSample
+from pmm.procview import SOURCE_DB, SOURCE_MODULE, InModule
 from pmm.symbolize import Frame
 from pmm.uapi import MAX_FRAMES
 from pmm.units import human_bytes
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from pmm.device import Device
     from pmm.store import Store
 
-SOURCE_MODULE = "module"
-SOURCE_DB = "pmd database"
+__all__ = ["SOURCE_DB", "SOURCE_MODULE", "LeakReport", "frames_as_text", "from_db",
+           "from_module", "gather", "pprof_frame", "pprof_samples", "render"]
 
 
 @dataclass
@@ -63,21 +63,24 @@ class LeakReport:
 def from_module(dev: Device, pid: int, now_mono_ns: int, limit: int,
                 disk_cache: bool = True) -> LeakReport:
     """pid's report from the module (NotMonitored/NoSuchPid when it has no
-    entry): its blocks grouped by site, the first `limit` sites (0: all)
-    symbolized with all their frames, through their objects (which works
-    after the process exited) or, for frames the module could not place,
-    the process's saved map. disk_cache=False: the symbolizer keeps its
-    answers in memory only (pmd: root's home is not its to fill)."""
-    from pmm.blockstream import read_pages
+    entry): `of_module` of its entry."""
+    return of_module(InModule.require(dev, pid), now_mono_ns, limit, disk_cache)
+
+
+def of_module(entry: InModule, now_mono_ns: int, limit: int,
+              disk_cache: bool = True) -> LeakReport:
+    """The report of the module's entry of a process: its blocks grouped by
+    site, the first `limit` sites (0: all) symbolized with all their frames,
+    through their objects (which works after the process exited) or, for
+    frames the module could not place, the process's saved map.
+    disk_cache=False: the symbolizer keeps its answers in memory only (pmd:
+    root's home is not its to fill)."""
     from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import Symbolizer, Target, maps_for
 
-    info = dev.require_monitored(pid)
-    # page by page, folded per site: never a list of every block
-    groups = leaks_mod.group_pages(read_pages(dev, pid), {}, now_mono_ns)
-    sites = {s.site: s for s in dev.sites(pid)}
-    objects = dev.objects(pid)
-    groups = [dataclasses.replace(g, desc=sites.get(g.site)) for g in groups]
+    info, pid = entry.info, entry.pid
+    groups = entry.leak_groups(now_mono_ns)
+    objects = entry.objects()
     shown = groups[:limit] if limit else groups
     described = [g.desc for g in shown if g.desc is not None]
     maps = maps_for(pid, info.start_time_ns) if needs_map(described) else None
@@ -119,15 +122,12 @@ def from_db(store: Store, pid: int, limit: int) -> LeakReport | None:
 def gather(dev_open: Callable[[], Device], store_open: Callable[[], Store], pid: int,
            now_mono_ns: int, limit: int, db_named: bool = False) -> LeakReport:
     """The module's report of pid if it has one, else pmd's database's
-    (pmm.postmortem.module_else_database says which error tells of neither)."""
-    from pmm import postmortem
+    (pmm.procview.read: the one choice, and which error tells of neither)."""
+    from pmm import procview
 
-    def read_module() -> LeakReport:
-        with dev_open() as dev:
-            return from_module(dev, pid, now_mono_ns, limit)
-
-    return postmortem.module_else_database(
-        read_module, lambda store: from_db(store, pid, limit), store_open, db_named, pid)
+    return procview.read(pid, dev_open, store_open,
+                         lambda entry: of_module(entry, now_mono_ns, limit),
+                         lambda store: from_db(store, pid, limit), db_named)
 
 
 # -- pprof ---------------------------------------------------------------------

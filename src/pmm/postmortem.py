@@ -17,7 +17,8 @@ CLOCK_BOOTTIME; the ages stored are as of the exit (monotonic now less the
 boot-time since the exit), so they do not grow while the record waits.
 
 `leaks_from_db` and `stats_from_db` give back what `pmctl leaks --json` and
-`pmctl stats` show, from the database alone.
+`pmctl stats` show, from the database alone (pmm.procview chooses between
+the module and them).
 
 Pure library: the caller (pmd) chooses the thread and the database writer.
 """
@@ -25,18 +26,16 @@ Pure library: the caller (pmd) chooses the thread and the database writer.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from pmm import leaks, sitestack
-from pmm.errors import NotMonitored, PmmError
 from pmm.model import (
     FREE_OP_NAMES,
     OP_NR,
     STATE_EXITED,
     Block,
-    Bucket,
     ObjectFile,
     PidInfo,
     Site,
@@ -44,33 +43,12 @@ from pmm.model import (
     op_name,
 )
 from pmm.procsampler import boottime_ns
+from pmm.procview import SOURCE_DB, InModule, ModuleReader
 from pmm.store import ExitRecord, ExitSiteRow, Store, start_key
 from pmm.symbolize import Frame, Symbolizer, Target
 from pmm.uapi import MAX_FRAMES
 
-T = TypeVar("T")
-
-SOURCE = "pmd database"  # what `pmctl leaks --json` says it read from
-# operations counted in a site's alloc_count that free rather than allocate
-
-
-class ModuleReader(Protocol):
-    """What harvesting reads of the module (pmm.device.Device has it)."""
-
-    def pid_info(self, pid: int) -> PidInfo | None:
-        """The pid's entry, or None."""
-
-    def sites(self, pid: int) -> list[Site]:
-        """The pid's sites."""
-
-    def objects(self, pid: int) -> list[ObjectFile]:
-        """The files its sites' frames are in."""
-
-    def blocks(self, pid: int) -> list[Block]:
-        """Its live blocks."""
-
-    def stats(self, pid: int) -> StatsInfo:
-        """Its statistics per allocation size."""
+SOURCE = SOURCE_DB  # what `pmctl leaks --json` says it read from
 
 
 @dataclass
@@ -120,7 +98,7 @@ def snapshot(dev: ModuleReader, pid: int, start_time_key: int,
     harvest, still runs)."""
     info = dev.pid_info(pid)
     snap = ModuleSnapshot(pid, info)
-    if not _same_process(info, start_time_key):
+    if info is None or start_key(info.start_time_ns) != start_time_key:  # another process
         return snap
     if harvest and (info is None or info.state != STATE_EXITED):
         return snap
@@ -155,10 +133,6 @@ def _frames(sites: Iterable[Site], objects: list[ObjectFile],
                                  target=Target.of(info.pid, info.start_time_ns))
 
 
-def _same_process(info: PidInfo | None, start_time_key: int) -> bool:
-    return info is not None and start_key(info.start_time_ns) == start_time_key
-
-
 def collect(dev: ModuleReader, pid: int, start_time_key: int,
             symbolizer: Symbolizer | None = None) -> ExitRecord | None:
     """Reads the module's entry of the exited process (pid, start_time_key:
@@ -166,9 +140,10 @@ def collect(dev: ModuleReader, pid: int, start_time_key: int,
     record `Store.write_exit` stores. None when the module holds no exited
     entry of that process (never monitored, expired, still running, or
     another process under that pid). Device errors (pmm.errors) propagate."""
-    info = dev.pid_info(pid)
-    if info is None or not _same_process(info, start_time_key) or info.state != STATE_EXITED:
+    entry = InModule.find(dev, pid, start_time_key)
+    if entry is None or not entry.exited:
         return None
+    info = entry.info
     snapped = dev.groups if isinstance(dev, ModuleSnapshot) else None
     # the blocks first: a site a block names is then among the sites read
     grouped = snapped if snapped is not None else _exit_groups(dev, info)
@@ -238,9 +213,10 @@ def describe(dev: ModuleReader, pid: int, start_time_key: int, site_ids: Iterabl
     never an absolute address. Sites with nothing to show are left out, and
     all are when the pid is now another process."""
     wanted = set(site_ids)
-    info = dev.pid_info(pid)
-    if info is None or not _same_process(info, start_time_key):
+    entry = InModule.find(dev, pid, start_time_key)
+    if entry is None:
         return {}
+    info = entry.info
     sites = [s for s in dev.sites(pid) if s.site in wanted]
     if not sites:
         return {}
@@ -311,61 +287,8 @@ def stats_from_db(store: Store, pid: int) -> StatsInfo | None:
     d = store.exit_stats(pid, found[0])
     if d is None:
         return None
-    return StatsInfo(
-        pid=int(d["pid"]),
-        buckets=tuple(Bucket(malloc_count=b["malloc"], calloc_count=b["calloc"],
-                             realloc_count=b["realloc"], free_count=b["free"],
-                             alloc_bytes=b["alloc_bytes"], free_bytes=b["freed_bytes"])
-                      for b in d["buckets"]),
-        failed_allocs=int(d["failed_allocs"]),
-        unmatched_frees=int(d["unmatched_frees"]),
-        older_frees=int(d.get("older_frees", 0)),
-    )
+    return StatsInfo.from_dict(d)
 
 
-def module_else_database(read_module: Callable[[], T], read_db: Callable[[Store], T | None],
-                         open_store: Callable[[], Store], db_named: bool = False,
-                         pid: int | None = None) -> T:
-    """What the module says of a process, else what pmd's database kept of
-    it (the module drops an exited process after its TTL, and everything at
-    a reboot). When neither has it: that pmd sampled `pid` without the hook
-    (sampled_only) when it did, else the module's error, or the database's
-    when the user named the database (`db_named`) and it cannot be read."""
-    try:
-        return read_module()
-    except PmmError as module_error:
-        try:
-            store = open_store()
-        except PmmError:
-            if db_named:
-                raise
-            raise module_error from None
-        try:
-            found = read_db(store)
-            unhooked = None if found is not None or pid is None else sampled_only(store, pid)
-        finally:
-            store.close()
-        if unhooked is not None:
-            raise unhooked from None
-        if found is None:
-            raise module_error from None
-        return found
-
-
-def sampled_only(store: Store, pid: int) -> NotMonitored | None:
-    """The error that says pmd recorded the pid's latest process from /proc
-    alone (`pmd --pid`: no hook in it, so no sites and no statistics), with
-    how to get them; None when pmd did not record it so."""
-    procs = store.processes(pid)
-    if not procs or procs[0].source != "proc":
-        return None
-    comm = f" ({procs[0].comm})" if procs[0].comm else ""
-    return NotMonitored(
-        f"pmd recorded no sites for pid {pid}{comm} in {store.path}: it sampled its memory "
-        "from /proc only (the hook was not in it). To get its sites, start it with the hook "
-        f"(`pmctl run -- CMD`) or run `pmctl attach {pid}` while pmd runs")
-
-
-__all__ = ["SOURCE", "ModuleReader", "ModuleSnapshot", "collect", "describe",
-           "harvest", "leaks_from_db", "module_else_database", "sampled_only", "snapshot",
-           "stats_from_db"]
+__all__ = ["SOURCE", "ModuleSnapshot", "collect", "describe", "harvest", "leaks_from_db",
+           "snapshot", "stats_from_db"]

@@ -1,7 +1,8 @@
 """Where `pmctl trend` gets a process's memory samples from.
 
 - `from_db`: pmd's SQLite database (samples, per-site snapshots, site names);
-- `from_kmod`: the module's sample ring of a monitored process;
+- `from_kmod`: the module's sample ring of a monitored process (both read
+  the process through pmm.procview, which picks it and gives its samples);
 - `stored`: the first two in the order `pmctl trend --source` asks, and
   an error that says where it looked and what to do when neither has any;
 - `from_watch`: /proc/PID sampled now, for a while, with a callback after
@@ -17,18 +18,19 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, SupportsInt
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pmm.device import Device
 
 from pmm import smaps
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
-from pmm.procsampler import ProcessGone, boottime_ns, read_stat, sample
-from pmm.store import SampleRow, Store, start_key
+from pmm.procsampler import ProcessGone, boottime_ns, sample
+from pmm.procview import InDatabase, InModule, Samples, live_start
+from pmm.store import Store
 
 
 class WatchEnd(enum.StrEnum):
@@ -105,12 +107,15 @@ class Data:
         return [(t - t0) / 1e9 for t in self.time_ns]
 
 
-def _ints(values: Iterable[SupportsInt]) -> list[int]:
-    """Plain ints from whatever sequence the store hands out (array or list)."""
-    tolist = getattr(values, "tolist", None)  # an array's, far faster than int() each
-    if tolist is not None:
-        return list(tolist())
-    return [int(v) for v in values]
+def data_of(samples: Samples, pid: int, start_time: int, comm: str, exited: bool = False,
+            db: str = "", snapshots: list[tuple[int, int, int, int]] | None = None,
+            where: dict[int, str] | None = None) -> Data:
+    """The Data of samples read from pmd's database or the module (pmm.procview)."""
+    return Data(pid, start_time, comm, samples.source, samples.time_ns, samples.vm,
+                samples.rss, db, snapshots or [], where or {}, exited=exited,
+                anon=samples.anon, file=samples.file, shmem=samples.shmem, live=samples.live,
+                heap_free=samples.heap_free, heap_trimmable=samples.heap_trimmable,
+                live_now=samples.live_now, allocator=samples.allocator)
 
 
 def mem_available(path: str = "/proc/meminfo") -> int | None:
@@ -159,44 +164,26 @@ def available_memory(pid: int | None = None, meminfo: str = "/proc/meminfo",
     return avail
 
 
-def live_start(pid: int) -> tuple[int, str] | None:
-    """(start time key, comm) of the live process pid, or None if there is none."""
-    try:
-        st = read_stat(pid)
-    except (ProcessGone, OSError):
-        return None
-    return st.start_time, st.comm
-
-
 def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
             missing_ok: bool = True) -> Data | None:
     """pid's samples in pmd's database at path (None: it holds none).
 
-    Of several processes that had this pid: the one with start_time if given,
-    else the live one if the database has it, else the latest. A missing
-    database is None when missing_ok, else the store's error."""
+    Of several processes that had this pid: pmm.procview.InDatabase.find's.
+    A missing database is None when missing_ok, else the store's error."""
     if missing_ok and not path.exists():
         return None
     store = Store.open(path, readonly=True)
     try:
-        procs = store.processes(pid)
-        if not procs:
+        found = InDatabase.find(store, pid, start_time)
+        if found is None:
             return None
-        if start_time is not None:
-            want = start_key(start_time)
-        else:
-            live = live_start(pid)
-            want = live[0] if live is not None and any(
-                p.start_time == live[0] for p in procs) else procs[0].start_time
-        proc = next((p for p in procs if p.start_time == want), None)
-        if proc is None:
-            return None
+        proc = found.proc
         since_ns = None
         now = boottime_ns()
         if since_s is not None:
             since_ns = now - int(since_s * 1e9)
-        series = store.series(pid, proc.start_time, since_ns)
-        if len(series) == 0:
+        samples = found.samples(since_ns)
+        if len(samples) == 0:
             latest = store.latest_sample(pid, proc.start_time) if since_ns is not None else None
             if latest is not None:
                 from pmm.output import human_age
@@ -207,14 +194,8 @@ def from_db(path: Path, pid: int, start_time: int | None, since_s: float | None,
                     f"{path} (the latest is {human_age(max(0, now - latest) / 1e9)} old"
                     f"{': the process exited' if proc.exited is not None else ''})")
             return None
-        snaps = store.site_snapshots(pid, proc.start_time, since_ns)
-        where = store.sites(pid, proc.start_time)
-        live = live_start(pid)
-        exited = proc.exited is not None or live is None or live[0] != proc.start_time
-        d = Data(pid, proc.start_time, proc.comm, "db", _ints(series.time_ns),
-                 _ints(series.vm), _ints(series.rss), str(path), snaps, where,
-                 exited=exited)
-        set_split(d, store.sample_rows(pid, proc.start_time, since_ns))
+        d = data_of(samples, pid, proc.start_time, proc.comm, found.exited, str(path),
+                    found.snapshots(since_ns), found.described())
         d.alert_maps = alert_maps(store, pid, proc.start_time)
         return d
     finally:
@@ -242,21 +223,6 @@ def alert_maps(store: Store, pid: int, start_time: int) -> list[smaps.MapGrowth]
     return None
 
 
-def set_split(d: Data, rows: Sequence[SampleRow]) -> None:
-    """d's split from the stored rows of the same samples (Store.sample_rows)."""
-    if len(rows) != len(d):
-        return
-    d.anon = [r.rss_anon for r in rows]
-    d.file = [r.rss_file for r in rows]
-    d.shmem = [r.rss_shmem for r in rows]
-    d.live = [r.live_bytes for r in rows]
-    d.heap_free = [r.heap_free for r in rows]
-    trim = [r.heap_trimmable for r in rows if r.heap_trimmable is not None]
-    d.heap_trimmable = trim[-1] if trim else None
-    alloc = [r.allocator for r in rows if r.allocator]
-    d.allocator = alloc[-1] if alloc else None
-
-
 def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
     """Descriptions of the wanted sites from the module, when it is loaded and
     holds this process (same start time, running or exited); frames
@@ -266,8 +232,7 @@ def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
 
     try:
         with Device.open() as dev:
-            info = dev.pid_info(pid)
-            if info is None or start_key(info.start_time_ns) != start_time:
+            if InModule.find(dev, pid, start_time) is None:
                 return {}
             return describe_module_sites(dev, pid, wanted)
     except PmmError:
@@ -281,37 +246,14 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
     from pmm.device import Device
 
     with Device.open() as dev:
-        info = dev.pid_info(pid)
-        if info is None:
+        entry = InModule.find(dev, pid, start_time)
+        if entry is None:
             return None
-        key = start_key(info.start_time_ns)
-        if start_time is not None and key != start_key(start_time):
-            return None
-        samples = dev.samples(pid)
-    if since_s is not None:
-        cut = boottime_ns() - int(since_s * 1e9)
-        samples = [s for s in samples if s.time_ns >= cut]
-    if not samples:
+        samples = entry.samples(boottime_ns() - int(since_s * 1e9)
+                                if since_s is not None else None)
+    if not len(samples):
         return None
-
-    from pmm.model import STATE_EXITED
-
-    d = Data(pid, key, info.comm, "kmod", [s.time_ns for s in samples],
-             [s.vm for s in samples], [s.rss for s in samples],
-             exited=info.state == STATE_EXITED)
-    d.anon = [s.rss_anon for s in samples]
-    d.file = [s.rss_file for s in samples]
-    d.shmem = [s.rss_shmem for s in samples]
-    d.live = [s.live_bytes for s in samples]
-    d.heap_free = [s.heap_free for s in samples]
-    d.heap_trimmable = samples[-1].heap_trimmable
-    d.allocator = samples[-1].allocator
-    if any(v is None for v in d.live):
-        # a ring without the live heap: the module's current figure shows it
-        # is known, not how it moved
-        d.live = [None] * len(samples)
-        d.live_now = info.live_bytes if info.records else None
-    return d
+    return data_of(samples, pid, entry.start_time, entry.info.comm, entry.exited)
 
 
 class ModuleView:
@@ -330,10 +272,10 @@ class ModuleView:
         except PmmError:
             return
         try:
-            info = dev.pid_info(pid)
+            entry = InModule.find(dev, pid, start_time)
         except PmmError:
-            info = None
-        if info is not None and start_key(info.start_time_ns) == start_time:
+            entry = None
+        if entry is not None:
             self.dev = dev
         else:
             dev.close()

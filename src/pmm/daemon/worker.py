@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from pmm import procsampler
 from pmm.daemon.procstate import Key
-from pmm.store import ExitRecord, ScanRow, ScanSiteRow, start_key
+from pmm.store import ExitRecord, ScanRow, ScanSiteRow
 
 if TYPE_CHECKING:
-    from pmm.postmortem import ModuleReader
+    from pmm.procview import ModuleReader
     from pmm.symbolize import Symbolizer
 
 log = logging.getLogger("pmd")
@@ -189,14 +189,14 @@ class PostmortemWorker:
         database), or the error that stopped it."""
         from pmm import unreachable
         from pmm.errors import PmmError
+        from pmm.procview import InModule
         from pmm.run import find_hooklib
 
         pid, start = key
         now, wall = procsampler.boottime_ns(), time.time()
         try:
             with self.open_device() as dev:
-                info = dev.pid_info(pid)
-                if info is None or start_key(info.start_time_ns) != start:
+                if InModule.find(dev, pid, start) is None:
                     return ScanRow(pid, start, now, wall, error="not monitored any more")
                 r = unreachable.from_module(
                     dev, pid, find_hooklib(), age_s=age_s,  # type: ignore[arg-type]

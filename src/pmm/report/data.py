@@ -6,29 +6,29 @@ a while after its exit) for the live blocks by site with their ages, the
 sites' call chains, the size table and its sample ring; pmd's database for
 the process's whole rss/vm history and its site snapshots (the growing
 sites, and its scans for unreachable blocks at a LEAK alert). Either alone
-makes a report; what one lacks is said in
-`ReportData.missing`. The verdict is pmm.trend's on rss, as `pmctl trend`
-gives it.
+makes a report (pmm.procview.view finds the process in each); what one
+lacks is said in `ReportData.missing`. The verdict is pmm.trend's on rss,
+as `pmctl trend` gives it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pmm import leaks as leaks_mod
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.leaks import LeakGroup
-from pmm.model import STATE_RUNNING, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
+from pmm.model import STATE_RUNNING, PidInfo, Site, StatsInfo, StatsTable
 from pmm.procsampler import boottime_ns
+from pmm.procview import InModule, Samples, live_start, view
+from pmm.procview import ModuleReader as ModuleReader  # where report.stacks finds it
 from pmm.report.stacks import StackFrame, site_stacks
-from pmm.stats import StatsTable, build_table
-from pmm.store import ProcessRow, ScanRow, start_key
+from pmm.store import ProcessRow, ScanRow
 from pmm.trend import Verdict, seconds_until_exhausted, site_growth
 from pmm.trendreport import Report, detect_on, kind_of
-from pmm.trendsource import Data, alert_maps, available_memory, live_start, set_split
+from pmm.trendsource import Data, alert_maps, available_memory, data_of
 
 if TYPE_CHECKING:
     from pmm.store import Store
@@ -37,28 +37,6 @@ if TYPE_CHECKING:
 GROWING_SITES = 10
 
 StackFunction = Callable[..., dict[int, list[StackFrame]]]
-
-
-class ModuleReader(Protocol):
-    """What the report reads of the module (pmm.device.Device has it)."""
-
-    def pid_info(self, pid: int) -> PidInfo | None:
-        """The pid's entry, or None."""
-
-    def blocks(self, pid: int) -> list[Block]:
-        """The pid's live blocks."""
-
-    def sites(self, pid: int) -> list[Site]:
-        """The pid's sites."""
-
-    def objects(self, pid: int) -> list[ObjectFile]:
-        """The files the pid's sites' frames are in."""
-
-    def stats(self, pid: int) -> StatsInfo:
-        """The pid's allocations by size."""
-
-    def samples(self, pid: int, cursor: int = 0) -> list[Sample]:
-        """The pid's memory samples."""
 
 
 @dataclass
@@ -121,52 +99,12 @@ class _Module:
     sites: list[Site]
     groups: list[LeakGroup]
     stats: StatsTable | None
-    time_ns: list[int]
-    vm: list[int]
-    rss: list[int]
-    samples: list[Sample] = field(default_factory=list)
+    samples: Samples
 
 
-def _read_module(device: ModuleReader, info: PidInfo) -> _Module:
-    from pmm.blockstream import read_pages
-
-    pid = info.pid
-    now_mono = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    # page by page, folded per site: never a list of every block
-    groups = leaks_mod.group_pages(read_pages(device, pid), {}, now_mono)
-    sites = device.sites(pid)
-    by_id = {s.site: s for s in sites}
-    groups = [replace(g, desc=by_id.get(g.site)) for g in groups]
-    stats = build_table(device.stats(pid))
-    samples = device.samples(pid)
-    return _Module(info, sites, groups, stats, [s.time_ns for s in samples],
-                   [s.vm for s in samples], [s.rss for s in samples], samples)
-
-
-def _pick_process(pid: int, info: PidInfo | None, procs: Sequence[ProcessRow],
-                  start_time: int | None) -> int | None:
-    """The start key of the process to report on: the module's, else the one
-    asked for, else the live one pmd knows, else pmd's latest."""
-    if info is not None:
-        return start_key(info.start_time_ns)
-    if start_time is not None:
-        return start_key(start_time)
-    if not procs:
-        return None
-    live = live_start(pid)
-    if live is not None and any(p.start_time == live[0] for p in procs):
-        return live[0]
-    return procs[0].start_time
-
-
-def _nothing(pid: int, module_said: str, store: Store | None, store_note: str) -> PmmError:
-    where = (f"pmd's database {store.path} has no record of it" if store is not None
-             else store_note or "no pmd database was read")
-    alive = live_start(pid) is not None
-    if alive:
-        return NotMonitored(f"nothing to report on pid {pid}: {module_said}, and {where} "
-                            f"(monitor it with `pmctl start {pid}` or run pmd)")
-    return NoSuchPid(f"no such process: pid {pid} does not exist, {module_said}, and {where}")
+def _read_module(entry: InModule) -> _Module:
+    groups, sites = entry.grouped(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    return _Module(entry.info, sites, groups, entry.stats().table(), entry.samples())
 
 
 def gather(
@@ -188,25 +126,20 @@ def gather(
     when neither source holds anything of it."""
     made_at = time.time()
     now_ns = boottime_ns()
-    info: PidInfo | None = None
-    module_said = device_note or "the module was not asked"
-    if device is not None:
-        info = device.pid_info(pid)
-        if info is not None and start_time is not None and \
-                start_key(info.start_time_ns) != start_key(start_time):
-            info = None
-        module_said = "the module holds nothing of it"
-    procs = store.processes(pid) if store is not None else []
-    key = _pick_process(pid, info, procs, start_time)
-    proc = next((p for p in procs if p.start_time == key), None)
-    if key is None or (info is None and proc is None):
-        raise _nothing(pid, module_said, store, store_note)
+    v = view(pid, device, store, start_time, device_note, store_note)
+    if not v.holds:
+        raise v.nothing()
+    entry, rec = v.module, v.db
+    info = entry.info if entry is not None else None
+    proc = rec.proc if rec is not None else None
+    key = v.start_time
+    module_said = v.module_said
 
     d = ReportData(pid, key, "", "exited", made_at, now_ns)
     mod: _Module | None = None
-    if info is not None and device is not None:
+    if entry is not None:
         try:
-            mod = _read_module(device, info)
+            mod = _read_module(entry)
         except (NoSuchPid, NotMonitored):
             module_said = "the module dropped its records while they were read"
         except PmmError as e:  # a refusal: the rest of the report stands
@@ -214,26 +147,16 @@ def gather(
     _header(d, mod, proc, store)
 
     # samples: pmd's history when it has them, else the module's ring
-    series = store.series(pid, key) if store is not None and proc is not None else None
-    snaps = store.site_snapshots(pid, key) if store is not None and proc is not None else []
-    d.described = store.sites(pid, key) if store is not None and proc is not None else {}
-    if series is not None and len(series):
-        data = Data(pid, key, d.comm, "db", list(series.time_ns.tolist()),
-                    list(series.vm.tolist()), list(series.rss.tolist()),
-                    str(store.path) if store is not None else "", snaps, dict(d.described))
-        if store is not None:
-            set_split(data, store.sample_rows(pid, key))
-            data.alert_maps = alert_maps(store, pid, key)
-    elif mod is not None and mod.time_ns:
-        data = Data(pid, key, d.comm, "kmod", mod.time_ns, mod.vm, mod.rss)
-        ring = mod.samples
-        data.anon = [s.rss_anon for s in ring]
-        data.file = [s.rss_file for s in ring]
-        data.shmem = [s.rss_shmem for s in ring]
-        data.live = [s.live_bytes for s in ring]
-        data.heap_free = [s.heap_free for s in ring]
-    else:
-        data = None
+    stored = rec.samples() if rec is not None else None
+    snaps = rec.snapshots() if rec is not None else []
+    d.described = rec.described() if rec is not None else {}
+    data: Data | None = None
+    if rec is not None and stored is not None and len(stored):
+        data = data_of(stored, pid, key, d.comm, db=str(rec.store.path), snapshots=snaps,
+                       where=dict(d.described))
+        data.alert_maps = alert_maps(rec.store, pid, key)
+    elif mod is not None and len(mod.samples):
+        data = data_of(mod.samples, pid, key, d.comm)
 
     if mod is not None:
         d.sources.append("the module (live blocks, sites, sizes, samples)")
@@ -311,15 +234,7 @@ def _exit_record(d: ReportData, store: Store | None, proc: ProcessRow | None) ->
         d.live_by_site = [(g.site, g.bytes) for g in groups if g.bytes > 0]
         d.live_from = "pmd's record of the process at its exit"
     if stats is not None:
-        d.stats = build_table(StatsInfo(
-            pid=d.pid,
-            buckets=tuple(Bucket(malloc_count=b["malloc"], calloc_count=b["calloc"],
-                                 realloc_count=b["realloc"], free_count=b["free"],
-                                 alloc_bytes=b["alloc_bytes"], free_bytes=b["freed_bytes"])
-                          for b in stats["buckets"]),
-            failed_allocs=int(stats["failed_allocs"]),
-            unmatched_frees=int(stats["unmatched_frees"]),
-            older_frees=int(stats.get("older_frees", 0))))
+        d.stats = StatsInfo.from_dict(stats).table()
     if groups or stats is not None:
         d.sources.append("pmd's record of its exit (live blocks by site, sizes)")
         return True

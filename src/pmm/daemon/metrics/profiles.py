@@ -10,7 +10,6 @@ import time
 from pmm import procsampler
 from pmm.daemon.metrics.figures import Snapshot
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored
-from pmm.store import start_key
 
 
 class ProfileError(Exception):
@@ -46,6 +45,7 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
     from pmm import leakreport
     from pmm.device import Device
     from pmm.pprof import build_profile
+    from pmm.procview import InModule
 
     fig = snapshot.process(pid)
     if fig is None:
@@ -54,8 +54,7 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
         raise replaced(pid)
     try:
         with Device.open() as dev:
-            info = dev.require_monitored(pid)
-            if start_key(info.start_time_ns) != fig.start_time:
+            if InModule.require(dev, pid).start_time != fig.start_time:
                 raise replaced(pid)
             report = leakreport.from_module(dev, pid, time.monotonic_ns(), 0,
                                             disk_cache=False)

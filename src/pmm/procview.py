@@ -16,8 +16,9 @@ its site snapshots and descriptions, and what pmd harvested at its exit
   processes that had the pid), with its samples, snapshots and sites;
 - `ProcessView` (`view`): both, as far as each holds the process, and why
   one does not (the error when neither does);
-- `module_else_database`: one read from the module, else from the
-  database, and which error tells of neither.
+- `read` (over `module_else_database`): one read from the module's entry,
+  else from the database, and which error tells of neither (`pmctl leaks`,
+  `pmctl stats`).
 
 Samples come out as `Samples` columns (plain ints, times CLOCK_BOOTTIME ns)
 whichever source gave them.

@@ -177,7 +177,7 @@ def test_conffiles_and_maintainer_scripts(debs: dict[str, Path], tmp_path: Path)
                 subprocess.run(["sh", "-n", str(script)], check=True)
         # every file's sum but the conffiles' (dpkg --verify; dh_md5sums' form)
         sums = (control / "md5sums").read_text().splitlines()
-        files = sorted(p for p in contents(deb) if contents(deb)[p].startswith("-"))
+        files = sorted(p for p, mode in contents(deb).items() if mode.startswith("-"))
         conffiles = ["/etc/default/pmd"] if name == "pmm-tools" else []
         assert sorted("/" + line.split("  ", 1)[1] for line in sums) == \
             [f for f in files if f not in conffiles]

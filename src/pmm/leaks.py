@@ -72,7 +72,7 @@ class LeakGroup:
             "newest_age_s": round(self.newest_age_s, 3),
             "histogram": dict(zip(AGE_LABELS, self.histogram, strict=True)),
         }
-        from pmm.symbolize import first_user_frame
+        from pmm.symbolize import Frame, first_user_frame
 
         desc = self.desc
         top = first_user_frame(frames)  # past the allocator's own frames
@@ -80,7 +80,7 @@ class LeakGroup:
             d.update(source="shim", func=desc.func or None, file=desc.file or None,
                      line=desc.line or None, object=top.object if top else None,
                      offset=top.offset if top else None)
-            d["where"] = f"{desc.func}() {desc.file}:{desc.line}"
+            d["where"] = Frame.registered_at(desc.func, desc.file, desc.line).describe()
         elif top is not None:
             source = (
                 "debuginfo" if top.line else "symbol" if top.func else

@@ -45,7 +45,7 @@ from pmm.model import (
 from pmm.procsampler import boottime_ns
 from pmm.procview import SOURCE_DB, InModule, ModuleReader
 from pmm.store import ExitRecord, ExitSiteRow, Store, start_key
-from pmm.symbolize import Frame, Symbolizer, Target
+from pmm.symbolize import Frame, Symbolizer, Target, site_frame
 from pmm.uapi import MAX_FRAMES
 
 SOURCE = SOURCE_DB  # what `pmctl leaks --json` says it read from
@@ -207,11 +207,11 @@ def harvest(dev: ModuleReader, store: Store, pid: int, start_time_key: int,
 
 
 def describe(dev: ModuleReader, pid: int, start_time_key: int, site_ids: Iterable[int],
-             symbolizer: Symbolizer | None = None) -> dict[int, str]:
-    """One line for each of these sites of the process (running or exited),
-    from the module's objects and offsets (pmm.sitestack.describe_site):
-    never an absolute address. Sites with nothing to show are left out, and
-    all are when the pid is now another process."""
+             symbolizer: Symbolizer | None = None) -> dict[int, Frame]:
+    """The frame that describes each of these sites of the process (running
+    or exited; pmm.symbolize.site_frame), from the module's objects and
+    offsets: never an absolute address. Sites with nothing to show are left
+    out, and all are when the pid is now another process."""
     wanted = set(site_ids)
     entry = InModule.find(dev, pid, start_time_key)
     if entry is None:
@@ -221,8 +221,8 @@ def describe(dev: ModuleReader, pid: int, start_time_key: int, site_ids: Iterabl
     if not sites:
         return {}
     frames = _frames(sites, dev.objects(pid), symbolizer, info)
-    out = {s.site: sitestack.describe_site(s, frames.get(s.site, [])) for s in sites}
-    return {k: v for k, v in out.items() if v}
+    out = {s.site: site_frame(s.func, s.file, s.line, frames.get(s.site, [])) for s in sites}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 # -- reading back -------------------------------------------------------------

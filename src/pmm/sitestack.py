@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pmm.model import ObjectFile, Site
-from pmm.symbolize import Frame, ObjectRef, Symbolizer, Target, first_user_frame
+from pmm.symbolize import Frame, ObjectRef, Symbolizer, Target, site_frame
 from pmm.symbolize import Mapping as MapLine
 from pmm.uapi import MAX_FRAMES
 
@@ -90,15 +90,11 @@ def _padded(locs: Sequence[tuple[int, int] | None], n: int) -> list[tuple[int, i
 
 
 def describe_site(site: Site, frames: Sequence[Frame]) -> str:
-    """One line for a site: where the program said it is (the shim's
-    function, file and line), else its first frame outside the allocator,
-    else '' (nothing known that may be shown)."""
-    if site.file or site.func:
-        return f"{site.func or '?'}() {site.file}:{site.line}"
-    f = first_user_frame(frames)
-    if f is None or (not f.object and not f.addr):
-        return ""
-    return f.describe()
+    """One line for a site: its `site_frame` (where the program said it is,
+    else its first frame outside the allocator) as text, else '' (nothing
+    known that may be shown)."""
+    f = site_frame(site.func, site.file, site.line, frames)
+    return f.describe() if f is not None else ""
 
 
 def describe_module_sites(dev: Device, pid: int, wanted: Iterable[int] | None = None,

@@ -186,7 +186,7 @@ def lost_sites(doc: Mapping[str, Any], frames: Mapping[int, Sequence[Any]],
     """pmm-scan's sites, worst first as it gives them, each with where it
     is (pmm.leaks' form: source, func, file, line, object, offset, where),
     its frames and its example's bytes (pure)."""
-    from pmm.symbolize import first_user_frame
+    from pmm.symbolize import Frame, first_user_frame
 
     out = []
     for e in doc["sites"]:
@@ -200,7 +200,7 @@ def lost_sites(doc: Mapping[str, Any], frames: Mapping[int, Sequence[Any]],
             d.update(source="shim", func=desc.func or None, file=desc.file or None,
                      line=desc.line or None, object=top.object if top else None,
                      offset=top.offset if top else None,
-                     where=f"{desc.func}() {desc.file}:{desc.line}")
+                     where=Frame.registered_at(desc.func, desc.file, desc.line).describe())
         elif top is not None:
             d.update(source="debuginfo" if top.line else "symbol" if top.func else
                      "object" if top.object else "address", func=top.func, file=top.file,

@@ -400,12 +400,20 @@ def test_the_last_pid_target_gone_is_said(tmp_path: Path,
 
 
 def test_pmd_without_genl_exits_when_its_last_target_exits(tmp_path: Path) -> None:
-    target = subprocess.Popen(["sleep", "2"])
+    # The target exits when the test says so, once pmd has stored samples of
+    # it: a fixed lifetime ('sleep 2') raced pmd's start (over a second,
+    # several on a busy machine), which then found it gone or sampled it
+    # too few times.
+    target = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+    assert target.stdin is not None
     db = tmp_path / "pmm.db"
     p = pmd("--db", str(db), "--pid", str(target.pid), "--interval", "100ms")
     try:
+        wait_for(lambda: count(db) > 5 or p.poll() is not None, timeout=60)
+        target.stdin.close()  # cat exits at the end of its input
         _, err = p.communicate(timeout=60)
     finally:
+        target.kill()
         target.wait()
     assert p.returncode == 0, err
     lines = err.splitlines()

@@ -99,5 +99,5 @@ def test_report_stacks_by_object_after_the_process() -> None:
             return objs
 
     site = Site(site=9, frames=(ADDR,), locs=((3, at_leak),))
-    stacks = site_stacks(4194000, None, [site], {}, device=Module())  # type: ignore[arg-type]
+    stacks = site_stacks(4194000, None, [site], {}, device=Module())
     assert [f.text for f in stacks[9]] == [f"level8(long) deep.cc:{leak}"]

@@ -194,7 +194,7 @@ class Detector:
         pid, start = st.key
         for p, s_start, s, where in reversed(self.rows.sites):
             if (p, s_start, s) == (pid, start, site):
-                return where
+                return where.describe()
         try:
             known = self.store.sites(pid, start).get(site)
         except StoreError as e:

@@ -12,11 +12,14 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pmm.daemon.harvests import Harvests
 from pmm.store import BadRowError, ProcessRow, SampleRow, Store, StoreError
 from pmm.units import format_duration
+
+if TYPE_CHECKING:
+    from pmm.symbolize import Frame
 
 log = logging.getLogger("pmd")
 
@@ -34,7 +37,7 @@ class Rows:
         self.procs: list[ProcessRow] = []
         self.exits: list[tuple[int, int, int]] = []
         self.snaps: list[tuple[int, int, int, int, int, int]] = []
-        self.sites: list[tuple[int, int, int, str]] = []
+        self.sites: list[tuple[int, int, int, Frame]] = []  # site descriptions
         self.written = 0  # samples
         self.bad_rows = 0
         self.dropped_rows = 0

@@ -23,7 +23,7 @@ from pmm.store import ExitRecord, ScanRow, ScanSiteRow
 
 if TYPE_CHECKING:
     from pmm.procview import ModuleReader
-    from pmm.symbolize import Symbolizer
+    from pmm.symbolize import Frame, Symbolizer
 
 log = logging.getLogger("pmd")
 
@@ -51,10 +51,10 @@ class HarvestFailed:
 
 @dataclass(frozen=True)
 class SiteDescriptions:
-    """One-line descriptions of a process's sites, by site id."""
+    """The frames that describe a process's sites, by site id."""
 
     key: Key
-    wheres: dict[int, str]
+    wheres: dict[int, Frame]
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,7 @@ from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.leaks import LeakGroup
 from pmm.model import STATE_RUNNING, PidInfo, Site, StatsInfo, StatsTable
 from pmm.procsampler import boottime_ns
-from pmm.procview import InModule, Samples, live_start, view
-from pmm.procview import ModuleReader as ModuleReader  # where report.stacks finds it
+from pmm.procview import InModule, ModuleReader, Samples, live_start, view
 from pmm.report.stacks import StackFrame, site_stacks
 from pmm.store import ProcessRow, ScanRow
 from pmm.trend import Verdict, seconds_until_exhausted, site_growth

@@ -5,9 +5,10 @@ reads as having nothing in them."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pmm.store.connection import Connection
 from pmm.store.errors import describe
@@ -22,6 +23,17 @@ from pmm.store.rows import (
 )
 from pmm.store.schema import SAMPLE_HEAP_COLUMNS
 
+if TYPE_CHECKING:  # the symbolizer's modules load only when frames are read
+    from pmm.symbolize import Frame
+
+# the shapes of Frame.describe's text, as an older pmd stored a site's
+# description (only text): 'leak() leak.c:30', 'malloc() (libc.so.6+0x9a1ca)',
+# 'libfoo.so+0x1139 (leak_in_lib+0x19)', 'libc.so.6+0x2a1ca', '0x7f00'
+_SOURCE_LINE = re.compile(r"(?P<func>.+) (?P<file>[^ ]+):(?P<line>\d+)")
+_IN_OBJECT = re.compile(r"(?P<func>.+) \((?P<object>[^ ]+)\+0x(?P<offset>[0-9a-f]+)\)")
+_OBJECT = re.compile(r"(?P<object>[^ ]+)\+0x(?P<offset>[0-9a-f]+)( \((?P<symbol>.+)\))?")
+_ADDRESS = re.compile(r"0x(?P<addr>[0-9a-f]+)")
+
 
 def _json_dict(text: str | None) -> dict[str, Any] | None:
     """A stored JSON object (None for NULL or what is not one)."""
@@ -33,6 +45,31 @@ def _json_dict(text: str | None) -> dict[str, Any] | None:
         return None
     return v if isinstance(v, dict) else None
 
+
+
+def _frame_of_text(where: str) -> Frame:
+    """The fields of a description an older pmd stored as text only: the
+    Frame whose `describe` gives that very text (the one place that parses a
+    description; a text of no known shape is kept whole)."""
+    from pmm.symbolize import Frame
+
+    tried: list[Frame] = []
+    if m := _SOURCE_LINE.fullmatch(where):
+        func, file, line = m["func"], m["file"], int(m["line"])
+        plain = func[:-2] if func.endswith("()") else func
+        tried += [Frame(0, func=plain, file=file, line=line),
+                  Frame.registered_at(None if plain == "?" else plain, file, line)]
+    if m := _IN_OBJECT.fullmatch(where):
+        func = m["func"][:-2] if m["func"].endswith("()") else m["func"]
+        tried.append(Frame(0, object=m["object"], offset=int(m["offset"], 16), func=func))
+    if m := _OBJECT.fullmatch(where):
+        tried.append(Frame(0, object=m["object"], offset=int(m["offset"], 16),
+                           symbol=m["symbol"]))
+    if m := _ADDRESS.fullmatch(where):
+        tried.append(Frame(int(m["addr"], 16)))
+    if where == "?":
+        tried.append(Frame(0))
+    return next((f for f in tried if f.describe() == where), Frame(0, symbol=where))
 
 
 class Reading(Connection):
@@ -137,6 +174,23 @@ class Reading(Connection):
         return {int(r[0]): str(r[1]) for r in self._query(
             "SELECT site, where_ FROM sites WHERE pid = ? AND start_time = ?",
             (pid, start_time))}
+
+    def site_frames(self, pid: int, start_time: int) -> dict[int, Frame]:
+        """The frames that describe the process's sites, by site id: their
+        stored fields, or, in rows of an older pmd, the fields of the stored
+        text (its `describe` is that text)."""
+        from pmm.symbolize import Frame
+
+        frame = "frame" if "frame" in self._columns("sites") else "NULL"
+        out = {}
+        for site, where, fields in self._query(
+                f"SELECT site, where_, {frame} FROM sites WHERE pid = ? AND start_time = ?",
+                (pid, start_time)):
+            if fields:
+                out[int(site)] = Frame.from_dict(json.loads(fields))
+            elif where:
+                out[int(site)] = _frame_of_text(str(where))
+        return out
 
     def alerts(self, pid: int | None = None) -> list[AlertRow]:
         """The alerts stored (of one pid, if given), oldest first; standing

@@ -15,8 +15,12 @@ samples         pid, start_time, time, vm, rss, rss_anon, rss_file, rss_shmem,
                 PRIMARY KEY (pid, start_time, time)
 site_snapshots  pid, start_time, time, site, live_bytes, live_blocks
                 PRIMARY KEY (pid, start_time, time, site)
-sites           pid, start_time, site, where_ (a site's description) PRIMARY KEY
-                (pid, start_time, site)
+sites           pid, start_time, site, where_, frame PRIMARY KEY (pid,
+                start_time, site). A site's description: frame, its fields
+                (pmm.symbolize.Frame.as_dict, JSON: function, file, line,
+                object, offset...; NULL in rows of an older pmd, whose
+                where_ the reader parses), and where_, the same as text
+                (Frame.describe), for readers of an older pmd.
 alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                 verdict, slope, slope_low, slope_high (bytes/s), confidence,
                  growth (bytes), site, message, resolved (CLOCK_BOOTTIME ns) and
@@ -161,9 +165,11 @@ def create(db: sqlite_utils.Database) -> None:
             )
         if not db.table("sites").exists():
             db.table("sites").create(
-                {"pid": int, "start_time": int, "site": int, "where_": str},
+                {"pid": int, "start_time": int, "site": int, "where_": str, "frame": str},
                 pk=("pid", "start_time", "site"),
             )
+        # added with the sites' frames as fields: an older database gets the column
+        add_columns(db, "sites", {"frame": str})
         if not db.table("alerts").exists():
             db.table("alerts").create(
                 {"id": int, "pid": int, "start_time": int, "time": int, "wall_time": float,

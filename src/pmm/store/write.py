@@ -6,10 +6,33 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pmm.store.connection import Connection
 from pmm.store.errors import ROW_ERRORS, BadRowError, describe
-from pmm.store.rows import AlertRow, ExitRecord, ProcessRow, SampleRow, ScanRow
+from pmm.store.rows import AlertRow, ExitRecord, ExitSiteRow, ProcessRow, SampleRow, ScanRow
+
+if TYPE_CHECKING:  # the symbolizer's modules load only when a frame is written
+    from pmm.symbolize import Frame
+
+SiteRow = tuple[int, int, int, str, str | None]  # pid, start_time, site, where_, frame
+
+
+def _site_row(pid: int, start_time: int, site: int, where: str | Frame) -> SiteRow:
+    """A row of table sites: the description as text and, given a Frame,
+    its fields too (text alone: a reader parses it)."""
+    if isinstance(where, str):
+        return (pid, start_time, site, where, None)
+    return (pid, start_time, site, where.describe(), json.dumps(where.as_dict()))
+
+
+def _exit_site_frame(s: ExitSiteRow) -> Frame | None:
+    """The frame that describes a harvested site (pmm.symbolize.site_frame of
+    its fields), None when it is not the one its `where` says."""
+    from pmm.symbolize import Frame, site_frame
+
+    f = site_frame(s.func, s.file, s.line, [Frame.from_dict(d) for d in s.frames])
+    return f if f is not None and f.describe() == s.where else None
 
 
 class Writing(Connection):
@@ -21,14 +44,14 @@ class Writing(Connection):
         processes: Sequence[ProcessRow] = (),
         exits: Sequence[tuple[int, int, int]] = (),
         snapshots: Sequence[tuple[int, int, int, int, int, int]] = (),
-        sites: Sequence[tuple[int, int, int, str]] = (),
+        sites: Sequence[tuple[int, int, int, str | Frame]] = (),
     ) -> None:
         """One transaction: new processes (existing ones keep their first
         `started`), exits (pid, start_time, time), samples, site snapshots
         (pid, start_time, time, site, live_bytes, live_blocks) and site
-        descriptions (pid, start_time, site, where: replaces the one
-        stored). Duplicates (same key) are ignored, so writing rows again is
-        harmless. Raises
+        descriptions (pid, start_time, site, where: the Frame that describes
+        the site, or its text; replaces the one stored). Duplicates (same
+        key) are ignored, so writing rows again is harmless. Raises
         BadRowError when a row itself is refused, StoreError when the
         database is; nothing is written then."""
         try:
@@ -69,8 +92,8 @@ class Writing(Connection):
                     )
                 if sites:
                     c.executemany(
-                        "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
-                        "VALUES (?,?,?,?)", sites)
+                        "INSERT OR REPLACE INTO sites (pid, start_time, site, where_, frame) "
+                        "VALUES (?,?,?,?,?)", [_site_row(*r) for r in sites])
         except ROW_ERRORS as e:
             if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
                 # the one ProgrammingError about the connection, not a row
@@ -79,14 +102,14 @@ class Writing(Connection):
         except sqlite3.Error as e:
             raise describe(e, self.path, "cannot write to the database") from None
 
-    def set_site(self, pid: int, start_time: int, site: int, where: str) -> None:
-        """Stores a site's one-line description, replacing any; StoreError when
-        the database refuses."""
+    def set_site(self, pid: int, start_time: int, site: int, where: str | Frame) -> None:
+        """Stores a site's description (its Frame, or its text), replacing
+        any; StoreError when the database refuses."""
         try:
             with self.db.atomic():
                 self.db.conn.execute(
-                    "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
-                    "VALUES (?,?,?,?)", (pid, start_time, site, where))
+                    "INSERT OR REPLACE INTO sites (pid, start_time, site, where_, frame) "
+                    "VALUES (?,?,?,?,?)", _site_row(pid, start_time, site, where))
         except sqlite3.Error as e:
             raise describe(e, self.path, "cannot write to the database") from None
 
@@ -124,9 +147,10 @@ class Writing(Connection):
                       json.dumps(list(s.histogram)), json.dumps(list(s.frames)), s.where)
                      for s in r.sites])
                 c.executemany(
-                    "INSERT OR REPLACE INTO sites (pid, start_time, site, where_) "
-                    "VALUES (?,?,?,?)",
-                    [(*key, s.site, s.where) for s in r.sites if s.where])
+                    "INSERT OR REPLACE INTO sites (pid, start_time, site, where_, frame) "
+                    "VALUES (?,?,?,?,?)",
+                    [_site_row(*key, s.site, _exit_site_frame(s) or s.where)
+                     for s in r.sites if s.where])
                 if r.stats is not None:
                     c.execute("INSERT OR REPLACE INTO exit_stats (pid, start_time, stats) "
                               "VALUES (?,?,?)", (*key, json.dumps(r.stats)))

@@ -108,6 +108,7 @@ from pmm.symbolize.frames import (
     Symbolizer,
     first_user_frame,
     is_allocator_frame,
+    site_frame,
     user_frames,
 )
 from pmm.symbolize.maps import (
@@ -188,6 +189,7 @@ __all__ = [
     "read_live_maps",
     "same_layout",
     "save_maps",
+    "site_frame",
     "sym_cache_file",
     "ticks_from_ns",
     "unsafe_links",

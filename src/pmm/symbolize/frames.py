@@ -49,6 +49,12 @@ class Frame:
     the last being the function the code was compiled into; func, file and
     line are the first of them. Without debug info, lines holds only the
     nearest symbol's function, and `symbol` says where in it ('leak_in_lib+0x19').
+
+    A site's description is one Frame (`site_frame`): this one type carries
+    it from the symbolizer to pmd's database, the report and the commands,
+    and `describe` is the one place that makes it text. `registered`: the
+    frame is where the program said the site is (pmm_hooks.h's function,
+    file and line, the file as it gave it).
     """
 
     addr: int
@@ -60,6 +66,12 @@ class Frame:
     build_id: str | None = None  # the object's GNU build-id, hex
     lines: tuple[SourceLoc, ...] = ()
     symbol: str | None = None  # nearest ELF symbol and offset, when no line is known
+    registered: bool = False
+
+    @classmethod
+    def registered_at(cls, func: str | None, file: str, line: int) -> Frame:
+        """Where the program said a site is (pmm_hooks.h's function, file, line)."""
+        return cls(0, func=func or None, file=file, line=line, registered=True)
 
     @property
     def object_name(self) -> str | None:
@@ -81,13 +93,18 @@ class Frame:
         """'main() leak.c:12'; without debug info 'libfoo.so+0x1139
         (leak_in_lib+0x19)' or 'malloc() (libc.so.6+0x9a1ca)'; else where().
         inlined: also the calls the first location was inlined into,
-        'grow() a.c:5 (inlined into main() a.c:9)'."""
+        'grow() a.c:5 (inlined into main() a.c:9)'. A registered frame:
+        'leak() src/leak.c:30', as the program gave it."""
+        if self.registered:
+            return f"{self.func or '?'}() {self.file or ''}:{self.line or 0}"
         if self.func and self.file and self.line:
             text = f"{_call(self.func)} {self.where()}"
             if inlined and len(self.lines) > 1:
-                outer = ", ".join(f"inlined into {_describe_loc(loc)}" for loc in self.lines[1:])
+                outer = ", ".join(f"inlined into {call}" for call in self.inlined_calls())
                 text += f" ({outer})"
             return text
+        if self.symbol and not self.object and not self.addr:
+            return self.symbol  # a description an older pmd stored, of no known shape
         if self.symbol:
             return f"{self.where()} ({self.symbol})"
         if self.func:
@@ -95,11 +112,25 @@ class Frame:
             return f"{_call(self.func)}{obj}"
         return self.where()
 
+    def inlined_calls(self) -> tuple[str, ...]:
+        """The calls the first location was inlined into, innermost first,
+        each as 'main() a.c:9'."""
+        return tuple(_describe_loc(loc) for loc in self.lines[1:])
+
+    def location(self) -> str | None:
+        """The source line `describe` names, 'leak.c:30'; None when it names none."""
+        if self.registered:
+            return f"{self.file}:{self.line}" if self.file else None
+        if self.func and self.file and self.line:
+            return self.where()
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON form: address (0 for an object and offset), object, file
         offset, function, file, line, the object's build-id, the nearest
-        symbol and the inlined locations (None where unknown)."""
-        return {
+        symbol and the inlined locations (None where unknown); "registered":
+        true for a registered frame only."""
+        d: dict[str, Any] = {
             "addr": self.addr,
             "object": self.object,
             "offset": self.offset,
@@ -111,6 +142,9 @@ class Frame:
             "lines": [{"func": loc.func, "file": loc.file, "line": loc.line}
                       for loc in self.lines],
         }
+        if self.registered:
+            d["registered"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: AbcMapping[str, Any]) -> Frame:
@@ -126,6 +160,7 @@ class Frame:
             lines=tuple(SourceLoc(x.get("func"), x.get("file"), x.get("line"))
                         for x in d.get("lines") or ()),
             symbol=d.get("symbol"),
+            registered=bool(d.get("registered")),
         )
 
 
@@ -509,6 +544,19 @@ def first_user_frame(frames: Sequence[Frame]) -> Frame | None:
     it rather than libstdc++'s operator new. The first frame if all are the
     allocator's; None if there are none."""
     return frames[_first_user_index(frames)] if frames else None
+
+
+def site_frame(func: str | None, file: str | None, line: int | None,
+               frames: Sequence[Frame]) -> Frame | None:
+    """The one frame that describes a site: where the program said it is
+    (func, file and line it registered), else its first frame outside the
+    allocator (`first_user_frame`); None when nothing known may be shown."""
+    if file or func:
+        return Frame.registered_at(func, file or "", line or 0)
+    f = first_user_frame(frames)
+    if f is None or (not f.object and not f.addr):
+        return None
+    return f
 
 
 def user_frames(frames: Sequence[Frame]) -> list[Frame]:

@@ -163,14 +163,6 @@ def test_sorting_in_runs_gives_the_sorted_blocks(run: int) -> None:
                 assert sorter.spilled == 0
 
 
-def test_select_blocks_keeps_its_contract() -> None:
-    blocks = random_blocks(random.Random(3), 500, 2, sampled=False, wild=False)
-    for since_s, limit in [(None, None), (20.0, None), (None, 7), (500.0, 3)]:
-        cut = None if since_s is None else NOW - int(since_s * 1e9)
-        assert blocklog.select_blocks(blocks, NOW, since_s, limit) == \
-            reference_sorted(blocks, cut, limit)
-
-
 # -- memory ------------------------------------------------------------------------
 
 

@@ -40,11 +40,14 @@ def reference_groups(blocks: Iterable[Block], sites: Mapping[int, Site],
     for site, bl in acc.items():
         ages = [leaks.block_age_s(b, now_ns) for b in bl]
         weights = [max(1, b.weight) for b in bl]
+        histogram = [0] * len(leaks.AGE_LABELS)
+        for age, w in zip(ages, weights, strict=True):
+            histogram[leaks.age_bucket(age)] += w
         out.append(leaks.LeakGroup(
             site=site, blocks=sum(weights),
             bytes=sum(b.size * w for b, w in zip(bl, weights, strict=True)),
             oldest_age_s=max(ages), newest_age_s=min(ages),
-            histogram=tuple(leaks.age_histogram(ages, weights)), desc=sites.get(site)))
+            histogram=tuple(histogram), desc=sites.get(site)))
     out.sort(key=lambda g: (-g.bytes, -g.blocks, g.site))
     return [astuple(g) for g in out]
 

@@ -5,7 +5,7 @@
  * chooses every byte (and every path its maps name), so each address is
  * checked against the object's own mappings and each count against a bound
  * before it is used. The memory is reached through a reader callback, so
- * that the fuzz harness (tests/progs/fuzz_elfmem.c) drives the same code
+ * that the fuzz harness (tests/progs/hook/fuzz_elfmem.c) drives the same code
  * over a buffer.
  */
 #ifndef PMM_ELFMEM_H

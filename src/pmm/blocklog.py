@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from pmm.blockstream import BlockSorter, Row, pages_of
+from pmm.blockstream import BlockSorter, Row
 from pmm.model import Block, PidInfo, Site, op_name
 from pmm.output import dump_json, dump_json_at
 from pmm.text import printable
@@ -35,16 +35,6 @@ def proc_line(d: dict[str, Any], now_mono: int, now_real: int | None = None) -> 
     if d["func"] is not None:
         s += f" {printable(d['func'])}() {d['line']} {printable(str(d['file']))}"
     return s
-
-
-def select_blocks(
-    blocks: list[Block], now_mono: int, since_s: float | None, limit: int | None
-) -> list[Block]:
-    """Oldest first; only those younger than since_s; at most limit (the oldest)."""
-    with BlockSorter(since_cut(now_mono, since_s), limit) as sorter:
-        for page in pages_of(blocks):
-            sorter.add_page(page)
-        return [Block(p, pp, sz, t, s, w, op) for t, p, pp, sz, s, w, op in sorter]
 
 
 class BlockLines:

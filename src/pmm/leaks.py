@@ -36,16 +36,6 @@ def age_bucket(age_s: float) -> int:
     return len(AGE_BOUNDS_S)
 
 
-def age_histogram(ages_s: Iterable[float], weights: Iterable[int] | None = None) -> list[int]:
-    """Counts per age bucket (weighted when weights are given)."""
-    hist = [0] * len(AGE_LABELS)
-    ws = iter(weights) if weights is not None else None
-    for age in ages_s:
-        w = next(ws) if ws is not None else 1
-        hist[age_bucket(age)] += w
-    return hist
-
-
 @dataclass(frozen=True)
 class LeakGroup:
     """The live blocks of one site."""

@@ -14,11 +14,10 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TOP, pmctl, pmctl_json, spawn_sleeper
+from helpers import TOP, pmctl, pmctl_json
 
 from pmm import procfs, uapi
 from pmm.leaks import age_bucket
@@ -26,20 +25,6 @@ from pmm.leaks import age_bucket
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 LEAK = TOP / "examples" / "bin" / "leak"
 EXIT_OF = {"STABLE": 0, "LEAK": 10, "GROWING": 11, "NOT ENOUGH DATA": 12, "INCONCLUSIVE": 13}
-
-
-
-
-
-
-
-
-@pytest.fixture()
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    p = spawn_sleeper()
-    yield p
-    p.kill()
-    p.wait()
 
 
 def test_pmctl_config_roundtrip(pmm: None, cache: Path) -> None:

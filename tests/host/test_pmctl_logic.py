@@ -9,6 +9,7 @@ import pytest
 from pmctl import cli
 from pmctl.exitcodes import exit_code_for
 from pmm import blocklog, errors, leaks, procfs, stats, units
+from pmm.blockstream import BlockSorter, pages_of
 from pmm.model import Block, Bucket, Site, StatsInfo
 from pmm.output import format_table, human_age, human_bytes
 
@@ -25,8 +26,6 @@ def blk(ptr: int, size: int, t_s: float, site: int, weight: int = 1, op: int = 1
 def test_age_buckets() -> None:
     assert [leaks.age_bucket(a) for a in (0, 0.999, 1, 9.99, 10, 99, 100, 999.9, 1000, 1e9)] \
         == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
-    assert leaks.age_histogram([0.5, 5, 50, 500, 5000, 0.1]) == [2, 1, 1, 1, 1]
-    assert leaks.age_histogram([0.5, 5], [3, 2]) == [3, 2, 0, 0, 0]
     assert leaks.AGE_LABELS == ("<1s", "<10s", "<100s", "<1000s", "older")
 
 
@@ -190,13 +189,21 @@ def test_logs_line_is_proc_format() -> None:
     assert d["age_s"] == 0  # in the future of now_mono: clamped
 
 
-def test_select_blocks() -> None:
+def test_logs_selects_blocks() -> None:
+    """--since and --limit as `pmctl logs` applies them: oldest first."""
     bl = [blk(3, 1, 30, 1), blk(1, 1, 10, 1), blk(2, 1, 20, 1), blk(4, 1, 20, 1)]
     now = 40 * S
-    assert [b.ptr for b in blocklog.select_blocks(bl, now, None, None)] == [1, 2, 4, 3]
-    assert [b.ptr for b in blocklog.select_blocks(bl, now, 20, None)] == [2, 4, 3]
-    assert [b.ptr for b in blocklog.select_blocks(bl, now, None, 2)] == [1, 2]
-    assert [b.ptr for b in blocklog.select_blocks(bl, now, 15, 1)] == [3]
+
+    def ptrs(since_s: float | None, limit: int | None) -> list[int]:
+        with BlockSorter(blocklog.since_cut(now, since_s), limit) as sorter:
+            for page in pages_of(bl):
+                sorter.add_page(page)
+            return [row[1] for row in sorter]
+
+    assert ptrs(None, None) == [1, 2, 4, 3]
+    assert ptrs(20, None) == [2, 4, 3]
+    assert ptrs(None, 2) == [1, 2]
+    assert ptrs(15, 1) == [3]
 
 
 # -- errors and output -----------------------------------------------------

@@ -384,13 +384,10 @@ def test_pmd_notifies_ready_status_and_stopping(tmp_path: Path,
 # -- journal priorities ------------------------------------------------------
 
 LOGGING_PROGRAM = textwrap.dedent("""
-    import logging, sys
-    from pmm.daemon.journal import formatter_for
+    import logging
+    from pmd.main import setup_logging
+    setup_logging(verbose=True)  # pmd's own choice of format, at DEBUG
     log = logging.getLogger("pmd")
-    h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(formatter_for(sys.stderr.fileno(), "pmd"))
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
     log.debug("debug line")
     log.info("info line")
     log.warning("LEAK pid 42 (leaker\\x1b[31m)")

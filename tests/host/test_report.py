@@ -36,6 +36,7 @@ from pmm import report as rp
 from pmm.errors import NoSuchPid, NotMonitored
 from pmm.model import SITE_F_SOURCE, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
 from pmm.procsampler import boottime_ns
+from pmm.report import figures as rfigures
 from pmm.report import html as rhtml
 from pmm.store import AlertRow, ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
 from pmm.symbolize import NS_PER_TICK, Symbolizer, maps_for, proc_start_ticks
@@ -299,10 +300,10 @@ def test_thin_keeps_each_slice_extremes() -> None:
     rss[54_321] = 10**9  # a spike
     rss[77_777] = 0  # a dip
     vm = [5000] * n
-    keep = rhtml.thin(n, [rss, vm], most=4000)
+    keep = rfigures.thin(n, [rss, vm], most=4000)
     assert len(keep) <= 4002 and keep == sorted(set(keep))
     assert {0, n - 1, 54_321, 77_777} <= set(keep)
-    assert rhtml.thin(10, [rss[:10]], most=4000) == list(range(10))
+    assert rfigures.thin(10, [rss[:10]], most=4000) == list(range(10))
 
 
 def test_flame_graph_tree() -> None:
@@ -312,7 +313,7 @@ def test_flame_graph_tree() -> None:
     d.stacks = {1: [rp.StackFrame("leak() a.c:2"), grow, main],
                 2: [rp.StackFrame("other() a.c:3"), grow, main]}
     d.described = {3: "x() <b>.c:1"}
-    fig = rhtml.flame_figure(d)
+    fig = rfigures.flame_figure(d)
     assert fig is not None
     trace = fig["data"][0]
     nodes = {i: (label, parent, value) for i, label, parent, value in

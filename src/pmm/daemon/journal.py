@@ -8,9 +8,8 @@ systemd sets $JOURNAL_STREAM to "DEVICE:INODE" of that stream, so a program
 knows its stderr goes to the journal when stderr's device and inode are
 those (sd_journal_stream_fd(3), systemd.exec(7)); a program whose stderr was
 redirected elsewhere keeps the plain format, each line after its local time
-(the journal stamps its entries itself).
-
-    handler.setFormatter(formatter_for(sys.stderr.fileno(), "pmd"))
+(the journal stamps its entries itself): JournalFormatter when
+stream_is_journal(stderr), else PlainFormatter with timestamps.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ import os
 
 from pmm.text import printable
 
-__all__ = ["JournalFormatter", "PlainFormatter", "formatter_for", "stream_is_journal",
-           "syslog_priority"]
+__all__ = ["JournalFormatter", "PlainFormatter", "stream_is_journal", "syslog_priority"]
 
 # syslog(3) priorities
 LOG_CRIT, LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG = 2, 3, 4, 6, 7
@@ -95,10 +93,3 @@ class JournalFormatter(PlainFormatter):
         """"<N>" and the plain line."""
         return f"<{syslog_priority(record.levelno)}>{super().format(record)}"
 
-
-def formatter_for(fd: int, name: str) -> PlainFormatter:
-    """JournalFormatter when fd is the journal stream systemd connected
-    (stream_is_journal), else PlainFormatter with timestamps; `name` starts
-    each line (after the time)."""
-    return JournalFormatter(name) if stream_is_journal(fd) else \
-        PlainFormatter(name, timestamps=True)

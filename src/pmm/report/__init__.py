@@ -2,19 +2,18 @@
 
 `gather` (pmm.report.data) collects what the module and pmd's database hold
 of a process into a `ReportData`; `render` (pmm.report.html) makes it one
-HTML page with plotly.js inlined (vendored in `vendor/`, MIT), its data as
-JSON in the page, no network needed to view it; `write_report` writes it
+HTML page with plotly.js inlined (vendored in `vendor/`, MIT), its figures
+(pmm.report.figures) as JSON in the page, no network needed to view it; `write_report` writes it
 whole or not at all. `site_stacks` (pmm.report.stacks) is the one place that
 names the sites' frames.
 """
 
 from pmm.report.data import GROWING_SITES, ReportData, gather
+from pmm.report.figures import flame_figure, memory_figure
 from pmm.report.html import (
     PLOTLY_SHA256,
     PLOTLY_VERSION,
     DamagedVendorFile,
-    flame_figure,
-    memory_figure,
     plotly_js,
     render,
     verdict_of,

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,11 +115,19 @@ def test_each_program_gets_its_kind_live_and_post_mortem(tmp: Path) -> None:
             p.send_signal(signal.SIGUSR2)
             assert p.stdout is not None and p.stdout.readline() == "holding\n"
 
-        # the figures: a short watch of the held programs against their reports
+        # the figures: a short watch of the held programs against their reports;
+        # the hook's allocator report is remade at most every 100 times the last
+        # one took (hooklib/heap.c: seconds on a fragmented heap in a busy
+        # guest), so a report from before the hold may still be the latest:
+        # watch again until it is not, for at most a minute
         held = {name: pmctl("trend", str(pid), "--watch", "1s", "--interval", "100ms",
                             "--json") for name, pid in pids.items()}
         for name, w in held.items():
             _, d = finish(w)
+            until = time.monotonic() + 60
+            while not figures_agree(name, d, report(tmp / name)) and time.monotonic() < until:
+                _, d = finish(pmctl("trend", str(pids[name]), "--watch", "1s", "--interval",
+                                    "100ms", "--json"))
             check_figures(name, d, report(tmp / name))
 
         # post-mortem: the programs exit; pmd's database keeps the kind
@@ -169,6 +178,14 @@ def start_when_watched(watches: dict[str, subprocess.Popen[str]],
     sel.close()
 
 
+def figures_agree(name: str, d: dict[str, object], rep: dict[str, int]) -> bool:
+    try:
+        check_figures(name, d, rep)
+    except AssertionError:
+        return False
+    return True
+
+
 def check_figures(name: str, d: dict[str, object], rep: dict[str, int]) -> None:
     """The split pmctl shows of a held program against what the program says:
     anonymous memory against smaps_rollup (the kernel's rss counters lag by
@@ -184,8 +201,10 @@ def check_figures(name: str, d: dict[str, object], rep: dict[str, int]) -> None:
     assert abs(anon - rep["rollup.Anonymous"]) <= slack, (name, p, rep)
     own = rep["own_live"]
     if name == "kind_leak":
-        # 20 blocks of 1000 bytes each 10 ms: at most 100 ms not yet sent
-        assert own - 300_000 <= p["live"] <= own, (name, p, rep)
+        # 20 blocks of 1000 bytes each 10 ms: at most 100 ms not yet sent;
+        # beyond its own count, stdio's buffer of stdout (a pipe: 4 KiB),
+        # made by the program's first printf
+        assert own - 300_000 <= p["live"] <= own + 4096, (name, p, rep)
         assert own > 8 * MIB
     else:
         assert p["live"] < MIB, (name, p, rep)

@@ -16,6 +16,7 @@
 #ifndef KINDS_H
 #define KINDS_H
 
+#include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -116,14 +117,26 @@ static void kinds_tick(unsigned int us)
 	usleep(us);
 }
 
-/* After growth: reports once, says so, and holds until SIGTERM. */
+/*
+ * After growth: reports once, says so, and holds until SIGTERM. A held
+ * program calls no allocator, so the hook's report of the allocator (made
+ * from its allocation paths, at most every 100 times the last one took:
+ * hooklib/heap.c) would stay as the growth left it; the hook's pmm_flush,
+ * when it is loaded, lets the next one be made without touching the heap.
+ */
 static int kinds_hold(void)
 {
+	void (*flush)(void);
+
+	*(void **)&flush = dlsym(RTLD_DEFAULT, "pmm_flush");
 	kinds_report();
 	printf("holding\n");
 	fflush(stdout);
-	while (!g_stop)
+	while (!g_stop) {
+		if (flush)
+			flush();
 		kinds_tick(20000);
+	}
 	return 0;
 }
 

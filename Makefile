@@ -65,6 +65,7 @@ test-kernels: setup
 
 check: setup
 	scripts/include-graph.py
+	scripts/import-graph.py
 	$(MAKE) -C kmod KVER=$(KVER) check
 	.venv/bin/ruff check src pmctl pmd tests bench
 	.venv/bin/mypy --strict src/pmm

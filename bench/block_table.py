@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "guest"))
 from kmod_dev import RECORD_DTYPE, Dev  # noqa: E402
 
-from pmm import uapi  # noqa: E402
+from pmm.kernel import uapi  # noqa: E402
 
 
 def run(n: int, weighted: bool) -> str:

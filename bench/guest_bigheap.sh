@@ -52,11 +52,11 @@ cleanup() {
 trap cleanup EXIT
 
 cfg() { # a field of PMM_GET_CONFIG
-	"$py" -c "from pmm.device import Device
+	"$py" -c "from pmm.kernel.device import Device
 with Device.open() as d: print(d.get_config().$1)"
 }
 live() { # the live blocks the module holds of pid $1
-	"$py" -c "from pmm.device import Device
+	"$py" -c "from pmm.kernel.device import Device
 with Device.open() as d:
     i = d.pid_info($1)
     print(i.live_blocks if i else -1)"

@@ -33,7 +33,7 @@ pids+=($pmd)
 for _ in $(seq 3000); do grep -q "pmd running" "$tmp/pmd.log" && break; sleep 0.2; done
 "$py" - "${pids[@]:0:64}" <<'PY'
 import sys
-from pmm.device import Device
+from pmm.kernel.device import Device
 with Device.open() as dev:
     dev.set_config(interval_ms=1000, max_pids=128)
     for pid in sys.argv[1:]:

@@ -20,9 +20,9 @@ import sys
 import time
 from typing import Any
 
-from pmm import uapi
-from pmm.device import Device
-from pmm.model import Bucket, PidInfo, Site, StatsInfo
+from pmm.kernel import uapi
+from pmm.kernel.device import Device
+from pmm.kernel.model import Bucket, PidInfo, Site, StatsInfo
 
 PID = 4242
 SITES = 4
@@ -60,7 +60,7 @@ def main() -> None:
 
     import fcntl
 
-    fcntl.ioctl = ioctl  # type: ignore[assignment]  # pmm.device calls fcntl.ioctl
+    fcntl.ioctl = ioctl  # type: ignore[assignment]  # pmm.kernel.device calls fcntl.ioctl
     info = PidInfo(pid=PID, ppid=1, state=1, comm="bigheap", start_time_ns=S,
                    monitor_start_ns=S, exit_time_ns=0, live_blocks=n, live_bytes=32 * n,
                    records=n, dropped_records=0, unmatched_frees=0, pending_frees=0,

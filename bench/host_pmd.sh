@@ -43,9 +43,9 @@ for i in 1 2 3 4 5; do
 	if (( $(echo "$t < $best" | bc) )); then best=$t; fi
 done
 grep '^verdict' "$tmp/out.txt" | sed 's/^/  /'
-imp=$("$py" -c 'import time; t=time.perf_counter(); import pmm.trend; print(round(time.perf_counter()-t, 3))')
+imp=$("$py" -c 'import time; t=time.perf_counter(); import pmm.analysis.trend; print(round(time.perf_counter()-t, 3))')
 nop=$( { /usr/bin/time -f %e "$py" -c pass; } 2>&1 )
-echo "  best: ${best} s (target < 1 s); of it: python start ${nop} s, import pmm.trend ${imp} s"
+echo "  best: ${best} s (target < 1 s); of it: python start ${nop} s, import pmm.analysis.trend ${imp} s"
 
 echo "pmd: CPU while sampling 64 processes from /proc every 1 s, for ${secs} s"
 for i in $(seq 64); do
@@ -73,11 +73,11 @@ wait $pmd || true
 echo "pmd: CPU per genl SAMPLE event (decode, store, detector), 64 processes x 60 s replayed"
 "$py" - "$tmp/ev.db" <<'PY'
 import struct, sys, time
-from pmm import uapi
-from pmm.genl import decode_datagram
+from pmm.kernel import uapi
+from pmm.kernel.genl import decode_datagram
 from pmm.daemon import Daemon, Options
 from pmm.store import Store
-import pmm.trend as T
+import pmm.analysis.trend as T
 
 A, FAM = uapi.Attr, 0x1B
 def attr(t, p):

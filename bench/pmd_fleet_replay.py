@@ -17,12 +17,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pmm import uapi
+from pmm.analysis.trend import detect
 from pmm.daemon import Daemon, Options
 from pmm.daemon.metrics import Exporter
-from pmm.genl import decode_datagram
+from pmm.kernel import uapi
+from pmm.kernel.genl import decode_datagram
 from pmm.store import Store
-from pmm.trend import detect
 
 FAMILY = 0x1B
 PID0 = 4_000_000

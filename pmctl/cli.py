@@ -6,7 +6,7 @@ logs_cli: logs; leaks_cli: leaks, stats; alerts_cli: alerts; trend_cli,
 report_cli and unreachable_cli, whose docstrings give their JSON), the options
 they share are pmctl/options.py's. Each is one call into the pmm library
 (src/pmm) and prints a readable table by default and, with --json, one JSON
-document with these stable keys (the models' `to_dict()`, pmm.model):
+document with these stable keys (the models' `to_dict()`, pmm.kernel.model):
 
 start   {"pid", "monitored": true, "interval_ms"}
 attach  {"pid", "monitored": true, "mode": "exact"|"sampled", "sample", "injector"}

@@ -41,11 +41,11 @@ from enum import IntEnum
 import typer
 
 from pmm import errors
+from pmm.analysis.trend import Verdict
 from pmm.attach import AttachError, AttachFailure
 from pmm.errors import error_handler
 from pmm.run import CommandNotRunnable
 from pmm.text import printable
-from pmm.trend import Verdict
 from pmm.unreachable import ScanError, ScanFailure
 
 

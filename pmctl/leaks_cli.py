@@ -16,8 +16,8 @@ from pmctl import options
 from pmctl.exitcodes import handle_errors
 from pmctl.options import DbOptUser, JsonOpt, PidArg, ShownDepthOpt, echo_json
 from pmctl.paths import check_output
-from pmm import stats as stats_mod
-from pmm.device import Device
+from pmm.analysis import stats as stats_mod
+from pmm.kernel.device import Device
 from pmm.text import printable
 from pmm.units import human_bytes
 
@@ -60,17 +60,17 @@ def leaks(
     its exited-ttl ago) it comes from the module; after that from what pmd
     saved when the process exited.
     """
-    from pmm import leakreport
+    from pmm.analysis import leakview
 
     if pprof is not None:
         check_output(pprof, "'--pprof'", "heap.pb.gz", renamed_over=True)
     now = options.now_monotonic_ns()
-    report = leakreport.gather(Device.open, open_db_for(db), pid, now,
+    report = leakview.gather(Device.open, open_db_for(db), pid, now,
                                0 if pprof is not None else limit, db_named=db is not None)
     if pprof is not None:
         from pmm.pprof import write_profile
 
-        write_profile(pprof, leakreport.pprof_samples(report), period=1,
+        write_profile(pprof, leakview.pprof_samples(report), period=1,
                       time_ns=time.time_ns(),
                       comments=[f"pmctl leaks {pid} ({report.comm}, {report.state}), "
                                 f"from the {report.source}"])
@@ -79,7 +79,7 @@ def leaks(
         echo_json(report.to_dict(depth))
         return
     live_blocks, nsites = report.live_blocks, report.nsites
-    came = "" if report.source == leakreport.SOURCE_MODULE else f", from the {report.source}"
+    came = "" if report.source == leakview.SOURCE_MODULE else f", from the {report.source}"
     typer.echo(
         f"pid {pid} ({printable(report.comm)}, {report.state}{came}): {live_blocks} live "
         f"block{'' if live_blocks == 1 else 's'}, {human_bytes(report.live_bytes)} in "
@@ -88,7 +88,7 @@ def leaks(
     if pprof is not None:
         typer.echo(f"pprof profile written to {pprof}")
     if report.sites:
-        typer.echo(leakreport.render(report, depth))
+        typer.echo(leakview.render(report, depth))
 
 
 @handle_errors
@@ -100,7 +100,8 @@ def stats(pid: PidArg, db: DbOptUser = None, json_: JsonOpt = False) -> None:
     failed allocations. From the module while it keeps the process, else from
     what pmd saved when the process exited.
     """
-    from pmm import postmortem, procview
+    from pmm import procview
+    from pmm.store import postmortem
 
     st = procview.read(pid, Device.open, open_db_for(db), lambda entry: entry.stats(),
                        lambda store: postmortem.stats_from_db(store, pid), db_named=db is not None)

@@ -13,7 +13,7 @@ import typer
 from pmctl import options
 from pmctl.exitcodes import handle_errors
 from pmctl.options import DURATION_FORMS, JsonOpt, PidArg, duration_seconds
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 
 @handle_errors
@@ -40,10 +40,10 @@ def logs(
     The same fields as /proc/pmm/pid shows for that pid.
     """
     # Millions of blocks: read page by page into a sorter whose memory is
-    # bounded (runs spilled to a temporary file, pmm.blockstream), then
+    # bounded (runs spilled to a temporary file, pmm.kernel.blockstream), then
     # written as they come out of the merge, never as one list or string.
     from pmm import blocklog
-    from pmm.blockstream import BlockSorter, read_pages
+    from pmm.kernel.blockstream import BlockSorter, read_pages
     from pmm.symbolize import capture_maps
 
     now = options.now_monotonic_ns()

@@ -1,5 +1,5 @@
 """`pmctl start`, `attach` and `stop`: begin and end monitoring a process
-(pmm.device for the module, pmm.attach to load the hook into a running one).
+(pmm.kernel.device for the module, pmm.attach to load the hook into a running one).
 JSON keys: pmctl/cli.py's docstring."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pmctl.options import (
     echo_json,
     interval_option,
 )
-from pmm.device import Device
 from pmm.errors import PmmError
+from pmm.kernel.device import Device
 from pmm.text import printable
 from pmm.units import human_bytes
 

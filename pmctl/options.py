@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pmm import uapi
+from pmm.kernel import uapi
 from pmm.output import dump_json
 from pmm.units import format_duration, parse_duration, parse_size
 

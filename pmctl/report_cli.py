@@ -34,14 +34,14 @@ from pmm.text import printable
 from pmm.units import human_bytes
 
 if TYPE_CHECKING:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
     from pmm.store import Store
 
 
 
 def _open_device() -> tuple[Device | None, str]:
     """The module's device, or None and why not (for the report's page)."""
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
     try:
         return Device.open(), ""

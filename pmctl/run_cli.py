@@ -11,8 +11,8 @@ import typer
 
 from pmctl.exitcodes import err, handle_errors
 from pmctl.options import BufferOpt, DepthOpt, SampleOpt, refuse
-from pmm.device import Device
 from pmm.errors import PmmError
+from pmm.kernel.device import Device
 from pmm.output import dump_json
 
 

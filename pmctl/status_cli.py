@@ -1,5 +1,5 @@
 """`pmctl status` and `pmctl config`: the module's monitored pids, settings
-and global counters, and changes to the settings (pmm.device; the tables:
+and global counters, and changes to the settings (pmm.kernel.device; the tables:
 pmm.statusview). JSON keys: pmctl/cli.py's docstring."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import typer
 
 from pmctl.exitcodes import handle_errors
 from pmctl.options import DURATION_FORMS, EXITED_TTL_S, JsonOpt, echo_json, interval_option
-from pmm import uapi
-from pmm.device import Device
-from pmm.procsampler import boottime_ns
+from pmm.kernel import uapi
+from pmm.kernel.device import Device
+from pmm.kernel.sampler import boottime_ns
 from pmm.statusview import render_config, render_counters, render_pids
 from pmm.units import format_duration
 

@@ -1,6 +1,6 @@
 """`pmctl trend PID`: is the process leaking, how fast, when does memory run
-out, and where. A thin front end over pmm.trendsource (the samples) and
-pmm.trendreport (the verdict and its forms).
+out, and where. A thin front end over pmm.analysis.samplesource (the samples) and
+pmm.analysis.trendview (the verdict and its forms).
 
 Samples come from, in this order (or as --source says):
   db    pmd's SQLite database (--db, $PMM_DB, else the default path) when it
@@ -41,7 +41,7 @@ samples gets a warning on stderr before it starts.
 "where"}], "table": [{"time_s", "rss", "vm"}], "kind", "kind_evidence"}.
 time_s: seconds since the first sample. kind: the kind of growth (LEAK,
 RETENTION, OUTSIDE THE HEAP, NOT IN LIVE BLOCKS, FILE, SHMEM, HEAP UNKNOWN,
-NONE; pmm.growthkind), null when the samples lack rss's split;
+NONE; pmm.analysis.growthkind), null when the samples lack rss's split;
 kind_evidence: {"kind", "reason", "advice", "heap_known", "also", "parts":
 {PART: {"verdict", "rate_bytes_min", "rate_bytes_min_low",
 "rate_bytes_min_high", "growth_bytes"}}, "latest": {"live", "heap_free",
@@ -61,14 +61,9 @@ import typer
 from pmctl.exitcodes import BY_VERDICT, handle_errors
 from pmctl.options import DbOpt, JsonOpt, PidArg, duration_parser, given, refuse
 from pmctl.paths import check_output
-from pmm.errors import NoSuchPid, PmmError
-from pmm.installed import python_hint
-from pmm.output import dump_json, human_age
-from pmm.procview import live_start
-from pmm.stoprequest import StopRequest
-from pmm.text import printable
-from pmm.trend import Params
-from pmm.trendreport import (
+from pmm.analysis.samplesource import Data, Source, WatchEnd, from_watch, planned_samples, stored
+from pmm.analysis.trend import Params
+from pmm.analysis.trendview import (
     PlotFormatUnknown,
     Report,
     analyse,
@@ -79,7 +74,12 @@ from pmm.trendreport import (
     watch_header,
     watch_line,
 )
-from pmm.trendsource import Data, Source, WatchEnd, from_watch, planned_samples, stored
+from pmm.errors import NoSuchPid, PmmError
+from pmm.installed import python_hint
+from pmm.output import dump_json, human_age
+from pmm.procview import live_start
+from pmm.stoprequest import StopRequest
+from pmm.text import printable
 from pmm.units import format_duration
 
 DEFAULT_INTERVAL = 0.1

@@ -75,7 +75,7 @@ def unreachable_command(
     (`pmctl attach` or `pmctl run` without --sample) and ptrace permission.
     """
     from pmm import unreachable as un
-    from pmm.device import Device
+    from pmm.kernel.device import Device
     from pmm.run import find_hooklib
 
     if pprof is not None:

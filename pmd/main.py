@@ -29,12 +29,12 @@ from typing import Annotated
 import typer
 
 import pmm
+from pmm.analysis.trend import Params
 from pmm.daemon import DEFAULT_MIN_SPAN, DEFAULT_RETAIN, Options, serve
 from pmm.daemon.journal import JournalFormatter, PlainFormatter, stream_is_journal, syslog_priority
 from pmm.errors import error_handler
 from pmm.store import default_db_path
 from pmm.text import printable
-from pmm.trend import Params
 from pmm.units import format_duration, parse_duration
 
 log = logging.getLogger("pmd")

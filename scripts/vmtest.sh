@@ -12,7 +12,7 @@ top=$(pwd)
 kver=$(scripts/kver.sh)
 kernel=${VM_KERNEL:-/boot/vmlinuz-$kver}
 # 4G: MemAvailable over 2.7 GB, so a STABLE rules out 64 KiB/min, not less
-# (pmm.trend.rate_that_matters; tests/guest/test_pmd_e2e.py's sawtooth)
+# (pmm.analysis.trend.rate_that_matters; tests/guest/test_pmd_e2e.py's sawtooth)
 memory=${VM_MEMORY:-4G}
 while [ $# -gt 0 ]; do
 	case "$1" in

@@ -3,7 +3,7 @@
  * pmm: process memory monitor, user/kernel ABI.
  *
  * The one ABI header: the module, libpmmhook.so and the tests include it;
- * src/pmm/uapi.py mirrors it and tests/host/test_abi.py checks the mirror.
+ * src/pmm/kernel/uapi.py mirrors it and tests/host/test_abi.py checks the mirror.
  *
  * Rules: fixed-width types, explicit padding (reserved fields must be zero),
  * user pointers as __u64, every flags field has a ..._F_ALL mask, structs that

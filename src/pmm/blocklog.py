@@ -1,6 +1,6 @@
 """`pmctl logs`'s output: a process's live blocks, oldest first, as lines in
 /proc/pmm/pid's format or as one JSON document, written as the sorter
-(pmm.blockstream.BlockSorter) hands them out: ten million blocks never
+(pmm.kernel.blockstream.BlockSorter) hands them out: ten million blocks never
 become one list or one string."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from pmm.blockstream import BlockSorter, Row
-from pmm.model import Block, PidInfo, Site, op_name
+from pmm.kernel.blockstream import BlockSorter, Row
+from pmm.kernel.model import Block, PidInfo, Site, op_name
 from pmm.output import dump_json, dump_json_at
 from pmm.text import printable
 

@@ -6,10 +6,10 @@ sites, the objects their frames are in, statistics by size and a ring of
 samples) while it runs and for exited_ttl_s after its exit, and nothing
 after a reboot. pmd's database holds the process's whole sample history,
 its site snapshots and descriptions, and what pmd harvested at its exit
-(pmm.postmortem). Every command, and pmd's endpoints, read a process here:
+(pmm.store.postmortem). Every command, and pmd's endpoints, read a process here:
 
-- `ModuleReader`: what is read of the module (pmm.device.Device has it,
-  and so do pmm.postmortem.ModuleSnapshot and the tests' fakes);
+- `ModuleReader`: what is read of the module (pmm.kernel.device.Device has it,
+  and so do pmm.store.postmortem.ModuleSnapshot and the tests' fakes);
 - `InModule`: the module's entry of one process (`find`, `require`), with
   its live blocks by site, sites, objects, statistics and samples;
 - `InDatabase`: pmd's record of one process (`find`: which of the
@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, SupportsInt, TypeVar
 
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
-from pmm.model import STATE_EXITED, Block, ObjectFile, PidInfo, Sample, Site, StatsInfo
-from pmm.procsampler import ProcessGone, read_stat
+from pmm.kernel.model import STATE_EXITED, Block, ObjectFile, PidInfo, Sample, Site, StatsInfo
+from pmm.kernel.sampler import ProcessGone, read_stat
 from pmm.store.rows import ProcessRow, SampleRow, start_key
 
 if TYPE_CHECKING:
-    from pmm.device import Device
-    from pmm.leaks import LeakGroup
+    from pmm.analysis.leaks import LeakGroup
+    from pmm.kernel.device import Device
     from pmm.store import Store
 
 T = TypeVar("T")
@@ -48,9 +48,9 @@ SOURCE_DB = "pmd database"
 
 
 class ModuleReader(Protocol):
-    """What is read of the module (pmm.device.Device has it). A reader may
+    """What is read of the module (pmm.kernel.device.Device has it). A reader may
     also have `samples(pid)` (the ring) and `block_pages(pid)` (the blocks
-    page by page): `ring` and pmm.blockstream.read_pages use them when it
+    page by page): `ring` and pmm.kernel.blockstream.read_pages use them when it
     does."""
 
     def pid_info(self, pid: int) -> PidInfo | None:
@@ -174,7 +174,7 @@ class InModule:
     @classmethod
     def require(cls, dev: Device, pid: int) -> InModule:
         """The module's entry of pid, or NoSuchPid/NotMonitored saying so
-        (pmm.device.Device.require_monitored's errors)."""
+        (pmm.kernel.device.Device.require_monitored's errors)."""
         return cls(dev, dev.require_monitored(pid))
 
     def sites(self) -> list[Site]:
@@ -198,8 +198,8 @@ class InModule:
     def grouped(self, now_mono_ns: int) -> tuple[list[LeakGroup], list[Site]]:
         """`leak_groups`, and all the sites. The blocks are read first: a
         site a block names is then among the sites read."""
-        from pmm import leaks
-        from pmm.blockstream import read_pages
+        from pmm.analysis import leaks
+        from pmm.kernel.blockstream import read_pages
 
         groups = leaks.group_pages(read_pages(self.reader, self.pid), {}, now_mono_ns)
         sites = self.sites()

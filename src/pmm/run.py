@@ -40,7 +40,7 @@ from typing import Any
 
 from pmm.errors import PmmError
 from pmm.installed import hook_hint
-from pmm.model import PidInfo
+from pmm.kernel.model import PidInfo
 from pmm.symbolize import read_live_maps, save_maps
 from pmm.units import format_duration
 

@@ -17,13 +17,13 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pmm.model import ObjectFile, Site
+from pmm.kernel.model import ObjectFile, Site
+from pmm.kernel.uapi import MAX_FRAMES
 from pmm.symbolize import Frame, ObjectRef, Symbolizer, Target, site_frame
 from pmm.symbolize import Mapping as MapLine
-from pmm.uapi import MAX_FRAMES
 
 if TYPE_CHECKING:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
 def object_ref(o: ObjectFile) -> ObjectRef:
     """The symbolizer's key for a module object: its path, build-id, and the

@@ -1,12 +1,12 @@
 """The module's state as people read it: `pmctl status`'s table of the
 monitored pids and its closing line of global counters, `pmctl config`'s
-settings (their JSON is the models' to_dict, pmm.model)."""
+settings (their JSON is the models' to_dict, pmm.kernel.model)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pmm.model import ConfigInfo, PidInfo
+from pmm.kernel.model import ConfigInfo, PidInfo
 from pmm.output import format_table, human_age
 from pmm.units import format_duration, human_bytes
 

@@ -35,7 +35,7 @@ from pmm.text import printable
 from pmm.units import format_duration, human_bytes
 
 if TYPE_CHECKING:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
 SCAN_NAME = "pmm-scan"
 DEFAULT_AGE_S = 1.0
@@ -184,7 +184,7 @@ class UnreachableReport:
 def lost_sites(doc: Mapping[str, Any], frames: Mapping[int, Sequence[Any]],
                descs: Mapping[int, Any], now_ns: int) -> list[dict[str, Any]]:
     """pmm-scan's sites, worst first as it gives them, each with where it
-    is (pmm.leaks' form: source, func, file, line, object, offset, where),
+    is (pmm.analysis.leaks' form: source, func, file, line, object, offset, where),
     its frames and its example's bytes (pure)."""
     from pmm.symbolize import Frame, first_user_frame
 
@@ -227,9 +227,9 @@ def from_module(dev: Device, pid: int, hooklib: Path, age_s: float = DEFAULT_AGE
     place in a file is left unnamed rather than shown as its address (pmd,
     whose database readers are not checked for access to the process);
     pass_ptrace: see scan."""
+    from pmm.kernel.uapi import MAX_FRAMES
     from pmm.sitestack import needs_map, site_frames
     from pmm.symbolize import Symbolizer, maps_for
-    from pmm.uapi import MAX_FRAMES
 
     try:
         info = dev.require_monitored(pid)
@@ -269,7 +269,7 @@ def render(r: UnreachableReport, depth: int = 1, limit: int = 0) -> str:
     """The report as people read it: a summary, then per site (worst first)
     the lost and indirectly lost blocks and bytes, where, its first frames and
     one example block's first bytes."""
-    from pmm.leakreport import frames_as_text
+    from pmm.analysis.leakview import frames_as_text
     from pmm.output import format_table
 
     s = r.scan
@@ -315,7 +315,7 @@ def pprof_samples(r: UnreachableReport) -> list[LostSample]:
     """One sample per lost site: its frames, leaf first (a site the program
     described itself gets its function, file and line), and its definitely
     and indirectly lost objects and bytes."""
-    from pmm.leakreport import pprof_frame
+    from pmm.analysis.leakview import pprof_frame
 
     out = []
     for e in r.sites:

@@ -14,8 +14,8 @@ from kmod_dev import Dev
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
-from pmm import uapi
-from pmm.genl import PmmMsg, from_pyroute2
+from pmm.kernel import uapi
+from pmm.kernel.genl import PmmMsg, from_pyroute2
 
 
 def genl_join(listen: float = 0.0) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Helpers of the test_kmod_* in-guest tests: /dev/pmm through src/pmm/uapi.py."""
+"""Helpers of the test_kmod_* in-guest tests: /dev/pmm through src/pmm/kernel/uapi.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from pmm import uapi
-from pmm.device import CFG_BITS
+from pmm.kernel import uapi
+from pmm.kernel.device import CFG_BITS
 
 T = TypeVar("T", bound=ctypes.Structure)
 NOBODY = 65534

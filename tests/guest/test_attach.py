@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import FULL, PROGS, TOP, pmctl, pmctl_json
 
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 LIB = PROGS / "libattachee.so"
 

@@ -30,7 +30,7 @@ import kmod_dev
 import pytest
 from helpers import PROGS, TOP
 
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"

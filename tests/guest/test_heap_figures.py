@@ -19,9 +19,9 @@ from helpers import PROGS, TOP
 from ioctl_opt import IOWR
 from kmod_dev import Dev, wait_for
 
-from pmm import uapi
-from pmm.device import Device, sample_from_c
-from pmm.model import Sample
+from pmm.kernel import uapi
+from pmm.kernel.device import Device, sample_from_c
+from pmm.kernel.model import Sample
 
 pytestmark = pytest.mark.usefixtures("pmm")
 HOOK = TOP / "hooklib" / "libpmmhook.so"
@@ -241,7 +241,7 @@ def test_bad_heap_reports_are_refused_and_change_nothing(dev: Dev) -> None:
 
 
 def test_device_samples_have_the_figures(dev: Dev) -> None:
-    """pmm.device's samples (what pmctl and trend read) carry them too."""
+    """pmm.kernel.device's samples (what pmctl and trend read) carry them too."""
     prog = HeapProg(str(HOOK))
     try:
         later_samples(dev, prog.p.pid, 1)

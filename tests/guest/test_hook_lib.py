@@ -18,8 +18,8 @@ import pytest
 from helpers import PROGS, as_nobody
 from kmod_dev import wait_for
 
-from pmm.device import Device
-from pmm.model import Site
+from pmm.kernel.device import Device
+from pmm.kernel.model import Site
 from pmm.symbolize import parse_maps
 
 TOP = Path(os.environ.get("PMM_TOP", Path(__file__).resolve().parents[2]))

@@ -43,7 +43,7 @@ from kmod_dev import (
     wait_for,
 )
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 
@@ -357,7 +357,7 @@ import json, os, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/guest"]
 from kmod_dev import Dev
 from hostile_lib import genl_dump, read_err
-from pmm import uapi
+from pmm.kernel import uapi
 outer = int(sys.argv[2])
 d = Dev()
 d.start(0)

@@ -17,7 +17,7 @@ from helpers import spawn_sleeper
 from ioctl_opt import IO, IOWR
 from kmod_dev import Dev, as_nobody_fn, cfg_lines, rec, wait_for
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 Op = uapi.Op

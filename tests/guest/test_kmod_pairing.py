@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from kmod_dev import RECORD_DTYPE, Dev, rec
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 Op = uapi.Op

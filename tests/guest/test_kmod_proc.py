@@ -22,7 +22,7 @@ from kmod_dev import (
     rec,
 )
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 Op = uapi.Op

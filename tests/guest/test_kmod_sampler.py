@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kmod_dev import Dev, proc_pid_lines, wait_for
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 pytestmark = pytest.mark.usefixtures("pmm")
 MIB = 1 << 20
@@ -120,7 +120,7 @@ def test_genl_events(dev: Dev, grower: subprocess.Popen[str]) -> None:
     from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
     from pyroute2.netlink.generic import GenericNetlinkSocket
 
-    from pmm.genl import PmmMsg
+    from pmm.kernel.genl import PmmMsg
 
     sock = GenericNetlinkSocket()
     got: dict[int, list[PmmMsg]] = {}

@@ -12,7 +12,7 @@ import pytest
 from helpers import FULL, load_module, module_loaded, unload_module
 from kmod_dev import DEFAULT_CFG, Dev, cfg_lines, rec
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 BAD_KLOG = re.compile(r"BUG|WARNING|Oops|general protection|KASAN|UBSAN|circular locking|"
                       r"inconsistent lock state|sleeping function called")
@@ -105,7 +105,7 @@ def test_rmmod_with_genl_listener() -> None:
     enough for the debug kernel's run, which leaves the daemon test out.)"""
     from pyroute2.netlink.generic import GenericNetlinkSocket
 
-    from pmm.genl import PmmMsg
+    from pmm.kernel.genl import PmmMsg
 
     load_module()
     sock = GenericNetlinkSocket()

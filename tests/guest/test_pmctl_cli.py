@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import TOP, pmctl, pmctl_json
 
-from pmm import procfs, uapi
-from pmm.leaks import age_bucket
+from pmm.analysis.leaks import age_bucket
+from pmm.kernel import pmmfiles, uapi
 
 HOOKLIB = TOP / "hooklib" / "libpmmhook.so"
 LEAK = TOP / "examples" / "bin" / "leak"
@@ -37,7 +37,7 @@ def test_pmctl_config_roundtrip(pmm: None, cache: Path) -> None:
             "max_sites_per_pid": 300, "max_samples_per_pid": 100, "max_pids_per_uid": 4,
             "exited_ttl_s": 90}
     assert {k: after[k] for k in want} == want
-    cfg = procfs.read_cfg()
+    cfg = pmmfiles.read_cfg()
     assert (cfg["INTERVAL"].value, cfg["SCAN"].value, cfg["MAX_PIDS"].value,
             cfg["MAX_BLOCKS"].value, cfg["MAX_SITES"].value, cfg["MAX_SAMPLES"].value,
             cfg["MAX_PIDS_PER_UID"].value, cfg["EXITED_TTL"].value) == \
@@ -95,7 +95,7 @@ def test_pmctl_not_permitted(pmm: None) -> None:
     assert err.strip() == (
         "pmctl: changing the configuration: permission denied (EPERM): "
         "run as root (changing the configuration needs CAP_SYS_ADMIN)")
-    assert procfs.read_cfg()["INTERVAL"].value != 300
+    assert pmmfiles.read_cfg()["INTERVAL"].value != 300
     # nobody may not open /dev/pmm (mode 0600)
     code, err = _in_child("uid", ["status"])
     assert code == 4, err
@@ -110,8 +110,8 @@ def test_pmctl_start_status_stop(pmm: None, cache: Path,
     r = pmctl("start", str(pid), "--interval", "50ms")
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == f"monitoring pid {pid} (sleep)"
-    assert procfs.read_cfg()["START_PID"].value == pid
-    assert procfs.read_cfg()["INTERVAL"].value == 50
+    assert pmmfiles.read_cfg()["START_PID"].value == pid
+    assert pmmfiles.read_cfg()["INTERVAL"].value == 50
     time.sleep(0.4)  # a few samples
     st = pmctl_json("status")
     assert st["config"]["interval_ms"] == 50 and st["config"]["monitored_pids"] == 1
@@ -120,7 +120,7 @@ def test_pmctl_start_status_stop(pmm: None, cache: Path,
         (pid, "sleep", "running", 0, 0)
     assert p["ppid"] == os.getpid()
     assert p["samples"] >= 1 and p["rss_bytes"] > 0 and p["vm_bytes"] >= p["rss_bytes"]
-    proc = procfs.read_pid().pids[pid]
+    proc = pmmfiles.read_pid().pids[pid]
     assert (proc.comm, proc.state, proc.log_count) == ("sleep", 1, 0)
     table = pmctl("status").stdout.splitlines()
     assert table[0].split() == ["PID", "COMM", "STATE", "UPTIME", "BLOCKS", "LIVE", "RSS",
@@ -134,7 +134,7 @@ def test_pmctl_start_status_stop(pmm: None, cache: Path,
     r = pmctl("stop", str(pid), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout) == {"pid": pid, "monitored": False}
     assert pmctl_json("status")["pids"] == []
-    assert procfs.read_cfg()["STOP_PID"].value == pid
+    assert pmmfiles.read_cfg()["STOP_PID"].value == pid
     for cmd in ("stop", "logs", "leaks", "stats"):
         r = pmctl(cmd, str(pid))
         assert r.exit_code == 6, (cmd, r.stderr)
@@ -290,7 +290,7 @@ def test_pmctl_run_leaks_stats_logs(pmm: None, cache: Path, leak_prog: Path) -> 
     times = [b["time_ns"] for b in lg["blocks"]]
     assert times == sorted(times)
     assert sorted(b["size"] for b in lg["blocks"]) == [64] * 3 + [200] + [1000] * 5
-    proc = procfs.read_pid().pids[pid]
+    proc = pmmfiles.read_pid().pids[pid]
     assert (proc.comm, proc.state, proc.log_count) == ("leak", 2, 9)
     assert sorted(b.key() for b in proc.blocks) == sorted(
         (b["op"], b["size"], b["ptr"], None) for b in lg["blocks"])

@@ -37,7 +37,7 @@ import kmod_dev
 import pytest
 from helpers import TOP
 
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
 UNIT_CAPS = ["net_admin"]
@@ -72,7 +72,7 @@ def capped(caps: list[str], *python_args: str, reader: bool = True) -> list[str]
 LISTENER_PROBE = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-from pmm.genl import Listener
+from pmm.kernel.genl import Listener
 listener = Listener()
 print("joined" if listener.connect() else "refused")
 print(sorted(ev.pid for ev in listener.dump_pids()))

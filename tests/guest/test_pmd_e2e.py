@@ -28,7 +28,7 @@ import kmod_dev
 import pytest
 from helpers import TOP, load_module, unload_module
 
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
 EXAMPLES = TOP / "examples" / "bin"

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_pmd_e2e import Pmd
 from test_postmortem import go_pprof
 
-from pmm.device import Device
+from pmm.kernel.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
 LEAK = TOP / "examples" / "bin" / "leak"

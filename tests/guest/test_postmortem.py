@@ -27,8 +27,8 @@ import pytest
 from helpers import TOP, pmctl, pmctl_json
 from test_pmd_e2e import Pmd
 
-from pmm import uapi
-from pmm.device import Device
+from pmm.kernel import uapi
+from pmm.kernel.device import Device
 
 pytestmark = pytest.mark.usefixtures("pmm")
 PM = TOP / "tests" / "progs" / "postmortem"

@@ -390,7 +390,7 @@ def test_pmd_scans_a_process_at_its_leak_alert(pmm: None, cache: Path, tmp_path:
 
     from test_pmd_e2e import Pmd
 
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
     with Device.open() as dev:
         dev.set_config(interval_ms=100)

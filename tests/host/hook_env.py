@@ -9,7 +9,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 # the ioctl numbers (_IOC_NR) the fake device logs
 NR_RECORD_LOG = 1

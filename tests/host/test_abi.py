@@ -1,4 +1,4 @@
-"""The Python mirror (src/pmm/uapi.py) matches the C header (kmod/uapi/pmm.h):
+"""The Python mirror (src/pmm/kernel/uapi.py) matches the C header (kmod/uapi/pmm.h):
 a C program compiled against the header prints every struct size, field
 offset, ioctl number and constant, and each is compared with the mirror."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 HEADER_DIR = TOP / "kmod" / "uapi"

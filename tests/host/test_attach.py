@@ -16,7 +16,7 @@ import pytest
 from as_user import as_user
 from hook_env import clean_env, fake_log_batches, fake_log_calls
 
-from pmm import uapi
+from pmm.kernel import uapi
 from pmm.run import children_of
 
 TOP = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""pmm.blockstream: a process's live blocks taken page by page.
+"""pmm.kernel.blockstream: a process's live blocks taken page by page.
 
 The per-site figures must be those the per-block code gave (a reference
 copy of it is below), the sorted stream that of sorting them all, and
@@ -20,10 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from pmctl import cli, options
-from pmm import blocklog, blockstream, leaks, uapi
-from pmm.blockstream import BlockPage, BlockSorter, SiteGrouper, pages_of
-from pmm.device import BLOCK_OFFSETS, Device, block_from_c
-from pmm.model import SITE_F_SOURCE, Block, PidInfo, Site
+from pmm import blocklog
+from pmm.analysis import leaks
+from pmm.kernel import blockstream, uapi
+from pmm.kernel.blockstream import BlockPage, BlockSorter, SiteGrouper, pages_of
+from pmm.kernel.device import BLOCK_OFFSETS, Device, block_from_c
+from pmm.kernel.model import SITE_F_SOURCE, Block, PidInfo, Site
 from pmm.output import dump_json, dump_json_at
 
 S = 1_000_000_000
@@ -131,7 +133,7 @@ def test_device_pages_follow_the_cursor(monkeypatch: pytest.MonkeyPatch,
         calls.append(n)
         return 0
 
-    monkeypatch.setattr("pmm.device.fcntl.ioctl", ioctl)
+    monkeypatch.setattr("pmm.kernel.device.fcntl.ioctl", ioctl)
     dev = Device(-1, "fake")
     pages = list(dev.block_pages(42))
     assert [len(p) for p in pages] == calls == [4096, 4096, 1808]

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pmctl import cli
-from pmm.blockstream import pages_of
-from pmm.device import Device
-from pmm.model import SITE_F_SOURCE, Block, PidInfo, Site
+from pmm.kernel.blockstream import pages_of
+from pmm.kernel.device import Device
+from pmm.kernel.model import SITE_F_SOURCE, Block, PidInfo, Site
 from pmm.output import format_table
 from pmm.store import ProcessRow, SampleRow, Store
 from pmm.text import printable
@@ -56,7 +56,7 @@ def evil_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p.write_bytes(b"")
     monkeypatch.setenv("PMM_DEVICE", str(p))
     monkeypatch.setenv("PMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("pmm.device.fcntl.ioctl", lambda *a, **k: 0)
+    monkeypatch.setattr("pmm.kernel.device.fcntl.ioctl", lambda *a, **k: 0)
     info = PidInfo(pid=PID, ppid=1, state=1, comm=COMM, start_time_ns=1_000_000_000,
                    monitor_start_ns=2_000_000_000, exit_time_ns=0, live_blocks=1,
                    live_bytes=100, records=1, dropped_records=0, unmatched_frees=0,

@@ -541,7 +541,7 @@ def test_discovery_from_a_real_pmd_gives_one_heap_url_per_process(
     /proc only (no profile), and its /metrics names only metrics of the
     agreed list."""
     from pmm.daemon.metrics import Exporter, ProcessFigures, Snapshot
-    from pmm.procsampler import read_stat
+    from pmm.kernel.sampler import read_stat
 
     discovery_url, profile_path = profile_source(PARCA, r"^\s+- url: (\S+)$",
                                                  r"^\s+path: (\S+)$")

@@ -1,6 +1,6 @@
-"""The kind of growth (pmm.growthkind) on synthetic series: each kind from the
+"""The kind of growth (pmm.analysis.growthkind) on synthetic series: each kind from the
 part that grows, its evidence, and the edges (nothing grows, the heap
-unknown, too few samples); the mappings that grew (pmm.smaps) from real
+unknown, too few samples); the mappings that grew (pmm.kernel.smaps) from real
 smaps text; pmd's tracker (pmm.daemon.kindtrack) on SampleRows."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmm import smaps
+from pmm.analysis.growthkind import Kind, classify, split_point
 from pmm.daemon.kindtrack import Tracker
-from pmm.growthkind import Kind, classify, split_point
+from pmm.kernel import smaps
 from pmm.store import SampleRow
 
 MIB = 1 << 20

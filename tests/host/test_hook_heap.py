@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hook_env import NR_HEAP_REPORT, NR_RECORD_LOG, clean_env, fake_log_calls
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"

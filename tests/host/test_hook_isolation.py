@@ -24,7 +24,7 @@ from hook_env import (
     fake_log_calls,
 )
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 HOOK = TOP / "hooklib" / "libpmmhook.so"

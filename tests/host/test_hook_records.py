@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hook_env import clean_env, fake_log_batches
 
-from pmm import uapi
-from pmm.uapi import Op
+from pmm.kernel import uapi
+from pmm.kernel.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"

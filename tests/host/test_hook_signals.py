@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hook_env import NR_RECORD_LOG, FakeCall, clean_env, fake_log_calls
 
-from pmm import uapi
-from pmm.uapi import Op
+from pmm.kernel import uapi
+from pmm.kernel.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"

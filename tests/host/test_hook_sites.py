@@ -18,7 +18,7 @@ from hook_env import (
     fake_log_calls,
 )
 
-from pmm.uapi import Op
+from pmm.kernel.uapi import Op
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hook_env import clean_env, fake_log_batches
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 TOP = Path(__file__).resolve().parents[2]
 FAKE = TOP / "hooklib" / "libpmmhook-fake.so"

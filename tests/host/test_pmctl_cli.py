@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 
 from pmctl import cli
 from pmctl.exitcodes import ExitCode
-from pmm import device, run
+from pmm import run
 from pmm.errors import PmmError
+from pmm.kernel import device
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,7 @@ def fake_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[A
             raise OSError(state[0], os.strerror(state[0]))
         return 0
 
-    monkeypatch.setattr("pmm.device.fcntl.ioctl", fake_ioctl)
+    monkeypatch.setattr("pmm.kernel.device.fcntl.ioctl", fake_ioctl)
     yield state
 
 
@@ -368,7 +369,7 @@ def test_json_keys_are_stable(fake_dev: list[Any]) -> None:
     r = invoke(["stop", "1", "--json"])
     assert json.loads(r.stdout) == {"pid": 1, "monitored": False}
     # the per-pid dicts
-    from pmm.model import PidInfo
+    from pmm.kernel.model import PidInfo
 
     p = PidInfo(pid=5, ppid=1, state=2, comm="x", start_time_ns=1_000_000_000,
                 monitor_start_ns=2_000_000_000, exit_time_ns=5_000_000_000, live_blocks=3,

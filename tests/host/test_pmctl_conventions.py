@@ -2,7 +2,7 @@
 meaning per option, sizes in binary units, usage lines and help without
 private words, refused combinations, and what `pmctl run` says at its end.
 
-The device is faked at pmm.device.Device's methods (the host has no /dev/pmm):
+The device is faked at pmm.kernel.device.Device's methods (the host has no /dev/pmm):
 PMM_DEVICE is a regular file, so Device.open works, and each test says what
 the module answers."""
 
@@ -27,10 +27,10 @@ from typer.testing import CliRunner
 import pmm
 from pmctl import cli, options
 from pmctl.exitcodes import handle_errors
-from pmm.blockstream import pages_of
-from pmm.device import Device
 from pmm.errors import PmmError
-from pmm.model import Block, Bucket, ConfigInfo, ObjectFile, PidInfo, Sample, Site, StatsInfo
+from pmm.kernel.blockstream import pages_of
+from pmm.kernel.device import Device
+from pmm.kernel.model import Block, Bucket, ConfigInfo, ObjectFile, PidInfo, Sample, Site, StatsInfo
 
 TOP = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
@@ -373,9 +373,9 @@ def test_help_has_no_private_words() -> None:
 def test_library_texts_have_no_private_words() -> None:
     """Messages and docs of the files pmctl's commands print from."""
     commands = sorted(str(f.relative_to(TOP)) for f in (TOP / "pmctl").glob("*.py"))
-    for rel in (*commands, "src/pmm/model.py", "src/pmm/leaks.py",
-                "src/pmm/stats.py", "src/pmm/output.py", "src/pmm/procfs.py",
-                "src/pmm/device.py", "src/pmm/statusview.py", "src/pmm/blocklog.py",
+    for rel in (*commands, "src/pmm/kernel/model.py", "src/pmm/analysis/leaks.py",
+                "src/pmm/analysis/stats.py", "src/pmm/output.py", "src/pmm/kernel/pmmfiles.py",
+                "src/pmm/kernel/device.py", "src/pmm/statusview.py", "src/pmm/blocklog.py",
                 "src/pmm/alertlist.py"):
         text = (TOP / rel).read_text()
         found = re.findall(r"PMMM|article's|\(START_PID\)|\(STOP_PID\)", text)

@@ -8,9 +8,11 @@ import pytest
 
 from pmctl import cli
 from pmctl.exitcodes import exit_code_for
-from pmm import blocklog, errors, leaks, procfs, stats, units
-from pmm.blockstream import BlockSorter, pages_of
-from pmm.model import Block, Bucket, Site, StatsInfo
+from pmm import blocklog, errors, units
+from pmm.analysis import leaks, stats
+from pmm.kernel import pmmfiles
+from pmm.kernel.blockstream import BlockSorter, pages_of
+from pmm.kernel.model import Block, Bucket, Site, StatsInfo
 from pmm.output import format_table, human_age, human_bytes
 
 S = 1_000_000_000
@@ -132,13 +134,13 @@ garbage
 
 
 def test_parse_cfg() -> None:
-    c = procfs.parse_cfg(CFG)
+    c = pmmfiles.parse_cfg(CFG)
     assert {k: v.value for k, v in c.items()} == {
         "INTERVAL": 10000, "SCAN": 1, "START_PID": 21113, "STOP_PID": 0,
         "MAX_PIDS": 64, "MAX_BLOCKS": 1048576}
     assert c["SCAN"].desc == "Scan on:1/off:0"
     # typographic quotes too
-    assert procfs.parse_cfg("[\u201cINTERVAL\u201d (Scan Interval) :=5000]")["INTERVAL"].value \
+    assert pmmfiles.parse_cfg("[\u201cINTERVAL\u201d (Scan Interval) :=5000]")["INTERVAL"].value \
         == 5000
 
 
@@ -153,7 +155,7 @@ Dropped: 5, Unmatched frees: 0, Pending frees: 0, Older frees: 12
 
 
 def test_parse_pid() -> None:
-    p = procfs.parse_pid(PID)
+    p = pmmfiles.parse_pid(PID)
     assert list(p.pids) == [21113, 7] and p.other == []
     e = p.pids[21113]
     assert (e.index, e.comm, e.ppid, e.state, e.log_count) == (1, "pmd", 1, 1, 3)
@@ -184,7 +186,7 @@ def test_logs_line_is_proc_format() -> None:
     line = blocklog.proc_line(d, now_mono, now_real)
     assert line == ("{REALLOC @06:57:21} Sz: 200B Prev Pointer: 0x10012008 "
                     "Pointer: 0x10012010 Caller: 0x0")
-    parsed = procfs.parse_block(line)
+    parsed = pmmfiles.parse_block(line)
     assert parsed is not None and parsed.key() == ("REALLOC", 200, 0x10012010, 0x10012008)
     assert d["age_s"] == 0  # in the future of now_mono: clamped
 
@@ -241,7 +243,7 @@ def test_format_table_and_humans() -> None:
 
 def test_models_to_dict() -> None:
     """Each model's to_dict is what --json prints for it (keys in order)."""
-    from pmm.model import ConfigInfo, PidInfo, Sample
+    from pmm.kernel.model import ConfigInfo, PidInfo, Sample
 
     c = ConfigInfo(*range(1, 19))
     assert c.to_dict() == {
@@ -293,7 +295,8 @@ def test_commands_print_the_models_json() -> None:
     import ast
     from pathlib import Path
 
-    from pmm import blocklog, leakreport
+    from pmm import blocklog
+    from pmm.analysis import leakview
 
     src = "\n".join(f.read_text() for f in sorted(Path(cli.__file__).parent.glob("*.py")))
     src += Path(blocklog.__file__).read_text()
@@ -303,4 +306,4 @@ def test_commands_print_the_models_json() -> None:
                  "st.to_dict()", "report.to_dict(depth)"):
         assert call in src, call
     # leaks' sites: the groups' own JSON, gathered by the library
-    assert "g.to_dict(fr, len(fr))" in Path(leakreport.__file__).read_text()
+    assert "g.to_dict(fr, len(fr))" in Path(leakview.__file__).read_text()

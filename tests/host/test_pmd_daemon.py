@@ -432,7 +432,7 @@ def test_retention_runs_in_steps_from_the_loop(tmp_path: Path,
     """--retain: the loop prunes a step at a time (10 ms apart while there
     is something to delete, a round every retain_every) and says once what
     a round deleted."""
-    from pmm.procsampler import boottime_ns
+    from pmm.kernel.sampler import boottime_ns
     from pmm.store import ProcessRow, SampleRow
 
     caplog.set_level(logging.INFO, logger="pmd")

@@ -1,4 +1,4 @@
-"""The genl event decoder (src/pmm/genl.py) on hand-built datagrams laid out as
+"""The genl event decoder (src/pmm/kernel/genl.py) on hand-built datagrams laid out as
 kmod/genl.c sends them, and the daemon's handling of a malformed one."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pmm import uapi
 from pmm.daemon import Daemon, Options
-from pmm.genl import (
+from pmm.kernel import uapi
+from pmm.kernel.genl import (
     Event,
     MalformedEvent,
     PmmMsg,
@@ -274,7 +274,7 @@ def test_a_dumps_replies_are_read_by_the_one_parser() -> None:
     from_pyroute2 reads each one's own bytes with parse_message."""
     from pyroute2.netlink.marshal import Marshal
 
-    from pmm.genl import from_pyroute2
+    from pmm.kernel.genl import from_pyroute2
 
     first, second = msg(uapi.Cmd.GET_PIDS, u32(A.PID, 7), u64(A.START_TIME, 5)), \
         sample_msg(pid=8)

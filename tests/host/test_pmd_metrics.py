@@ -32,15 +32,15 @@ import pytest
 from as_user import as_user
 from prometheus_client.parser import text_string_to_metric_families
 
+from pmm.analysis.samplesource import mem_available
 from pmm.daemon import metrics
 from pmm.daemon.metrics import Exporter, ProcessFigures, Snapshot, profiles, routes
 from pmm.daemon.metrics.access import peer_uid, process_owner
 from pmm.daemon.metrics.profiles import ProfileError, heap_profile, targets
 from pmm.daemon.metrics.routes import _Handler
 from pmm.daemon.metrics.server import MAX_CONNECTIONS
-from pmm.model import ConfigInfo
-from pmm.procsampler import read_stat
-from pmm.trendsource import mem_available
+from pmm.kernel.model import ConfigInfo
+from pmm.kernel.sampler import read_stat
 
 TOP = Path(__file__).resolve().parents[2]
 RULES = TOP / "examples" / "prometheus" / "pmm-alerts.yml"
@@ -727,17 +727,17 @@ def test_profile_bound_to_the_process_start_time(monkeypatch: pytest.MonkeyPatch
         def require_monitored(self, _pid: int) -> Info:
             return Info()
 
-    import pmm.device
-    import pmm.leakreport
+    import pmm.analysis.leakview
+    import pmm.kernel.device
     import pmm.pprof
 
-    monkeypatch.setattr(pmm.device.Device, "open", staticmethod(lambda *a, **k: Dev()))
+    monkeypatch.setattr(pmm.kernel.device.Device, "open", staticmethod(lambda *a, **k: Dev()))
     def from_module(*_: object, **__: object) -> SimpleNamespace:
         built.append(1)
         return SimpleNamespace(comm="x", state="R", source="module")
 
-    monkeypatch.setattr(pmm.leakreport, "from_module", from_module)
-    monkeypatch.setattr(pmm.leakreport, "pprof_samples", lambda r: [])
+    monkeypatch.setattr(pmm.analysis.leakview, "from_module", from_module)
+    monkeypatch.setattr(pmm.analysis.leakview, "pprof_samples", lambda r: [])
     monkeypatch.setattr(pmm.pprof, "build_profile", lambda *a, **k: b"profile")
     snap = own_figures(pid, start)
     assert heap_profile(pid, snap) == b"profile"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_pmd_genl import FAM, A, msg, u32, u64
 
-from pmm import procsampler, uapi
 from pmm.daemon import Daemon, Options, loop
-from pmm.genl import Event, MalformedEvent, SiteLive, decode_datagram
+from pmm.kernel import sampler, uapi
+from pmm.kernel.genl import Event, MalformedEvent, SiteLive, decode_datagram
 from pmm.store import TICK_NS, SampleRow, Store, start_key
 
 I64_MAX = (1 << 63) - 1
@@ -33,7 +33,7 @@ def sample(t: int, rss: int = 8192, live_bytes: int | None = None) -> Event:
 
 
 class FakeListener:
-    """Stands in for pmm.genl.Listener: hands out `batches` one poll at a
+    """Stands in for pmm.kernel.genl.Listener: hands out `batches` one poll at a
     time, then SIGTERMs the process (as systemd would) a few polls later."""
 
     batches: list[list[Event | MalformedEvent]] = []
@@ -191,10 +191,10 @@ def test_processes_whose_exit_was_lost_are_pruned(
     live = subprocess.Popen(["sleep", "60"])
     dead = subprocess.Popen(["sleep", "60"])
     children += [live, dead]
-    live_start = procsampler.read_stat(live.pid).start_time
-    dead_start = procsampler.read_stat(dead.pid).start_time
+    live_start = sampler.read_stat(live.pid).start_time
+    dead_start = sampler.read_stat(dead.pid).start_time
     me = os.getpid()
-    my_start = procsampler.read_stat(me).start_time
+    my_start = sampler.read_stat(me).start_time
     fake_listener.batches = [[
         Event(cmd=uapi.Cmd.STARTED, pid=live.pid, start_time=live_start),
         Event(cmd=uapi.Cmd.STARTED, pid=dead.pid, start_time=dead_start),

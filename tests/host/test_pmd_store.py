@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmm import errors, procsampler
+from pmm import errors
+from pmm.kernel import sampler
 from pmm.store import (
     TICK_NS,
     AlertRow,
@@ -209,7 +210,7 @@ def test_the_database_directory_is_made(tmp_path: Path) -> None:
 
 def test_start_key_matches_proc_stat() -> None:
     assert start_key(5 * TICK_NS + 123) == 5 * TICK_NS
-    st = procsampler.read_stat(os.getpid())
+    st = sampler.read_stat(os.getpid())
     assert st.start_time % TICK_NS == 0
     assert start_key(st.start_time) == st.start_time
 
@@ -217,13 +218,13 @@ def test_start_key_matches_proc_stat() -> None:
 def test_parse_stat_with_odd_comm() -> None:
     text = "123 (a) b (c) S 1 123 123 0 -1 4194560 " + " ".join(["0"] * 12) + " 4567 " + \
         " ".join(["0"] * 30)
-    st = procsampler.parse_stat(text)
+    st = sampler.parse_stat(text)
     assert (st.pid, st.comm, st.state, st.ppid) == (123, "a) b (c", "S", 1)
     assert st.start_time == 4567 * TICK_NS
 
 
 def test_sample_self_matches_statm() -> None:
-    s = procsampler.sample(os.getpid())
+    s = sampler.sample(os.getpid())
     with open("/proc/self/statm") as f:
         vm_pages = int(f.read().split()[0])
     page = os.sysconf("SC_PAGE_SIZE")
@@ -241,18 +242,18 @@ def test_sample_gone_and_reused() -> None:
         if Path(f"/proc/{p.pid}/cmdline").read_bytes():
             break
         time.sleep(0.01)
-    st = procsampler.read_stat(p.pid)
+    st = sampler.read_stat(p.pid)
     assert st.comm == "sleep"
-    assert procsampler.sample(p.pid, st.start_time).pid == p.pid
-    with pytest.raises(procsampler.ProcessGone, match="another process"):
-        procsampler.sample(p.pid, st.start_time + TICK_NS)
-    d = procsampler.describe(p.pid)
+    assert sampler.sample(p.pid, st.start_time).pid == p.pid
+    with pytest.raises(sampler.ProcessGone, match="another process"):
+        sampler.sample(p.pid, st.start_time + TICK_NS)
+    d = sampler.describe(p.pid)
     assert (d.comm, d.exe, d.cmdline) == ("sleep", os.path.realpath("/usr/bin/sleep"),
                                           "sleep 30")
     p.kill()
     p.wait()
-    with pytest.raises(procsampler.ProcessGone):
-        procsampler.sample(p.pid, st.start_time)
+    with pytest.raises(sampler.ProcessGone):
+        sampler.sample(p.pid, st.start_time)
 
 
 def mode_of(path: Path) -> int:
@@ -341,13 +342,13 @@ def test_sample_keeps_one_directory_open_per_process_and_closes_it_at_exit() -> 
     fds_before = len(os.listdir("/proc/self/fd"))
     p = subprocess.Popen(["sleep", "30"])
     for _ in range(500):  # until it sleeps: before, it is a copy of this process, or loading
-        st = procsampler.read_stat(p.pid)
+        st = sampler.read_stat(p.pid)
         if st.comm == "sleep" and st.state == "S":
             break
         time.sleep(0.01)
-    start = procsampler.read_stat(p.pid).start_time
+    start = sampler.read_stat(p.pid).start_time
     for _ in range(3):
-        s = procsampler.sample(p.pid, start)
+        s = sampler.sample(p.pid, start)
     with open(f"/proc/{p.pid}/statm") as f:
         vm_pages, rss_pages = (int(x) for x in f.read().split()[:2])
     page = os.sysconf("SC_PAGE_SIZE")
@@ -355,24 +356,24 @@ def test_sample_keeps_one_directory_open_per_process_and_closes_it_at_exit() -> 
     assert len(os.listdir("/proc/self/fd")) == fds_before + 1
     p.kill()
     p.wait()
-    with pytest.raises(procsampler.ProcessGone):
-        procsampler.sample(p.pid, start)
+    with pytest.raises(sampler.ProcessGone):
+        sampler.sample(p.pid, start)
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 
 def test_parse_status_sample_of_a_kernel_thread_and_a_process() -> None:
     kthread = b"Name:\tkthreadd\nUmask:\t0000\nState:\tS (sleeping)\nTgid:\t2\n"
-    assert procsampler.parse_status_sample(kthread) == ("S", 0, 0, 0, 0, 0)
+    assert sampler.parse_status_sample(kthread) == ("S", 0, 0, 0, 0, 0)
     proc = (b"Name:\tx\nState:\tZ (zombie)\nVmPeak:\t  999 kB\nVmSize:\t   100 kB\n"
             b"VmRSS:\t  12 kB\nRssAnon:\t 4 kB\nRssFile:\t 8 kB\nRssShmem:\t 0 kB\n")
-    assert procsampler.parse_status_sample(proc) == ("Z", 102400, 12288, 4096, 8192, 0)
+    assert sampler.parse_status_sample(proc) == ("Z", 102400, 12288, 4096, 8192, 0)
 
 
 def test_an_unreadable_stat_leaves_no_directory_open(tmp_path: Path) -> None:
     (tmp_path / "123" / "stat").mkdir(parents=True)  # reading it fails: EISDIR
     fds_before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(IsADirectoryError):
-        procsampler.sample(123, 5, proc=str(tmp_path))
+        sampler.sample(123, 5, proc=str(tmp_path))
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 

@@ -198,7 +198,7 @@ MDWE_PROBE = textwrap.dedent("""
     except PermissionError:
         print("wx-mapping refused")
     import prometheus_client, pyroute2
-    from pmm import device, genl, uapi
+    from pmm.kernel import device, genl, uapi
     c = uapi.Config()
     c.size = ctypes.sizeof(c)
     print("config", c.size > 0)

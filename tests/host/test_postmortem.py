@@ -1,10 +1,10 @@
-"""What pmd keeps of an exited process (pmm.postmortem, pmm.store's exit_*
+"""What pmd keeps of an exited process (pmm.store.postmortem, pmm.store's exit_*
 tables, pmd's harvest): figures, frames naming file:line of a real program
 compiled here, no absolute address anywhere in the database; harvested on
 the EXITED event and, once, by a restarted pmd from the module's list;
 read back as `pmctl leaks --json` and `pmctl stats` show them; an older
 database without the tables still read. The module cannot load on the host:
-a small stand-in returns real model objects (pmm.model) whose frames are
+a small stand-in returns real model objects (pmm.kernel.model) whose frames are
 file offsets in the compiled program and in the host's libc."""
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from pmm import postmortem, uapi
+from pmm.analysis.leaks import AGE_LABELS
 from pmm.daemon import Daemon, Options, loop
 from pmm.errors import NotMonitored
-from pmm.genl import Event, SiteLive
-from pmm.leaks import AGE_LABELS
-from pmm.model import (
+from pmm.kernel import uapi
+from pmm.kernel.genl import Event, SiteLive
+from pmm.kernel.model import (
     OP_FREE,
     OP_MALLOC,
     OP_NR,
@@ -43,8 +43,8 @@ from pmm.model import (
     Site,
     StatsInfo,
 )
-from pmm.procsampler import boottime_ns
-from pmm.store import Store, start_key
+from pmm.kernel.sampler import boottime_ns
+from pmm.store import Store, postmortem, start_key
 
 LEAK_C = """\
 #include <stdio.h>
@@ -164,7 +164,7 @@ class Entry:
 
 @dataclass
 class FakeModule:
-    """Stands in for /dev/pmm (pmm.device.Device's reads), per pid; counts
+    """Stands in for /dev/pmm (pmm.kernel.device.Device's reads), per pid; counts
     the block reads (the heaviest: one per harvest)."""
 
     entries: dict[int, Entry] = field(default_factory=dict)
@@ -397,7 +397,7 @@ def test_restarted_pmd_harvests_an_exited_entry_once(
     done: list[Callable[[], bool]] = []
 
     class DumpListener:
-        """pmm.genl.Listener with the module's list of one exited process;
+        """pmm.kernel.genl.Listener with the module's list of one exited process;
         SIGTERMs pmd once `done` holds (or after 30 s)."""
 
         def __init__(self, *args: object, **kw: object) -> None:

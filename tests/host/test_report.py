@@ -2,7 +2,7 @@
 real browser.
 
 The module cannot load on the host, so its side is a `ModuleEntry` that
-answers as pmm.device.Device does, for a real running program compiled with
+answers as pmm.kernel.device.Device does, for a real running program compiled with
 -g whose call chain (backtrace() at leak.c:30, called from grow() and main())
 gives the sites' frames; the report names them through the program's live
 memory map. pmd's side is a real SQLite database written with pmm.store.
@@ -34,8 +34,17 @@ from typer.testing import CliRunner
 from pmctl.cli import app, main
 from pmm import report as rp
 from pmm.errors import NoSuchPid, NotMonitored
-from pmm.model import SITE_F_SOURCE, Block, Bucket, ObjectFile, PidInfo, Sample, Site, StatsInfo
-from pmm.procsampler import boottime_ns
+from pmm.kernel.model import (
+    SITE_F_SOURCE,
+    Block,
+    Bucket,
+    ObjectFile,
+    PidInfo,
+    Sample,
+    Site,
+    StatsInfo,
+)
+from pmm.kernel.sampler import boottime_ns
 from pmm.report import figures as rfigures
 from pmm.report import html as rhtml
 from pmm.store import AlertRow, ExitRecord, ExitSiteRow, ProcessRow, SampleRow, Store, start_key
@@ -132,7 +141,7 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int
 
 
 class ModuleEntry:
-    """The module's entry of one process, as pmm.device.Device reads it."""
+    """The module's entry of one process, as pmm.kernel.device.Device reads it."""
 
     def __init__(self, info: PidInfo, blocks: list[Block], sites: list[Site],
                  stats: StatsInfo, samples: list[Sample]) -> None:

@@ -1,6 +1,6 @@
 """Sites as the module gives them (frames as object + file offset) named
 without the process: pmm.sitestack, and `pmctl leaks`'s pprof samples and
-frame lines (pmm.leakreport), with the programs of tests/progs/postmortem."""
+frame lines (pmm.analysis.leakview), with the programs of tests/progs/postmortem."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from test_symbolize_objects import (  # noqa: F401 - own_env: an autouse fixture
     return_offsets,
 )
 
-from pmm import leakreport
-from pmm.model import ObjectFile, Site
+from pmm.analysis import leakview
+from pmm.kernel.model import ObjectFile, Site
 from pmm.sitestack import describe_site, site_frames
 
 ADDR = 0x7F3A12345678  # an absolute address the process had: must never be shown
@@ -72,15 +72,15 @@ def test_cxx_site_is_named_past_operator_new() -> None:
         "site": 9, "blocks": 10, "bytes": 560, "alloc_blocks": 12, "alloc_bytes": 700,
         "source": "debuginfo", "where": describe_site(site, frames),
         "frames": [f.as_dict() for f in frames]}
-    report = leakreport.LeakReport(pid=1, comm="pm-deep", state="exited", live_blocks=10,
+    report = leakview.LeakReport(pid=1, comm="pm-deep", state="exited", live_blocks=10,
                                    live_bytes=560, nsites=1, sites=[entry])
-    (sample,) = leakreport.pprof_samples(report)
+    (sample,) = leakview.pprof_samples(report)
     assert (sample.inuse_objects, sample.inuse_space, sample.alloc_objects,
             sample.alloc_space) == (10, 560, 12, 700)
     assert sample.frames[0].object == str(lib) and sample.frames[0].offset == new + 0x10
     assert sample.frames[1].lines[0].line == leak
     assert sample.frames[1].build_id == build_id(BIN / "pm-deep")
-    text = leakreport.frames_as_text(entry["frames"])
+    text = leakview.frames_as_text(entry["frames"])
     assert text[-1] == f"#1 level8(long) deep.cc:{leak}", text
     assert all("0x7f3a" not in t for t in text)
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from pmm import symbolize as sy
-from pmm.model import ObjectFile, Site
+from pmm.kernel.model import ObjectFile, Site
 from pmm.sitestack import site_frames
 
 NOBODY = 65534
@@ -803,7 +803,7 @@ class FakeModule:
         pass
 
     def add(self, pid: int, start_ns: int, sites: list[Site], objects: list[ObjectFile]) -> None:
-        from pmm.model import STATE_RUNNING, PidInfo
+        from pmm.kernel.model import STATE_RUNNING, PidInfo
 
         info = PidInfo(pid=pid, ppid=1, state=STATE_RUNNING, comm=f"p{pid}",
                        start_time_ns=start_ns, monitor_start_ns=start_ns, exit_time_ns=0,
@@ -844,16 +844,16 @@ def new_daemon(tmp_path: Path, module: FakeModule) -> Any:
 
 
 def sites_event(pid: int, t: int, live: int) -> Any:
-    from pmm import uapi
-    from pmm.genl import Event, SiteLive
+    from pmm.kernel import uapi
+    from pmm.kernel.genl import Event, SiteLive
 
     return Event(cmd=uapi.Cmd.SITES, pid=pid, start_time=START_NS, time=t,
                  sites=(SiteLive(1, live, 1),))
 
 
 def sample_event(pid: int, t: int, rss: int) -> Any:
-    from pmm import uapi
-    from pmm.genl import Event
+    from pmm.kernel import uapi
+    from pmm.kernel.genl import Event
 
     return Event(cmd=uapi.Cmd.SAMPLE, pid=pid, start_time=START_NS, time=t, vm=1 << 30, rss=rss)
 

@@ -330,7 +330,7 @@ def test_source_db_without_the_database(tmp_path: Path) -> None:
 
 def test_since_takes_units(tmp_path: Path) -> None:
     """--since 2m keeps the last 120 of 600 samples a second apart that end now."""
-    from pmm.procsampler import boottime_ns
+    from pmm.kernel.sampler import boottime_ns
 
     db = tmp_path / "pmm.db"
     now = boottime_ns()
@@ -380,7 +380,7 @@ def test_rates_and_sizes_in_binary_units(tmp_path: Path) -> None:
 
 
 def _live_start() -> int:
-    from pmm.procsampler import read_stat
+    from pmm.kernel.sampler import read_stat
 
     return read_stat(os.getpid()).start_time
 

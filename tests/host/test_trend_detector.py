@@ -1,4 +1,4 @@
-"""The leak detector (src/pmm/trend.py) over synthetic series: each shape gets
+"""The leak detector (src/pmm/analysis/trend.py) over synthetic series: each shape gets
 the right verdict for several seeds, leaks get their rate right."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import trend_series as S
 
-from pmm.trend import (
+from pmm.analysis.trend import (
     Params,
     Verdict,
     bucket_minima,
@@ -304,7 +304,7 @@ def test_site_growth_ranks_growing_sites() -> None:
 def test_site_growth_fits_evenly_spaced_snapshots_of_a_long_history(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a day of pmd's snapshots (one per 10 s) would be 37 million pairs
-    import pmm.trend as T
+    import pmm.analysis.trend as T
 
     fitted: list[tuple[float, ...]] = []
     real = T.theil_sen
@@ -326,7 +326,8 @@ def test_site_growth_fits_evenly_spaced_snapshots_of_a_long_history(
 
 def test_the_detector_does_not_import_numpy() -> None:
     # numpy was half of an installation's size; pmd and pmctl do without it
-    code = ("import sys, pmm.trend as T; T.detect(range(3600), [float(i) for i in range(3600)]); "
+    code = ("import sys, pmm.analysis.trend as T; "
+            "T.detect(range(3600), [float(i) for i in range(3600)]); "
             "T.site_growth([(1, 0.0, 1, 1), (1, 1.0, 2, 1), (1, 2.0, 4, 1)]); "
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -346,7 +347,7 @@ def test_a_gap_in_the_samples_narrows_the_buckets() -> None:
 def test_robust_sigma_is_scipys_normal_mad() -> None:
     from scipy import stats
 
-    from pmm.trend import _robust_sigma
+    from pmm.analysis.trend import _robust_sigma
 
     x = np.random.default_rng(5).normal(3.0, 2.0, 1001)
     assert _robust_sigma(x) == pytest.approx(stats.median_abs_deviation(x, scale="normal"),
@@ -372,7 +373,8 @@ def test_theil_sen_is_scipys() -> None:
 
 def test_trend_does_not_import_scipy() -> None:
     # scipy costs half a second to import here and minutes on the VM's 9p
-    code = ("import sys, pmm.trend as T; T.detect(range(40), [float(i) for i in range(40)]); "
+    code = ("import sys, pmm.analysis.trend as T; "
+            "T.detect(range(40), [float(i) for i in range(40)]); "
             "T.site_growth([(1, 0.0, 1, 1), (1, 1.0, 2, 1), (1, 2.0, 4, 1)]); "
             "print('scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

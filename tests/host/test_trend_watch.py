@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from pmctl import trend_cli
 from pmctl.cli import app
-from pmm import trendsource
+from pmm.analysis import samplesource
 
 runner = CliRunner()
 PMCTL = Path(sys.executable).parent / "pmctl"  # the venv's console script
@@ -326,7 +326,7 @@ def test_options_that_do_not_apply(args: list[str], option: str, why: str,
     # its lazy imports, could take on a busy machine)
     sampled: list[str] = []
     for owner, source in ((trend_cli, "from_watch"), (trend_cli, "stored"),
-                          (trendsource, "from_db"), (trendsource, "from_kmod")):
+                          (samplesource, "from_db"), (samplesource, "from_kmod")):
         monkeypatch.setattr(owner, source,
                             lambda *_a, _name=source, **_k: sampled.append(_name))
     r = runner.invoke(app, ["trend", str(os.getpid()), *args], env=NO_DEVICE)

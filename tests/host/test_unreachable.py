@@ -458,7 +458,7 @@ def test_refusals_become_typed_errors() -> None:
 
 
 def test_sites_are_described_and_rendered() -> None:
-    from pmm.model import Site
+    from pmm.kernel.model import Site
     from pmm.symbolize import Frame
 
     frames = {7: [Frame(0, "/lib/libc.so.6", 0x9a1c0, func="malloc"),

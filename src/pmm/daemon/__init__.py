@@ -1,7 +1,7 @@
 """pmd's engine: it records memory samples of processes into SQLite
-(pmm.store) and raises an alert when the trend detector (pmm.trend) says LEAK.
+(pmm.store) and raises an alert when the trend detector (pmm.analysis.trend) says LEAK.
 
-Samples come from the module's generic-netlink events (pmm.genl) and, for
+Samples come from the module's generic-netlink events (pmm.kernel.genl) and, for
 the processes in `Options.pids` the module does not sample, from /proc.
 `serve(options)` is the whole daemon: it opens the database (StoreError if
 it cannot), runs the loop until SIGTERM or SIGINT and returns the exit

@@ -1,4 +1,4 @@
-"""pmd's trend detector over each process's window (pmm.trend): when it runs,
+"""pmd's trend detector over each process's window (pmm.analysis.trend): when it runs,
 the verdict it logs, and the alert it raises. The detector runs every
 `Options.detect_every` samples of a process over its last `Options.window`
 samples, and no more often than every 1/DETECT_SPAN of the samples it holds
@@ -6,7 +6,7 @@ samples, and no more often than every 1/DETECT_SPAN of the samples it holds
 minutes, not every 20 s); a new LEAK verdict is written once to `alerts`
 and logged as one line, naming the fastest growing site (its description
 when the worker has given it by then, else its number) and the kind of
-growth (pmm.growthkind)."""
+growth (pmm.analysis.growthkind)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import sys
 import threading
 import time
 
+from pmm.analysis.growthkind import Classification
+from pmm.analysis.trend import Trend, Verdict, detect, site_growth
 from pmm.daemon.options import Options
 from pmm.daemon.procstate import ProcState
 from pmm.daemon.rows import Rows
 from pmm.daemon.scans import Scans
 from pmm.daemon.worker import PostmortemWorker
-from pmm.growthkind import Classification
 from pmm.store import AlertRow, Store, StoreError
-from pmm.trend import Trend, Verdict, detect, site_growth
 from pmm.units import format_duration, human_bytes, human_rate
 
 log = logging.getLogger("pmd")
@@ -84,7 +84,7 @@ class Detector:
         if not self.ready.is_set():
             st.since_detect = sys.maxsize  # try again at the next sample
             return
-        from pmm.trendsource import available_memory
+        from pmm.analysis.samplesource import available_memory
 
         r = self._gate(st, detect(*st.series.samples(), self.opts.params,
                                   available=available_memory(st.key[0])))
@@ -169,7 +169,7 @@ class Detector:
 
     def _name_kind(self, st: ProcState, r: Trend) -> None:
         """The kind of the process's growth while the detector sees growth
-        (pmm.growthkind; None otherwise): named when growth is first seen,
+        (pmm.analysis.growthkind; None otherwise): named when growth is first seen,
         then again every KIND_EVERY runs (it fits five slopes where the
         detector fits one)."""
         if r.verdict not in (Verdict.LEAK, Verdict.GROWING):

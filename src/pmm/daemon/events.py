@@ -1,4 +1,4 @@
-"""The module's generic-netlink events (pmm.genl) on pmd's side: samples,
+"""The module's generic-netlink events (pmm.kernel.genl) on pmd's side: samples,
 exits, monitoring start/stop, per-site live bytes. A malformed event is
 logged and skipped, and so is an event whose handling fails: nothing that
 arrives stops the loop. When a process the module monitors exits (its
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from pmm import procsampler, uapi
 from pmm.daemon.harvests import Harvests
 from pmm.daemon.processes import Processes
 from pmm.daemon.rows import Rows
 from pmm.daemon.worker import PostmortemWorker
-from pmm.genl import Event, MalformedEvent
+from pmm.kernel import sampler, uapi
+from pmm.kernel.genl import Event, MalformedEvent
 from pmm.store import SampleRow, start_key
 
 log = logging.getLogger("pmd")
@@ -63,7 +63,7 @@ class Events:
         elif ev.cmd == uapi.Cmd.EXITED:
             st = procs.state(key, "kmod", ev.comm)
             log.info("pid %d (%s) exited", ev.pid, ev.comm or "?")
-            procs.exited(key, ev.time or procsampler.boottime_ns())
+            procs.exited(key, ev.time or sampler.boottime_ns())
             # the module keeps the entry for exited_ttl_s: read it now
             self.harvests.request(key, st.comm)
         elif ev.cmd == uapi.Cmd.STOPPED:

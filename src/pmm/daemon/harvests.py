@@ -1,4 +1,4 @@
-"""Post-mortem records (pmm.postmortem) on pmd's side: asking the worker for
+"""Post-mortem records (pmm.store.postmortem) on pmd's side: asking the worker for
 an exited process's record once, keeping the records until the database
 takes them, and counting the harvests that failed (logged once per kind)."""
 

@@ -1,4 +1,4 @@
-"""pmd's side of the kind of growth (pmm.growthkind): per process, the split of
+"""pmd's side of the kind of growth (pmm.analysis.growthkind): per process, the split of
 its last samples and a snapshot of its mappings, so that an alert names the
 kind and the mappings that grew, and keeps them with the alert (the process
 may be gone when someone reads it).
@@ -21,8 +21,8 @@ import array
 import math
 from collections.abc import Sequence
 
-from pmm import smaps
-from pmm.growthkind import Classification, classify
+from pmm.analysis.growthkind import Classification, classify
+from pmm.kernel import smaps
 from pmm.store import SampleRow
 
 _FIELDS = ("anon", "file", "shmem", "live", "heap_free")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pmm import procsampler
+from pmm.analysis.trend import Verdict
 from pmm.daemon import sdnotify
 from pmm.daemon.detector import Detector
 from pmm.daemon.events import Events
@@ -48,9 +48,9 @@ from pmm.daemon.worker import (
     open_module_device,
 )
 from pmm.errors import NoSuchPid
-from pmm.genl import Event, Listener, MalformedEvent
+from pmm.kernel import sampler
+from pmm.kernel.genl import Event, Listener, MalformedEvent
 from pmm.store import ExitRecord, SampleRow, Store, StoreError
-from pmm.trend import Verdict
 from pmm.units import format_duration
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class Daemon:
     def _no_record(self, r: HarvestFailed) -> None:
         self.harvests.given_up(r.key)
         # its exit time, unless the EXITED event gave it (that one stays)
-        self.rows.exits.append((*r.key, procsampler.boottime_ns()))
+        self.rows.exits.append((*r.key, sampler.boottime_ns()))
         if r.why is None:
             log.info("pid %d (%s): the module no longer holds it: nothing kept of its "
                      "sites", r.key[0], r.comm or "?")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pmm.trend import Params
+from pmm.analysis.trend import Params
 
 DEFAULT_MIN_SPAN = 600.0  # pmd --min-span: a service's warm-up is not a leak
 DEFAULT_RETAIN = 7 * 86400.0  # pmd --retain: 73 B a sample, 42 MiB a process-week at 1 s

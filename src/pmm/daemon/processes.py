@@ -1,5 +1,5 @@
 """The processes pmd watches (`Processes`): their in-memory state, the
-samples that feed it, the --pid targets sampled from /proc (pmm.procsampler)
+samples that feed it, the --pid targets sampled from /proc (pmm.kernel.sampler)
 for the processes the module does not sample, and the exits it must find
 itself: processes whose exit event was lost (receive buffer overrun, module
 reloaded) are found every `Options.prune_interval` seconds, and at once
@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import time
 
-from pmm import procsampler
+from pmm.analysis.trend import Verdict
 from pmm.daemon.detector import Detector
 from pmm.daemon.options import Options
 from pmm.daemon.procstate import Key, ProcState
 from pmm.daemon.rows import Rows
+from pmm.kernel import sampler
 from pmm.store import ProcessRow, SampleRow, Store, StoreError
-from pmm.trend import Verdict
 
 log = logging.getLogger("pmd")
 
@@ -50,14 +50,14 @@ class Processes:
                 st.comm = comm
             return st
         pid, start = key
-        row = ProcessRow(pid, start, comm or "", "", "", procsampler.boottime_ns(), None, source)
+        row = ProcessRow(pid, start, comm or "", "", "", sampler.boottime_ns(), None, source)
         try:
-            d = procsampler.describe(pid, start, source=source)
+            d = sampler.describe(pid, start, source=source)
             row = ProcessRow(pid, start, comm or d.comm, d.exe, d.cmdline, d.started, None,
                              source)
-        except procsampler.ProcessGone:
+        except sampler.ProcessGone:
             pass
-        from pmm.proclabels import boot_unix_time, systemd_unit
+        from pmm.daemon.labels import boot_unix_time, systemd_unit
 
         st = ProcState(key, row.comm, source, self.opts.window, unit=systemd_unit(pid),
                        start_unix=boot_unix_time() + start / 1e9)
@@ -97,15 +97,15 @@ class Processes:
         """Marks exited the module's processes that are gone from /proc (or are
         another process under the same pid now) and forgets them: their exit
         event was lost. The number forgotten."""
-        now_ns = procsampler.boottime_ns()
+        now_ns = sampler.boottime_ns()
         gone = []
         for key, st in self.procs.items():
             if st.source != "kmod":
                 continue  # --pid targets: sample_targets notices their exit
             try:
-                ps = procsampler.read_stat(key[0])
+                ps = sampler.read_stat(key[0])
                 alive = ps.start_time == key[1] and ps.state not in ("Z", "X")
-            except procsampler.ProcessGone:
+            except sampler.ProcessGone:
                 alive = False
             except OSError:
                 alive = True  # cannot tell: keep it
@@ -146,7 +146,7 @@ class Processes:
         """Samples from /proc each process of `opts.pids` that the module does not
         sample (none from it for 2.5 intervals). One that exits is marked exited;
         one that does not exist or may not be read is no longer sampled."""
-        now_ns = procsampler.boottime_ns()
+        now_ns = sampler.boottime_ns()
         stale_ns = int(2.5 * self.opts.interval * 1e9)
         for pid, start in list(self.targets.items()):
             if start is not None:
@@ -154,8 +154,8 @@ class Processes:
                 if st is not None and st.last_kmod_ns and now_ns - st.last_kmod_ns < stale_ns:
                     continue  # the module samples it
             try:
-                s = procsampler.sample(pid, start)
-            except procsampler.ProcessGone:
+                s = sampler.sample(pid, start)
+            except sampler.ProcessGone:
                 if start is None:
                     log.warning("pid %d does not exist: not sampled", pid)
                 else:
@@ -166,7 +166,7 @@ class Processes:
             except PermissionError as e:
                 log.warning("pid %d: %s: not sampled", pid, e)
                 if start is not None:
-                    procsampler.forget(pid, start)
+                    sampler.forget(pid, start)
                 del self.targets[pid]
                 continue
             if start is None:
@@ -193,8 +193,8 @@ def missing_pids(pids: list[int]) -> list[int]:
     missing = []
     for pid in pids:
         try:
-            procsampler.read_stat(pid)
-        except procsampler.ProcessGone:
+            sampler.read_stat(pid)
+        except sampler.ProcessGone:
             missing.append(pid)
         except OSError:
             pass  # there, but not readable: sample_targets says so

@@ -8,9 +8,9 @@ import array
 import collections
 from dataclasses import dataclass, field
 
+from pmm.analysis.growthkind import Classification
+from pmm.analysis.trend import Trend
 from pmm.daemon.kindtrack import Tracker
-from pmm.growthkind import Classification
-from pmm.trend import Trend
 
 Key = tuple[int, int]  # (pid, start_time)
 

@@ -9,7 +9,7 @@ import collections
 import logging
 import time
 
-from pmm import procsampler
+from pmm.kernel import sampler
 from pmm.store import Store, StoreError
 from pmm.units import format_duration
 
@@ -37,7 +37,7 @@ class Retention:
         if self.retain <= 0 or now < self.next_retain:
             return
         self.next_retain = now + self.every
-        before = procsampler.boottime_ns() - int(self.retain * 1e9)
+        before = sampler.boottime_ns() - int(self.retain * 1e9)
         if before <= 0:
             return
         began = time.monotonic()

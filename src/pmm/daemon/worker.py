@@ -17,8 +17,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pmm import procsampler
 from pmm.daemon.procstate import Key
+from pmm.kernel import sampler
 from pmm.store import ExitRecord, ScanRow, ScanSiteRow
 
 if TYPE_CHECKING:
@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pmd")
 
-# A device of the module for the worker: pmm.device.Device.open, or a test's.
+# A device of the module for the worker: pmm.kernel.device.Device.open, or a test's.
 OpenDevice = Callable[[], AbstractContextManager["ModuleReader"]]
 
 SYMBOLIZER_USES = 200  # requests per Symbolizer (its memory cache grows)
 
 def open_module_device() -> AbstractContextManager[ModuleReader]:
-    """The module's device (pmm.device.Device.open)."""
-    from pmm.device import Device
+    """The module's device (pmm.kernel.device.Device.open)."""
+    from pmm.kernel.device import Device
 
     return Device.open()
 
@@ -145,7 +145,7 @@ class PostmortemWorker:
         return self.symbolizer
 
     def _run(self) -> None:
-        from pmm import postmortem
+        from pmm.store import postmortem
 
         while True:
             req = self.requests.get()
@@ -193,7 +193,7 @@ class PostmortemWorker:
         from pmm.run import find_hooklib
 
         pid, start = key
-        now, wall = procsampler.boottime_ns(), time.time()
+        now, wall = sampler.boottime_ns(), time.time()
         try:
             with self.open_device() as dev:
                 if InModule.find(dev, pid, start) is None:

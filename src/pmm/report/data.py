@@ -7,7 +7,7 @@ sites' call chains, the size table and its sample ring; pmd's database for
 the process's whole rss/vm history and its site snapshots (the growing
 sites, and its scans for unreachable blocks at a LEAK alert). Either alone
 makes a report (pmm.procview.view finds the process in each); what one
-lacks is said in `ReportData.missing`. The verdict is pmm.trend's on rss,
+lacks is said in `ReportData.missing`. The verdict is pmm.analysis.trend's on rss,
 as `pmctl trend` gives it.
 """
 
@@ -18,16 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pmm.analysis.leaks import LeakGroup
+from pmm.analysis.samplesource import Data, alert_maps, available_memory, data_of
+from pmm.analysis.trend import Verdict, seconds_until_exhausted, site_growth
+from pmm.analysis.trendview import Report, detect_on, kind_of
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
-from pmm.leaks import LeakGroup
-from pmm.model import STATE_RUNNING, PidInfo, Site, StatsInfo, StatsTable
-from pmm.procsampler import boottime_ns
+from pmm.kernel.model import STATE_RUNNING, PidInfo, Site, StatsInfo, StatsTable
+from pmm.kernel.sampler import boottime_ns
 from pmm.procview import InModule, ModuleReader, Samples, live_start, view
 from pmm.report.stacks import StackFrame, site_stacks
 from pmm.store import ProcessRow, ScanRow
-from pmm.trend import Verdict, seconds_until_exhausted, site_growth
-from pmm.trendreport import Report, detect_on, kind_of
-from pmm.trendsource import Data, alert_maps, available_memory, data_of
 
 if TYPE_CHECKING:
     from pmm.store import Store

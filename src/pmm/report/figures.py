@@ -123,8 +123,8 @@ SPLIT_LAYERS = (("live heap", "#1f77b4"), ("allocator-held", "#ff7f0e"),
 def split_figure(d: ReportData) -> dict[str, Any] | None:
     """Where the rss is over time, stacked: the live heap, what the allocator
     holds free, the rest of anonymous memory, file pages and shared memory
-    (pmm.growthkind.split_point); None when the samples lack the split."""
-    from pmm.growthkind import split_point
+    (pmm.analysis.growthkind.split_point); None when the samples lack the split."""
+    from pmm.analysis.growthkind import split_point
 
     if d.trend is None or d.trend.kind is None:
         return None

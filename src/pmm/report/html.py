@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pmm
+from pmm.analysis.leaks import AGE_LABELS
+from pmm.analysis.stats import HEADERS as SIZE_HEADERS
+from pmm.analysis.trend import Verdict
+from pmm.analysis.trendview import rests_on
 from pmm.errors import PmmError
 from pmm.files import replace_file
-from pmm.leaks import AGE_LABELS
 from pmm.output import human_age
 from pmm.report.data import ReportData
 from pmm.report.figures import CHART_POINTS, flame_figure, memory_figure, split_figure
 from pmm.report.stacks import StackFrame
-from pmm.stats import HEADERS as SIZE_HEADERS
 from pmm.text import printable
-from pmm.trend import Verdict
-from pmm.trendreport import rests_on
 from pmm.units import human_bytes, human_rate
 from pmm.unreachable import short_duration
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from pmm.model import ObjectFile, Site
+from pmm.kernel.model import ObjectFile, Site
+from pmm.kernel.uapi import MAX_FRAMES
 from pmm.store import start_key
 from pmm.symbolize import Frame, Target, maps_for, user_frames
-from pmm.uapi import MAX_FRAMES
 
 if TYPE_CHECKING:
     from pmm.store import Store

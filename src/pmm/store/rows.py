@@ -36,7 +36,7 @@ class SampleRow:
     live_bytes: int | None = None
     live_blocks: int | None = None
     source: str = "kmod"
-    # the allocator's figures and the memory cgroup's usage (pmm.model.Sample;
+    # the allocator's figures and the memory cgroup's usage (pmm.kernel.model.Sample;
     # None: unknown)
     heap_free: int | None = None
     heap_trimmable: int | None = None
@@ -79,7 +79,7 @@ class AlertRow:
     message: str
     resolved: int | None = None  # CLOCK_BOOTTIME ns when the verdict cleared
     resolved_wall: float | None = None  # the same in Unix seconds
-    # the kind of growth (pmm.growthkind.Kind) and its evidence
+    # the kind of growth (pmm.analysis.growthkind.Kind) and its evidence
     # (Classification.to_dict: the split, the mappings that grew), None
     # when unknown (an alert of an older pmd)
     kind: str | None = None
@@ -115,7 +115,7 @@ class ExitSiteRow:
     alloc_count: dict[str, int] = field(default_factory=dict)  # per operation name
     oldest_age_s: float | None = None  # None: no live block
     newest_age_s: float | None = None
-    histogram: tuple[int, ...] = ()  # live blocks per pmm.leaks.AGE_LABELS
+    histogram: tuple[int, ...] = ()  # live blocks per pmm.analysis.leaks.AGE_LABELS
     frames: tuple[dict[str, Any], ...] = ()  # Frame.as_dict() each, addr 0
     where: str = ""  # one line (pmm.sitestack.describe_site); "" when unknown
 

@@ -11,7 +11,7 @@ samples         pid, start_time, time, vm, rss, rss_anon, rss_file, rss_shmem,
                 live_bytes, live_blocks, source ("kmod": the module's sampler, with the
                 hook's live heap bytes and blocks; "proc": pmd read /proc, live_* NULL),
                 heap_free, heap_trimmable, allocator ("glibc", "jemalloc"), cgroup_usage
-                (pmm.model.Sample; NULL when unknown, and in rows of an older pmd)
+                (pmm.kernel.model.Sample; NULL when unknown, and in rows of an older pmd)
                 PRIMARY KEY (pid, start_time, time)
 site_snapshots  pid, start_time, time, site, live_bytes, live_blocks
                 PRIMARY KEY (pid, start_time, time, site)
@@ -26,11 +26,11 @@ alerts          id, pid, start_time, time, wall_time (Unix seconds), comm,
                  growth (bytes), site, message, resolved (CLOCK_BOOTTIME ns) and
                  resolved_wall (Unix seconds): when the verdict cleared (NULL
                  while the alert stands), kind (the kind of growth:
-                 pmm.growthkind), evidence (its JSON: the split, the mappings
+                 pmm.analysis.growthkind), evidence (its JSON: the split, the mappings
                  that grew). At most one standing LEAK alert per process; one
                  that resolved may be followed by another.
 
-What pmd keeps of a process once it exited (its "harvest", pmm.postmortem),
+What pmd keeps of a process once it exited (its "harvest", pmm.store.postmortem),
 so that leaks and statistics name file:line after the module dropped it
 (exited_ttl_s later, or after a reboot):
 
@@ -46,7 +46,7 @@ exit_sites      pid, start_time, site, registered, flags, func, file, line,
                 figures; registered 0 for a site known only by its blocks;
                 func/file/line what the program registered (the shim);
                 ages (seconds, NULL without a live block) are as of the exit;
-                histogram: live blocks per age bucket (pmm.leaks.AGE_LABELS),
+                histogram: live blocks per age bucket (pmm.analysis.leaks.AGE_LABELS),
                 JSON; alloc_count: calls per operation, JSON; frames: its call
                 chain symbolized (Frame.as_dict, JSON; addr always 0: each
                 frame is an object and a file offset, or unknown); where_:

@@ -18,7 +18,7 @@ from pmm.daemon.metrics.figures import Snapshot
 from pmm.daemon.metrics.server import MetricsError, MetricsServer
 
 if TYPE_CHECKING:
-    from pmm.model import ConfigInfo
+    from pmm.kernel.model import ConfigInfo
 
 log = logging.getLogger("pmd")
 

@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pmm.analysis.samplesource import mem_available
+from pmm.analysis.trend import seconds_until_exhausted
 from pmm.daemon.metrics.figures import Snapshot
 from pmm.errors import ModuleNotLoaded, PmmError
-from pmm.trend import seconds_until_exhausted
-from pmm.trendsource import mem_available
 
 if TYPE_CHECKING:
-    from pmm.model import ConfigInfo
+    from pmm.kernel.model import ConfigInfo
 
 log = logging.getLogger("pmd")
 
 CONFIG_CACHE_S = 1.0  # the module's counters are read at most this often
 
-# the detector's verdicts (pmm.trend.Verdict values) as label values
+# the detector's verdicts (pmm.analysis.trend.Verdict values) as label values
 VERDICT_LABELS = {"LEAK": "leak", "GROWING": "growing", "STABLE": "stable",
                   "INCONCLUSIVE": "inconclusive", "NOT ENOUGH DATA": "not_enough_data"}
 PROCESS_LABELS = ["pid", "comm", "start_time", "unit"]
@@ -58,7 +58,7 @@ class ModuleConfig:
 
 
 def _device_config() -> ConfigInfo:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
     with Device.open() as dev:
         return dev.get_config()
@@ -144,9 +144,9 @@ class PmmCollector(Collector):
         yield from self._split(snap)
 
     def _split(self, snap: Snapshot) -> Iterator[Metric]:
-        """Where each process's rss is (the split pmm.growthkind names the kind
+        """Where each process's rss is (the split pmm.analysis.growthkind names the kind
         of growth from) and the kind of its growth."""
-        from pmm.growthkind import KIND_LABELS, split_point
+        from pmm.analysis.growthkind import KIND_LABELS, split_point
 
         anon = _gauge("pmm_process_rss_anon_bytes", "Anonymous resident memory, latest "
                       "sample.", PROCESS_LABELS)

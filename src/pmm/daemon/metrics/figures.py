@@ -29,7 +29,7 @@ class ProcessFigures:
     lost_bytes: int | None = None  # the last scan's (pmd --scan-on-leak), None: none
     indirect_bytes: int | None = None
     alert: bool = False  # pmd's LEAK alert stands (raised, not resolved)
-    # the latest sample's split (pmm.growthkind; None: unknown) and the kind
+    # the latest sample's split (pmm.analysis.growthkind; None: unknown) and the kind
     # of growth at the detector's last run ("" none)
     rss_anon: int | None = None
     rss_file: int | None = None

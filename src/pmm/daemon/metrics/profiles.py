@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from pmm import procsampler
 from pmm.daemon.metrics.figures import Snapshot
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored
+from pmm.kernel import sampler
 
 
 class ProfileError(Exception):
@@ -24,8 +24,8 @@ def live_start_time(pid: int) -> int | None:
     """pid's start time as /proc/PID/stat gives it now (pmd's key), or None
     when it is gone."""
     try:
-        return procsampler.read_stat(pid).start_time
-    except (procsampler.ProcessGone, OSError):
+        return sampler.read_stat(pid).start_time
+    except (sampler.ProcessGone, OSError):
         return None
 
 
@@ -42,8 +42,8 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
     the snapshot holds (same start time). ProfileError 404 when pmd does not
     monitor pid, the module has no entry of it or the pid is another
     process's, 503 when the module is not loaded."""
-    from pmm import leakreport
-    from pmm.device import Device
+    from pmm.analysis import leakview
+    from pmm.kernel.device import Device
     from pmm.pprof import build_profile
     from pmm.procview import InModule
 
@@ -56,7 +56,7 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
         with Device.open() as dev:
             if InModule.require(dev, pid).start_time != fig.start_time:
                 raise replaced(pid)
-            report = leakreport.from_module(dev, pid, time.monotonic_ns(), 0,
+            report = leakview.from_module(dev, pid, time.monotonic_ns(), 0,
                                             disk_cache=False)
     except ModuleNotLoaded as e:
         raise ProfileError(503, str(e)) from None
@@ -64,7 +64,7 @@ def heap_profile(pid: int, snapshot: Snapshot) -> bytes:
         raise ProfileError(404, str(e)) from None
     if live_start_time(pid) != fig.start_time:
         raise replaced(pid)  # the report may be another process's: discarded
-    return build_profile(leakreport.pprof_samples(report), period=1, time_ns=time.time_ns(),
+    return build_profile(leakview.pprof_samples(report), period=1, time_ns=time.time_ns(),
                          comments=[f"pmd /debug/pprof/heap?pid={pid} ({report.comm}, "
                                    f"{report.state}), from the {report.source}"])
 

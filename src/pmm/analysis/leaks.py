@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pmm.model import Block, Site
+from pmm.kernel.model import Block, Site
 
 if TYPE_CHECKING:
-    from pmm.blockstream import BlockPage
+    from pmm.kernel.blockstream import BlockPage
     from pmm.symbolize import Frame
 
 # Upper bounds (seconds, exclusive) of the age buckets; the last is open.
@@ -100,9 +100,9 @@ def group_blocks(
 
     Ties are broken by block count (more first), then by site id, so the
     order is stable. The blocks are taken a page at a time
-    (pmm.blockstream); `group_pages` takes pages as the device reads them.
+    (pmm.kernel.blockstream); `group_pages` takes pages as the device reads them.
     """
-    from pmm.blockstream import pages_of
+    from pmm.kernel.blockstream import pages_of
 
     return group_pages(pages_of(blocks), sites, now_ns)
 
@@ -110,9 +110,9 @@ def group_blocks(
 def group_pages(
     pages: Iterable[BlockPage], sites: Mapping[int, Site], now_ns: int
 ) -> list[LeakGroup]:
-    """group_blocks of blocks read page by page (pmm.blockstream.read_pages):
+    """group_blocks of blocks read page by page (pmm.kernel.blockstream.read_pages):
     per site, never per block, is what stays in memory."""
-    from pmm.blockstream import group_pages as fold
+    from pmm.kernel.blockstream import group_pages as fold
 
     g = fold(pages, now_ns, AGE_BOUNDS_S)
     groups = [

@@ -3,7 +3,7 @@
 Per allocation size range (bucket), the malloc, calloc, realloc and free
 calls and the allocated, freed and in-use bytes, then the totals and the
 failed allocations. The module keeps the buckets in struct pmm_stats
-(PMM_GET_STATS); pmm.model builds the table from them (StatsInfo.table,
+(PMM_GET_STATS); pmm.kernel.model builds the table from them (StatsInfo.table,
 `build_table`: one side builds it, so that this module imports the model
 and never the reverse), and this module turns it into text. No I/O.
 
@@ -13,10 +13,10 @@ columns add up (allocated - freed = in use, the buckets to the totals).
 
 from __future__ import annotations
 
-from pmm.model import BUCKET_BOUNDS, BUCKET_LABELS, StatsRow, StatsTable, build_table
+from pmm.kernel.model import BUCKET_BOUNDS, BUCKET_LABELS, StatsRow, StatsTable, build_table
 from pmm.output import format_table
 
-# the table's names, where its callers have always found them (defined in pmm.model)
+# the table's names, where its callers have always found them (defined in pmm.kernel.model)
 __all__ = ["BUCKET_BOUNDS", "BUCKET_LABELS", "HEADERS", "StatsRow", "StatsTable",
            "build_table", "render"]
 

@@ -4,13 +4,13 @@ In exact mode the module holds every live block of a process: ten million
 of them is a normal day for a large server. A `Block` dataclass costs about
 200 bytes in Python and a microsecond to make, so a list of them all would
 cost 2 GB and ten seconds before any work is done. Instead the read-back
-ioctl's pages (pmm.device.Device.block_pages: up to uapi.MAX_READ blocks a
+ioctl's pages (pmm.kernel.device.Device.block_pages: up to uapi.MAX_READ blocks a
 call) become `BlockPage`s, one list per field, made by C code (memoryview
 slices) without a Python object per block, and each consumer folds a page
 into what it keeps and drops it:
 
 - `SiteGrouper`: per site, the weighted blocks and bytes, the oldest and
-  newest block and the age histogram (pmm.leaks.group_blocks's figures,
+  newest block and the age histogram (pmm.analysis.leaks.group_blocks's figures,
   exactly); memory is per site, not per block. `pmctl leaks`, the pprof
   endpoint, the HTML report and pmd's harvest at a process's exit use it.
 - `BlockSorter`: the blocks oldest first (`pmctl logs`), in runs of
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import IO, Literal, Protocol
 
-from pmm.model import Block
+from pmm.kernel.model import Block
 
-PAGE = 4096  # blocks per page made from a list (pmm.uapi.MAX_READ)
+PAGE = 4096  # blocks per page made from a list (pmm.kernel.uapi.MAX_READ)
 SORT_RUN = 131072  # blocks sorted in memory at a time by BlockSorter (~25 MB)
 MERGE_PAGE = 1024  # blocks read back at a time from each written run
 
@@ -89,7 +89,7 @@ class BlockPage:
                    col("H", 2, "op"))
 
     def blocks(self) -> Iterator[Block]:
-        """The page's blocks as pmm.model.Block."""
+        """The page's blocks as pmm.kernel.model.Block."""
         for p, pp, sz, t, s, w, op in zip(self.ptr, self.prev_ptr, self.size, self.time_ns,
                                           self.site, self.weight, self.op, strict=True):
             yield Block(p, pp, sz, t, s, w, op)
@@ -108,7 +108,7 @@ def pages_of(blocks: Iterable[Block], page: int = PAGE) -> Iterator[BlockPage]:
 
 
 class BlockReader(Protocol):
-    """What reads a process's blocks: pmm.device.Device, a snapshot, a test's fake."""
+    """What reads a process's blocks: pmm.kernel.device.Device, a snapshot, a test's fake."""
 
     def blocks(self, pid: int) -> list[Block]:
         """The pid's live blocks."""
@@ -116,7 +116,7 @@ class BlockReader(Protocol):
 
 def read_pages(reader: BlockReader, pid: int) -> Iterator[BlockPage]:
     """The pid's live blocks page by page: the reader's `block_pages` when it
-    has one (pmm.device.Device), else its `blocks` list cut into pages."""
+    has one (pmm.kernel.device.Device), else its `blocks` list cut into pages."""
     paged: Callable[[int], Iterable[BlockPage]] | None = getattr(reader, "block_pages", None)
     if paged is not None:
         return iter(paged(pid))
@@ -128,7 +128,7 @@ def read_pages(reader: BlockReader, pid: int) -> Iterator[BlockPage]:
 
 def age_cuts(bounds_s: Iterable[float]) -> tuple[int, ...]:
     """Per bound, the fewest nanoseconds whose age in seconds (ns / 1e9, as
-    pmm.leaks.block_age_s computes it) is not below it: a block is at least
+    pmm.analysis.leaks.block_age_s computes it) is not below it: a block is at least
     that old exactly when now - time_ns >= the cut."""
     cuts = []
     for bound in bounds_s:
@@ -157,7 +157,7 @@ class _Acc:
 class SiteGrouper:
     """Live blocks folded per site as pages arrive (see the module's
     docstring). `now_ns` is on the blocks' clock (CLOCK_MONOTONIC); the
-    ages and the histogram are those pmm.leaks.group_blocks computes, to the
+    ages and the histogram are those pmm.analysis.leaks.group_blocks computes, to the
     bit: a block's age is max(0, now_ns - time_ns) / 1e9 and its bucket the
     first of bounds_s it is below."""
 
@@ -224,7 +224,7 @@ class SiteGrouper:
         hist[-1] += prev * w
 
     def age_s(self, t: int) -> float:
-        """The age of a block allocated at t, as pmm.leaks.block_age_s gives it."""
+        """The age of a block allocated at t, as pmm.analysis.leaks.block_age_s gives it."""
         return max(0, self.now_ns - t) / 1e9
 
     def sites(self) -> Iterator[tuple[int, int, int, float, float, tuple[int, ...]]]:

@@ -1,6 +1,6 @@
 """`pmctl trend`'s report: the verdict on a process's samples, and its forms.
 
-`analyse` runs the detector (pmm.trend) over a `pmm.trendsource.Data` and
+`analyse` runs the detector (pmm.analysis.trend) over a `pmm.analysis.samplesource.Data` and
 ranks the sites whose live bytes grow fastest; a `Report` then renders as
 text (a table, a terminal chart, the verdict, the rate, the time until
 the available memory is used up, what to run next, the sites), as a JSON
@@ -20,12 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pmm.analysis.growthkind import Classification, Kind, classify
+from pmm.analysis.samplesource import Data, available_memory, device_sites
+from pmm.analysis.trend import (
+    SiteGrowth,
+    Trend,
+    Verdict,
+    detect,
+    seconds_until_exhausted,
+    site_growth,
+)
 from pmm.errors import PmmError
-from pmm.growthkind import Classification, Kind, classify
 from pmm.output import format_table, human_age
 from pmm.text import printable
-from pmm.trend import SiteGrowth, Trend, Verdict, detect, seconds_until_exhausted, site_growth
-from pmm.trendsource import Data, available_memory, device_sites
 from pmm.units import human_bytes, human_rate
 
 TABLE_ROWS = 12
@@ -135,7 +142,7 @@ def analyse(d: Data, available: int | None = None) -> Report:
 
 
 def kind_of(d: Data) -> Classification | None:
-    """The kind of d's growth (pmm.growthkind), None when its samples lack
+    """The kind of d's growth (pmm.analysis.growthkind), None when its samples lack
     the kernel's split (anon, file, shmem: a database of an older pmd)."""
     n = len(d)
     parts = (d.anon, d.file, d.shmem)

@@ -2,7 +2,7 @@
 
 The module is asked first: it holds a process's live blocks while it runs and
 for exited_ttl_s after it exited. After that (or after a reboot) pmd's
-database holds what pmd harvested at the exit (pmm.postmortem); pmm.procview
+database holds what pmd harvested at the exit (pmm.store.postmortem); pmm.procview
 makes the choice. Either way the result is one `LeakReport`: the process,
 its sites largest first as `pmctl leaks --json` prints them (with all their
 frames, symbolized), and where it came from. `pprof_samples` turns it into pprof's samples.
@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pmm import leaks as leaks_mod
+from pmm.analysis import leaks as leaks_mod
+from pmm.kernel.uapi import MAX_FRAMES
 from pmm.output import format_table, human_age
 from pmm.pprof import UNKNOWN_STACK, PprofFrame, PprofLine, PprofSample
 from pmm.procview import SOURCE_DB, SOURCE_MODULE, InModule
 from pmm.symbolize import Frame
-from pmm.uapi import MAX_FRAMES
 from pmm.units import human_bytes
 
 if TYPE_CHECKING:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
     from pmm.store import Store
 
 __all__ = ["SOURCE_DB", "SOURCE_MODULE", "LeakReport", "frames_as_text", "from_db",
@@ -104,7 +104,7 @@ def of_module(entry: InModule, now_mono_ns: int, limit: int,
 def from_db(store: Store, pid: int, limit: int) -> LeakReport | None:
     """pid's report from what pmd harvested when it exited (its latest run of
     that number), or None when the database has nothing of it."""
-    from pmm import postmortem
+    from pmm.store import postmortem
 
     found = postmortem.leaks_from_db(store, pid)
     if found is None:

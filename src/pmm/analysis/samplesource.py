@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
-from pmm import smaps
 from pmm.errors import ModuleNotLoaded, NoSuchPid, NotMonitored, PmmError
-from pmm.procsampler import ProcessGone, boottime_ns, sample
+from pmm.kernel import smaps
+from pmm.kernel.sampler import ProcessGone, boottime_ns, sample
 from pmm.procview import InDatabase, InModule, Samples, live_start
 from pmm.store import Store
 
@@ -68,7 +68,7 @@ class Data:
     where: dict[int, str] = field(default_factory=dict)  # site -> description
     watch: Watch | None = None  # set by from_watch
     exited: bool = False  # the process is known to have exited
-    # the split of each sample (pmm.growthkind), None where a sample lacks
+    # the split of each sample (pmm.analysis.growthkind), None where a sample lacks
     # the figure (live heap: no hook; allocator: not reported)
     anon: list[int | None] = field(default_factory=list)
     file: list[int | None] = field(default_factory=list)
@@ -227,7 +227,7 @@ def device_sites(pid: int, start_time: int, wanted: set[int]) -> dict[int, str]:
     """Descriptions of the wanted sites from the module, when it is loaded and
     holds this process (same start time, running or exited); frames
     symbolized through their objects. Empty when the module cannot tell."""
-    from pmm.device import Device
+    from pmm.kernel.device import Device
     from pmm.sitestack import describe_module_sites
 
     try:
@@ -243,7 +243,7 @@ def from_kmod(pid: int, since_s: float | None, start_time: int | None = None) ->
     """pid's samples in the module's ring (None: it does not monitor pid, or
     monitors another process of that pid than start_time's, or has no samples
     in the window). Raises ModuleNotLoaded when the module is not loaded."""
-    from pmm.device import Device
+    from pmm.kernel.device import Device
 
     with Device.open() as dev:
         entry = InModule.find(dev, pid, start_time)
@@ -266,7 +266,7 @@ class ModuleView:
         self.pid = pid
         self.dev: Device | None = None
         try:
-            from pmm.device import Device
+            from pmm.kernel.device import Device
 
             dev = Device.open()
         except PmmError:

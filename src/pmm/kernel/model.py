@@ -1,6 +1,6 @@
 """Plain data read from the module, independent of ctypes.
 
-src/pmm/device.py converts the uapi ctypes structures into these frozen
+src/pmm/kernel/device.py converts the uapi ctypes structures into these frozen
 dataclasses so that the pure logic (leaks, stats, formatting) and its tests
 never need the module or ctypes. Field names follow kmod/uapi/pmm.h.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pmm import uapi
+from pmm.kernel import uapi
 
 # enum pmm_op, names as /proc/pmm/pid prints them ("{MALLOC @...}")
 OP_NAMES: dict[int, str] = {

@@ -30,8 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pmm import leaks, sitestack
-from pmm.model import (
+from pmm import sitestack
+from pmm.analysis import leaks
+from pmm.kernel.model import (
     FREE_OP_NAMES,
     OP_NR,
     STATE_EXITED,
@@ -42,11 +43,11 @@ from pmm.model import (
     StatsInfo,
     op_name,
 )
-from pmm.procsampler import boottime_ns
+from pmm.kernel.sampler import boottime_ns
+from pmm.kernel.uapi import MAX_FRAMES
 from pmm.procview import SOURCE_DB, InModule, ModuleReader
 from pmm.store import ExitRecord, ExitSiteRow, Store, start_key
 from pmm.symbolize import Frame, Symbolizer, Target, site_frame
-from pmm.uapi import MAX_FRAMES
 
 SOURCE = SOURCE_DB  # what `pmctl leaks --json` says it read from
 
@@ -57,7 +58,7 @@ class ModuleSnapshot:
     ModuleReader that no longer holds the device, so that symbolizing (which
     may take seconds) does not keep /dev/pmm open and the module unloadable.
     Its blocks are not kept: a harvest folds them per site as they are read
-    (`groups`, pmm.blockstream), so a process with millions of live blocks
+    (`groups`, pmm.kernel.blockstream), so a process with millions of live blocks
     costs pmd memory per site, not per block."""
 
     pid: int
@@ -114,8 +115,8 @@ def snapshot(dev: ModuleReader, pid: int, start_time_key: int,
 
 def _exit_groups(dev: ModuleReader, info: PidInfo) -> list[leaks.LeakGroup]:
     """The exited process's live blocks by site, with their ages as of its
-    exit, read page by page (pmm.blockstream): never a list of them all."""
-    from pmm.blockstream import read_pages
+    exit, read page by page (pmm.kernel.blockstream): never a list of them all."""
+    from pmm.kernel.blockstream import read_pages
 
     now_boot = boottime_ns()
     now_mono = time.monotonic_ns()
@@ -245,7 +246,7 @@ def leaks_from_db(store: Store, pid: int,
     """What `pmctl leaks --json` shows of the pid's latest exited process,
     from pmd's database: (its entry: Store.exit_info's dict with "source":
     "pmd database" and "start_time", the stored key; its sites with live
-    blocks at the exit, each as pmm.leaks.LeakGroup.to_dict gives it, with
+    blocks at the exit, each as pmm.analysis.leaks.LeakGroup.to_dict gives it, with
     "frames" (at most `depth`) and "where", and the site's allocations
     ("alloc_blocks": calls that allocated, "alloc_bytes"), largest live
     bytes first).

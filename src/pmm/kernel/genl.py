@@ -1,7 +1,7 @@
 """The module's generic-netlink events, received with pyroute2.
 
 - `PmmMsg` is the pyroute2 message class of family "pmm" (attributes as in
-  kmod/uapi/pmm.h, mirrored by pmm.uapi.Attr).
+  kmod/uapi/pmm.h, mirrored by pmm.kernel.uapi.Attr).
 - `decode_datagram(data, family_id)` turns a whole datagram into `Event`s
   with `parse_message`, which checks every attribute's size and type as it
   reads the bytes with struct (pyroute2's generic decoder was 3/4 of pmd's
@@ -53,8 +53,8 @@ from pyroute2.netlink import (
 )
 from pyroute2.netlink.generic import GenericNetlinkSocket
 
-from pmm import uapi
-from pmm.model import heap_figures
+from pmm.kernel import uapi
+from pmm.kernel.model import heap_figures
 from pmm.units import format_duration
 
 log = logging.getLogger("pmd")

@@ -11,7 +11,7 @@ The rss a process's samples show is split, per sample, into
   (the program's own mappings, thread stacks);
 - file pages and shared memory (rss_file, rss_shmem).
 
-`classify` fits the detector's robust slope (pmm.trend.detect: Theil-Sen on
+`classify` fits the detector's robust slope (pmm.analysis.trend.detect: Theil-Sen on
 bucket minima, the same tests) to each part, and names the kind of the
 growth after the part that grows fastest. The rest of anon and the
 allocator's free bytes are taken as at the live heap's floor (its minimum,
@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pmm.smaps import MapGrowth
-from pmm.trend import Params, Trend, Verdict, detect
+from pmm.analysis.trend import Params, Trend, Verdict, detect
+from pmm.kernel.smaps import MapGrowth
 from pmm.units import human_bytes, human_rate
 
 
@@ -131,7 +131,7 @@ def split_point(anon: int, file: int, shmem: int, live: int | None,
 
 @dataclass(frozen=True)
 class Classification:
-    """The kind of growth and its evidence: each part's trend (pmm.trend.Trend,
+    """The kind of growth and its evidence: each part's trend (pmm.analysis.trend.Trend,
     by part name: live, anon_other, heap_free, anon, file, shmem; only those
     known), the latest split, the allocator's latest figures and the
     mappings that grew (when snapshots were taken)."""
@@ -248,7 +248,7 @@ def classify(times: Sequence[float], anon: Sequence[int], file: Sequence[int],
     fitted only when every sample has it, heap_free when the samples from
     some point on have it and they are most of the window; the latest known
     heap_free is reported). heap_trimmable and allocator are the latest
-    figures; mappings those that grew over the window (pmm.smaps.grown),
+    figures; mappings those that grew over the window (pmm.kernel.smaps.grown),
     None when no snapshots were taken. live_now: the live heap now, when the
     samples lack its history (the module's ring)."""
     params = params or Params()

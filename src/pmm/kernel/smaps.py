@@ -2,7 +2,7 @@
 which of them grew between two snapshots.
 
 `read(pid)` is the one I/O here; `parse`, `label` and `grown` are pure, so
-the trend classification (pmm.growthkind) and its tests need no process.
+the trend classification (pmm.analysis.growthkind) and its tests need no process.
 
 Names: a file mapping is its path; the kernel's own are as it names them
 ([heap], [stack], [vdso]); an anonymous mapping is "[anon] 0x7f...", or

@@ -13,7 +13,7 @@
   whose message says what happened and what to do.
 - The read-back ioctls (MONITORED_PIDS, READ_BLOCKS, READ_SITES,
   READ_SAMPLES) are cursor loops that read everything in chunks.
-- Results are the plain dataclasses of pmm.model, not ctypes objects.
+- Results are the plain dataclasses of pmm.kernel.model, not ctypes objects.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pmm import uapi
-from pmm.blockstream import BlockPage
 from pmm.errors import (
     NoSuchPid,
     NotMonitored,
@@ -38,7 +36,9 @@ from pmm.errors import (
     from_errno,
     module_not_loaded,
 )
-from pmm.model import (
+from pmm.kernel import uapi
+from pmm.kernel.blockstream import BlockPage
+from pmm.kernel.model import (
     Block,
     Bucket,
     ConfigInfo,
@@ -53,7 +53,7 @@ from pmm.model import (
 DEFAULT_DEVICE = uapi.DEVICE_PATH
 READ_CHUNK = 1024  # entries per read-back call (<= uapi.MAX_READ)
 BLOCK_CHUNK = uapi.MAX_READ  # blocks per PMM_READ_BLOCKS call (196 KiB)
-# where struct pmm_block's fields are, for pmm.blockstream.BlockPage.from_raw
+# where struct pmm_block's fields are, for pmm.kernel.blockstream.BlockPage.from_raw
 BLOCK_OFFSETS = {name: getattr(uapi.Block, name).offset
                  for name in ("ptr", "prev_ptr", "size", "time_ns", "site", "weight", "op")}
 
@@ -365,7 +365,7 @@ class Device:
     def block_pages(self, pid: int) -> Iterator[BlockPage]:
         """pid's live blocks (PMM_READ_BLOCKS) a page (one read, up to
         BLOCK_CHUNK blocks) at a time, in no particular order, with no Python
-        object per block (pmm.blockstream). NotMonitored or NoSuchPid when
+        object per block (pmm.kernel.blockstream). NotMonitored or NoSuchPid when
         the module holds nothing for pid (at the first page). The device
         must stay open while the pages are taken."""
         buf = (uapi.Block * BLOCK_CHUNK)()

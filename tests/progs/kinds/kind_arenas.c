@@ -21,6 +21,7 @@
 #define MAX_THREADS 256
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_settled; /* threads whose arena holds its 1 MiB of free memory */
 
 static void *worker(void *arg)
 {
@@ -39,6 +40,7 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&g_lock);
 	if (pin)
 		g_own_live += 16;
+	g_settled++;
 	pthread_mutex_unlock(&g_lock);
 	/* some work now and then, as a worker does: it also lets the hook
 	 * send the frees it holds (it sends a thread's records when one comes
@@ -69,6 +71,17 @@ int main(int argc, char **argv)
 			next += 0.2;
 		}
 		kinds_tick(10000);
+	}
+	/* the report at the hold is the program's figures once growth ended:
+	 * a thread started last, slowed on a busy machine, may still be
+	 * writing its blocks (arena counted, pages not yet resident) */
+	for (;;) {
+		pthread_mutex_lock(&g_lock);
+		i = g_settled;
+		pthread_mutex_unlock(&g_lock);
+		if (i >= n)
+			break;
+		usleep(10000);
 	}
 	rc = kinds_hold();
 	for (i = 0; i < n; i++)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pmm.errors import NoSuchPid, NotMonitored, PermissionDenied, PmmError
-from pmm.pprof import LostSample, PprofFrame, PprofLine
+from pmm.pprof import LostSample
 from pmm.text import printable
 from pmm.units import format_duration, human_bytes
 
@@ -315,17 +315,11 @@ def pprof_samples(r: UnreachableReport) -> list[LostSample]:
     """One sample per lost site: its frames, leaf first (a site the program
     described itself gets its function, file and line), and its definitely
     and indirectly lost objects and bytes."""
-    from pmm.analysis.leakview import pprof_frame
+    from pmm.analysis.leakview import site_pprof_frames
 
     out = []
     for e in r.sites:
-        frames = [pprof_frame(f) for f in e.get("frames") or ()]
-        if e.get("source") == "shim":
-            shim = PprofFrame(None, None, None,
-                              (PprofLine(e.get("func"), e.get("file"), e.get("line")),),
-                              e.get("where") or "?")
-            frames = [shim, *frames[1:]] if frames else [shim]
-        out.append(LostSample(frames=tuple(frames),
+        out.append(LostSample(frames=site_pprof_frames(e),
                               lost_objects=e["definite"]["blocks"],
                               lost_space=e["definite"]["bytes"],
                               indirect_objects=e["indirect"]["blocks"],

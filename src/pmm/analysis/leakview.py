@@ -144,6 +144,19 @@ def pprof_frame(d: Mapping[str, Any]) -> PprofFrame:
                       label=f.symbol or (where if where != "?" else UNKNOWN_STACK))
 
 
+def site_pprof_frames(site: Mapping[str, Any]) -> tuple[PprofFrame, ...]:
+    """A site's dict (`pmctl leaks --json`'s, `pmctl unreachable`'s) as pprof's
+    frames, leaf first: a site the program described itself has its
+    function, file and line as its leaf."""
+    frames = [pprof_frame(f) for f in site.get("frames") or ()]
+    if site.get("source") == "shim":
+        shim = PprofFrame(None, None, None,
+                          (PprofLine(site.get("func"), site.get("file"), site.get("line")),),
+                          site.get("where") or "?")
+        frames = [shim, *frames[1:]] if frames else [shim]
+    return tuple(frames)
+
+
 def pprof_samples(report: LeakReport) -> list[PprofSample]:
     """One pprof sample per site: its frames (leaf first; a site the program
     described itself, without frames, gets its function, file and line),
@@ -151,14 +164,8 @@ def pprof_samples(report: LeakReport) -> list[PprofSample]:
     alloc_* (never less than what is live)."""
     out = []
     for e in report.sites:
-        frames = [pprof_frame(f) for f in e.get("frames") or ()]
-        if e.get("source") == "shim":
-            shim = PprofFrame(None, None, None,
-                              (PprofLine(e.get("func"), e.get("file"), e.get("line")),),
-                              e.get("where") or "?")
-            frames = [shim, *frames[1:]] if frames else [shim]
         out.append(PprofSample(
-            frames=tuple(frames),
+            frames=site_pprof_frames(e),
             alloc_objects=max(int(e.get("alloc_blocks") or 0), e["blocks"]),
             alloc_space=max(int(e.get("alloc_bytes") or 0), e["bytes"]),
             inuse_objects=e["blocks"],

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, SupportsInt, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, SupportsInt, TypeVar
 
 from pmm.errors import NoSuchPid, NotMonitored, PmmError
 from pmm.kernel.model import STATE_EXITED, Block, ObjectFile, PidInfo, Sample, Site, StatsInfo
@@ -92,7 +92,8 @@ def live_start(pid: int) -> tuple[int, str] | None:
 class Samples:
     """A process's memory samples, oldest first, one list per figure (times
     CLOCK_BOOTTIME ns, sizes bytes; None where a sample lacks the figure);
-    source: "db" (pmd's history) or "kmod" (the module's ring)."""
+    source: "db" (pmd's history) or "kmod" (the module's ring); a watch of
+    /proc (pmm.analysis.samplesource.Data) says "proc"."""
 
     source: str
     time_ns: list[int] = field(default_factory=list)
@@ -109,6 +110,11 @@ class Samples:
 
     def __len__(self) -> int:
         return len(self.time_ns)
+
+    def figures(self) -> dict[str, Any]:
+        """The fields, by name (shared, not copied): to build a subclass's
+        instance from these samples."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Samples)}
 
     def split(self, rows: Sequence[SampleRow]) -> None:
         """The split of each sample from the stored rows of the same samples

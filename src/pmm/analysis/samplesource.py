@@ -51,33 +51,21 @@ class Watch:
     ended: WatchEnd = WatchEnd.TIME
 
 
-@dataclass
-class Data:
-    """The samples of one process, oldest first (times CLOCK_BOOTTIME ns)."""
+@dataclass(kw_only=True)
+class Data(Samples):
+    """The samples of one process (pmm.procview.Samples, whose `source` may
+    also be "proc": a watch of /proc), with what the process is and what else
+    was read of it."""
 
     pid: int
     start_time: int
     comm: str
-    source: str  # "db", "kmod" or "proc"
-    time_ns: list[int] = field(default_factory=list)
-    vm: list[int] = field(default_factory=list)
-    rss: list[int] = field(default_factory=list)
     db: str = ""
     # pmd's per-site snapshots: (site, time ns, live bytes, live blocks)
     snapshots: list[tuple[int, int, int, int]] = field(default_factory=list)
     where: dict[int, str] = field(default_factory=dict)  # site -> description
     watch: Watch | None = None  # set by from_watch
     exited: bool = False  # the process is known to have exited
-    # the split of each sample (pmm.analysis.growthkind), None where a sample lacks
-    # the figure (live heap: no hook; allocator: not reported)
-    anon: list[int | None] = field(default_factory=list)
-    file: list[int | None] = field(default_factory=list)
-    shmem: list[int | None] = field(default_factory=list)
-    live: list[int | None] = field(default_factory=list)
-    heap_free: list[int | None] = field(default_factory=list)
-    heap_trimmable: int | None = None  # the latest figures
-    live_now: int | None = None  # the module's live heap now, when `live` lacks it
-    allocator: str | None = None
     # the process's mappings at the start and the end of a watch (None: not read)
     maps_start: list[smaps.Mapping] | None = None
     maps_end: list[smaps.Mapping] | None = None
@@ -85,9 +73,6 @@ class Data:
     # the mappings that grew as pmd's alert kept them (from_db), when no
     # snapshots were taken
     alert_maps: list[smaps.MapGrowth] | None = None
-
-    def __len__(self) -> int:
-        return len(self.time_ns)
 
     def grown_maps(self) -> list[smaps.MapGrowth] | None:
         """The mappings that grew over the watch, else those pmd's alert kept
@@ -111,11 +96,8 @@ def data_of(samples: Samples, pid: int, start_time: int, comm: str, exited: bool
             db: str = "", snapshots: list[tuple[int, int, int, int]] | None = None,
             where: dict[int, str] | None = None) -> Data:
     """The Data of samples read from pmd's database or the module (pmm.procview)."""
-    return Data(pid, start_time, comm, samples.source, samples.time_ns, samples.vm,
-                samples.rss, db, snapshots or [], where or {}, exited=exited,
-                anon=samples.anon, file=samples.file, shmem=samples.shmem, live=samples.live,
-                heap_free=samples.heap_free, heap_trimmable=samples.heap_trimmable,
-                live_now=samples.live_now, allocator=samples.allocator)
+    return Data(**samples.figures(), pid=pid, start_time=start_time, comm=comm,
+                exited=exited, db=db, snapshots=snapshots or [], where=where or {})
 
 
 def mem_available(path: str = "/proc/meminfo") -> int | None:
@@ -355,7 +337,8 @@ def from_watch(pid: int, seconds: float, interval: float,
     if live is None:
         raise NoSuchPid(f"no such process: pid {pid} does not exist")
     start, comm = live
-    d = Data(pid, start, comm, "proc", watch=Watch(interval, seconds))
+    d = Data(source="proc", pid=pid, start_time=start, comm=comm,
+             watch=Watch(interval, seconds))
     assert d.watch is not None
     module = ModuleView(pid, start)
     try:

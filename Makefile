@@ -1,7 +1,7 @@
 # pmm: process memory monitor.
 #   make            build the module, the hook library, examples, test programs
 #                   (tests/progs/) and benchmark programs (bench/)
-#   make test       install what is missing, run the host tests, then the in-guest suite in one VM
+#   make test       install what is missing, run the host tests beside the in-guest suite (one VM)
 #   make demo       the main job: find a leak, end to end
 #   make bench      benchmarks (figures, not pass/fail)
 #   make check      linters: include circles, W=1, sparse, checkpatch, ruff, mypy
@@ -33,11 +33,12 @@ userspace:
 		if [ -f $$d/Makefile ]; then $(MAKE) -C $$d || exit 1; fi; \
 	done
 
+# the host suite runs beside the VM (mostly waits, it leaves the guest its
+# cores); -O prints each suite's output whole when it ends
 test: setup
 	$(MAKE) all
 	$(MAKE) check
-	$(MAKE) test-host
-	$(MAKE) test-vm
+	$(MAKE) -j2 -O test-host test-vm
 
 test-host:
 	$(PY) -m pytest -q -ra tests/host

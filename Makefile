@@ -33,8 +33,9 @@ userspace:
 		if [ -f $$d/Makefile ]; then $(MAKE) -C $$d || exit 1; fi; \
 	done
 
-# the host suite runs beside the VM (mostly waits, it leaves the guest its
-# cores); -O prints each suite's output whole when it ends
+# the host suite runs beside the VM: it mostly waits on the programs it
+# watches, so the two take less than one after the other (the guest runs
+# slower meanwhile); -O prints each suite's output whole when it ends
 test: setup
 	$(MAKE) all
 	$(MAKE) check

@@ -85,19 +85,19 @@ def trend_cli(*args: str) -> tuple[int, dict[str, object]]:
     return r.returncode, json.loads(r.stdout)
 
 
-# on a busy host: 5 min of leaks, up to 18 of the sawtooth, the reload
-@pytest.mark.timeout(2700)
+# on a busy host: 5 min of leaks, the sawtooth's STABLE, the reload
+@pytest.mark.timeout(1800)
 def test_leak_sawtooth_and_reload(tmp: Path) -> None:
     db = tmp / "pmm.db"
     with Device.open() as dev:
         dev.set_config(interval_ms=100)
     # --window: a flat floor rules out only the rates that would move it by
     # the series' smallest move (pmm.analysis.trend's step) over the window.
-    # The sawtooth moves by its 1 MiB chunks, and by less only when a sample
-    # lands inside a chunk's first touch: quiet, some move is ~200 KiB and
-    # STABLE comes at ~190 s; on a busy host the smallest seen may be ~1 MiB,
-    # which needs 16.5 min (1 MiB / 64 KiB/min): 12000 samples hold that
-    pmd = Pmd(db, "--detect-every", "10", "--window", "12000")
+    # The sawtooth moves by its 256 KiB chunks, by less only when a sample
+    # lands inside a chunk's first touch: STABLE needs 4.1 min of its samples
+    # (256 KiB / 64 KiB/min), 8.2 if every sample saw two chunks' move;
+    # 6000 samples hold 10 min at 100 ms
+    pmd = Pmd(db, "--detect-every", "10", "--window", "6000")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         assert pmd.wait_log("connected to genl family pmm", 600), pmd.text()
@@ -112,10 +112,10 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
         leak = subprocess.Popen([str(EXAMPLES / "leak"), "-n", "100000000", "-b", "16384",
                                  "-s", "10"], env=env, stdout=subprocess.DEVNULL)
         procs.append(leak)
-        # the sawtooth: 1 MiB chunks up to 4 MiB, all freed, again (mmap'd: rss
-        # drops); 50 ms steps, a 250 ms period: every 5 samples see the base
+        # the sawtooth: 256 KiB chunks up to 1 MiB, all freed, again (mmap'd:
+        # rss drops); 50 ms steps, a 250 ms period: every 5 samples see the base
         # (test_trend_detector.py: test_the_e2e_sawtooth_is_stable_at_every_detection)
-        saw = subprocess.Popen([str(EXAMPLES / "sawtooth"), "-m", "4", "-c", "1024",
+        saw = subprocess.Popen([str(EXAMPLES / "sawtooth"), "-m", "1", "-c", "256",
                                 "-n", "0", "-s", "50"], stdout=subprocess.DEVNULL)
         procs.append(saw)
         assert wait_for(lambda: samples_of(leak.pid) > 0, 10)
@@ -186,9 +186,9 @@ def test_leak_sawtooth_and_reload(tmp: Path) -> None:
             p.wait()
         # the sawtooth: never a growth nor an alert; STABLE once its window
         # rules out the rate that matters, INCONCLUSIVE before (a few seconds of
-        # a 1 MiB sawtooth cannot: test_trend_detector.py); at most 16.5 min
-        # of its samples, and a detection (every 1/20 of the window) after
-        assert pmd.wait_log(f"pid {saw.pid} (sawtooth): STABLE", 1200), pmd.text()
+        # a 256 KiB step cannot: test_trend_detector.py); at most 8.2 min of
+        # its samples, and a detection (every 1/20 of the window) after
+        assert pmd.wait_log(f"pid {saw.pid} (sawtooth): STABLE", 900), pmd.text()
         saw_verdicts = re.findall(rf"pid {saw.pid} \(sawtooth\): ([A-Z]+) after", pmd.text())
         assert set(saw_verdicts) <= {"STABLE", "INCONCLUSIVE"}, saw_verdicts
         assert c.execute("SELECT count(*) FROM alerts WHERE pid = ?", (saw.pid,)).fetchone()[0] == 0

@@ -27,6 +27,7 @@ from pmm.analysis.trend import (
 
 SEEDS = range(8)
 KIB = 1024
+MIB = 1024 * KIB
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -116,27 +117,30 @@ def test_aliased_sawtooth_is_never_a_leak(n: int) -> None:
 
 @pytest.mark.parametrize("jitter", [0.002, 0.01])
 def test_the_e2e_sawtooth_is_stable_at_every_detection(jitter: float) -> None:
-    # tests/guest/test_pmd_e2e.py runs examples/sawtooth -m 4 -c 1024 -s 50:
+    # tests/guest/test_pmd_e2e.py runs examples/sawtooth -m 1 -c 256 -s 50:
     # a 250 ms period, 2.5 samples at 100 ms, so every 5 samples see the base.
     # pmd runs the detector at 30, 40, ... samples; none may say LEAK or
-    # GROWING. 3 to 13 s of a 1 MiB sawtooth cannot rule out 64 KiB/min
-    # (6 KiB over 6 s) every time: STABLE or INCONCLUSIVE, never a growth.
+    # GROWING. 3 to 13 s of a 256 KiB-step sawtooth cannot rule out 64
+    # KiB/min (6 KiB over 6 s) every time: STABLE or INCONCLUSIVE, never a
+    # growth; nor can the same shape at 1 MiB steps (-m 4 -c 1024).
     # (A sawtooth far faster than the sampling and near-locked to it, as under
     # KVM, can drift like a ramp: with periods of 20-50 ms, 0.1-0.5 % of windows
     # up to 80 samples read as LEAK. README, "Troubleshooting".)
-    for seed in range(100):
-        for n in range(30, 130, 10):
-            t, v = S.example_sawtooth(seed, n=n, step_s=0.05, jitter=jitter)
-            r = detect(t, v)
-            assert r.verdict in (Verdict.STABLE, Verdict.INCONCLUSIVE), (seed, n, r.reason)
+    for chunk in (256 * KIB, MIB):
+        for seed in range(100):
+            for n in range(30, 130, 10):
+                t, v = S.example_sawtooth(seed, n=n, chunk=chunk, step_s=0.05, jitter=jitter)
+                r = detect(t, v)
+                assert r.verdict in (Verdict.STABLE, Verdict.INCONCLUSIVE), \
+                    (chunk, seed, n, r.reason)
 
 
 def test_the_e2e_sawtooths_recorded_samples_turn_stable_and_never_grow() -> None:
-    # tests/guest/test_pmd_e2e.py's sawtooth as pmd stored it in the guest
-    # (tests/host/data): at every detection pmd makes (10 samples apart)
-    # STABLE or INCONCLUSIVE; its rss floor's steps keep the interval above
-    # 64 KiB/min for about 190 s of samples, STABLE from then on (why that
-    # test waits minutes for its STABLE)
+    # a 1 MiB-step sawtooth (examples/sawtooth -m 4 -c 1024 -s 50) as pmd
+    # stored it in the guest (tests/host/data): at every detection pmd makes
+    # (10 samples apart) STABLE or INCONCLUSIVE; its rss floor's steps keep
+    # the interval above 64 KiB/min for about 190 s of samples, STABLE from
+    # then on (why test_pmd_e2e waits minutes for its sawtooth's STABLE)
     rows = [line.split() for line in
             (Path(__file__).parent / "data" / "e2e_sawtooth.txt").read_text().splitlines()
             if not line.startswith("#")]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trend_series as S
+from trend_series import KIB, MIB
 
 from pmm.analysis.trend import (
     Params,
@@ -26,8 +27,6 @@ from pmm.analysis.trend import (
 )
 
 SEEDS = range(8)
-KIB = 1024
-MIB = 1024 * KIB
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -115,8 +114,9 @@ def test_aliased_sawtooth_is_never_a_leak(n: int) -> None:
     assert growing <= (4 if n < 60 else 0), growing
 
 
+@pytest.mark.parametrize("chunk", [256 * KIB, MIB])
 @pytest.mark.parametrize("jitter", [0.002, 0.01])
-def test_the_e2e_sawtooth_is_stable_at_every_detection(jitter: float) -> None:
+def test_the_e2e_sawtooth_is_stable_at_every_detection(jitter: float, chunk: float) -> None:
     # tests/guest/test_pmd_e2e.py runs examples/sawtooth -m 1 -c 256 -s 50:
     # a 250 ms period, 2.5 samples at 100 ms, so every 5 samples see the base.
     # pmd runs the detector at 30, 40, ... samples; none may say LEAK or
@@ -126,13 +126,11 @@ def test_the_e2e_sawtooth_is_stable_at_every_detection(jitter: float) -> None:
     # (A sawtooth far faster than the sampling and near-locked to it, as under
     # KVM, can drift like a ramp: with periods of 20-50 ms, 0.1-0.5 % of windows
     # up to 80 samples read as LEAK. README, "Troubleshooting".)
-    for chunk in (256 * KIB, MIB):
-        for seed in range(100):
-            for n in range(30, 130, 10):
-                t, v = S.example_sawtooth(seed, n=n, chunk=chunk, step_s=0.05, jitter=jitter)
-                r = detect(t, v)
-                assert r.verdict in (Verdict.STABLE, Verdict.INCONCLUSIVE), \
-                    (chunk, seed, n, r.reason)
+    for seed in range(100):
+        for n in range(30, 130, 10):
+            t, v = S.example_sawtooth(seed, n=n, chunk=chunk, step_s=0.05, jitter=jitter)
+            r = detect(t, v)
+            assert r.verdict in (Verdict.STABLE, Verdict.INCONCLUSIVE), (seed, n, r.reason)
 
 
 def test_the_e2e_sawtooths_recorded_samples_turn_stable_and_never_grow() -> None:
@@ -140,7 +138,7 @@ def test_the_e2e_sawtooths_recorded_samples_turn_stable_and_never_grow() -> None
     # stored it in the guest (tests/host/data): at every detection pmd makes
     # (10 samples apart) STABLE or INCONCLUSIVE; its rss floor's steps keep
     # the interval above 64 KiB/min for about 190 s of samples, STABLE from
-    # then on (why test_pmd_e2e waits minutes for its sawtooth's STABLE)
+    # then on
     rows = [line.split() for line in
             (Path(__file__).parent / "data" / "e2e_sawtooth.txt").read_text().splitlines()
             if not line.startswith("#")]
